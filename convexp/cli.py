@@ -1,0 +1,90 @@
+"""The ``convexp`` command line: thin commands over plain functions.
+
+Heavy imports (torch, hydra, lightning) happen inside the commands so ``convexp --help`` is fast.
+Errors a user can cause print one line and exit with code 2; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Convolution inside BERT-style encoders: ConvBERT, Chang et al. 2021 and BERMO, reproduced.",
+)
+_state = {"debug": False}
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors.")) -> None:
+    _state["debug"] = debug
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", err=True, fg="red")
+    raise typer.Exit(2)
+
+
+@app.command()
+def models(
+    seq_len: int = typer.Option(128, help="Sequence length for the FLOPs count."),
+    names: Optional[List[str]] = typer.Argument(None, help="Presets to show (default: all)."),
+) -> None:
+    """List every model preset with its parameter count and training FLOPs per token."""
+    from .config import group_options
+    from .models.stats import preset_table
+
+    known = group_options("model")
+    for n in names or []:
+        if n not in known:
+            _fail(f"unknown model preset {n!r}; run `convexp models` to list them")
+    preset_table(names or known, seq_len)
+
+
+@app.command()
+def bench(
+    steps: int = typer.Option(10, help="Timed training steps per configuration."),
+    batch_size: int = typer.Option(32, help="Batch size of the training-step benchmark."),
+    seq_len: int = typer.Option(128, help="Sequence length of the training-step benchmark."),
+    lengths: str = typer.Option("128,512,2048", help="Lengths for the block benchmark."),
+    skip_hf: bool = typer.Option(False, help="Skip the Hugging Face comparison."),
+) -> None:
+    """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention blocks."""
+    from .bench import run_benchmarks
+
+    try:
+        sizes = [int(x) for x in lengths.split(",") if x]
+    except ValueError:
+        _fail(f"--lengths must be comma-separated integers, got {lengths!r}")
+    run_benchmarks(steps=steps, batch_size=batch_size, seq_len=seq_len, lengths=sizes, hf=not skip_hf)
+
+
+def main() -> None:
+    from .config import ConfigError
+
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (ConfigError, FileNotFoundError) as e:
+        if _state["debug"]:
+            raise
+        typer.secho(f"error: {e}", err=True, fg="red")
+        sys.exit(2)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(2)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(130)
+        raise
+
+
+if __name__ == "__main__":
+    main()

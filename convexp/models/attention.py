@@ -1,0 +1,200 @@
+"""Token mixers: one per layer, [B, L, D] -> [B, L, D] (before the residual and LayerNorm).
+
+* :class:`SelfAttention` — BERT's multi-head self-attention with the options of Chang et al. 2021
+  (relative positions as convolutions; eqs. 4-7 and §5).
+* :class:`MixedAttention` — ConvBERT's mixed attention (eqs. 4-6): bottleneck self-attention heads
+  side by side with span-based dynamic convolution heads (or the Table 2 alternatives).
+
+``keep`` is the boolean padding mask [B, L] (True = real token) or None when nothing is padded.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .conv import SeparableConv1d, depthwise_conv, lightweight_conv
+from .ffn import activation
+
+
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:  # [B, L, H*d] -> [B, H, L, d]
+    B, L, _ = x.shape
+    return x.view(B, L, heads, -1).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:  # [B, H, L, d] -> [B, L, H*d]
+    B, H, L, d = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * d)
+
+
+def zero_padding(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """Zero padding positions so that convolution windows see them as outside the sequence."""
+    return x if keep is None else x * keep.unsqueeze(-1).to(x.dtype)
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keep: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    dropout: float,
+    content: bool = True,
+) -> torch.Tensor:
+    """softmax(q kᵀ/√d + bias + mask) v, fused where possible. q, k, v: [B, H, L, d] -> [B, H, L, d].
+
+    bias: [B or 1, H, L, L] additive score terms (Chang et al.'s convolutions) or None.
+    content=False drops the q kᵀ term (Chang et al.'s "convolution only" ablation).
+    """
+    if content and bias is None:
+        mask = None if keep is None else keep[:, None, None, :]  # [B, 1, 1, L] bool
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+    if keep is not None:
+        bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
+    if content:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout)
+    probs = F.dropout(torch.softmax(bias.float(), dim=-1), dropout)
+    return probs.to(v.dtype) @ v
+
+
+def relative_index(L: int, k: int, device: torch.device) -> torch.Tensor:
+    """[L, L] index r + k of the clipped offset r = clamp(j - i, -k, k) for query i, key j."""
+    pos = torch.arange(L, device=device)
+    return (pos[None, :] - pos[:, None]).clamp(-k, k) + k
+
+
+class Projection(nn.Module):
+    """Q, K or V projection D -> H·d. With ``conv_kernel`` the first half of the heads use a
+    depthwise-separable convolution (depthwise with bias, GELU, pointwise) instead of a linear
+    map (Chang et al. §5); it reads the input with padding tokens zeroed."""
+
+    def __init__(self, D: int, out: int, conv_kernel: int | None = None, act: str = "gelu"):
+        super().__init__()
+        half = out // 2 if conv_kernel else 0
+        self.conv = SeparableConv1d(D, half, conv_kernel, True, activation(act)) if conv_kernel else None
+        self.linear = nn.Linear(D, out - half)
+
+    def forward(self, x: torch.Tensor, x_zeroed: torch.Tensor) -> torch.Tensor:  # [B, L, D] -> [B, L, H·d]
+        y = self.linear(x)
+        return y if self.conv is None else torch.cat([self.conv(x_zeroed), y], dim=-1)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention; with Chang et al.'s options the score for query i, key j is
+
+        s_ij = q_i·k_j/√d            (content term; ``content_attention``)
+             + β_{h,r}               (fixed lightweight convolution, eq. 4; ``fixed_conv``)
+             + q_i·W^Q_r/√d          (dynamic lightweight convolution, eq. 5; ``dynamic_conv``)
+             + k_j·W^K_{-r}/√d       (key-based dynamic convolution; ``key_conv``)
+
+    with r = clamp(j - i, -k, k), kernel 2k+1. Composite attention (eq. 6) is content + fixed +
+    dynamic. ``depthwise_conv`` adds a fixed per-channel convolution of the values to the output
+    (eq. 7); ``conv_qkv`` makes the chosen projections convolutional in half the heads (§5).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        D, H, d, K = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.kernel_size
+        self.heads, self.head_dim, self.k = H, d, K // 2
+        self.content = cfg.content_attention
+        self.dropout = cfg.attention_dropout
+        self.q, self.k_proj, self.v = (
+            Projection(D, H * d, K if name in cfg.conv_qkv else None, cfg.hidden_act) for name in "qkv"
+        )
+        self.fixed = nn.Parameter(torch.zeros(H, K)) if cfg.fixed_conv else None  # β: [H, 2k+1]
+        self.dynamic = nn.Parameter(torch.empty(d, K)) if cfg.dynamic_conv else None  # W^Q: [d, 2k+1]
+        self.key_dynamic = nn.Parameter(torch.empty(d, K)) if cfg.key_conv else None  # W^K: [d, 2k+1]
+        self.depthwise = nn.Conv1d(H * d, H * d, K, padding=K // 2, groups=H * d) if cfg.depthwise_conv else None
+        self.out = nn.Linear(H * d, D)
+
+    def relative_bias(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor | None:
+        """Sum of the convolution terms of the score, [B or 1, H, L, L], or None."""
+        if self.fixed is None and self.dynamic is None and self.key_dynamic is None:
+            return None
+        L = q.shape[2]
+        idx = relative_index(L, self.k, q.device)  # [L, L]
+        bias = torch.zeros((), device=q.device)
+        if self.fixed is not None:
+            bias = bias + self.fixed[:, idx].unsqueeze(0)  # [1, H, L, L]
+        scale = 1.0 / math.sqrt(self.head_dim)
+        gather = idx.expand(*q.shape[:2], L, L)
+        if self.dynamic is not None:
+            qw = (q @ self.dynamic.to(q.dtype)) * scale  # [B, H, L, 2k+1]: q_i·W^Q_r for every r
+            bias = bias + qw.gather(-1, gather)  # [B, H, L(i), L(j)]
+        if self.key_dynamic is not None:
+            kw = (k @ self.key_dynamic.to(k.dtype)) * scale  # [B, H, L, 2k+1]: k_j·W^K_m
+            # the offset seen from key j is -r = clamp(i - j), i.e. idx[j, i]: gather then transpose
+            bias = bias + kw.gather(-1, gather).transpose(-1, -2)
+        return bias
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
+        x0 = zero_padding(x, keep)
+        v_flat = self.v(x, x0)  # [B, L, H·d]
+        q = split_heads(self.q(x, x0), self.heads)  # [B, H, L, d]
+        k = split_heads(self.k_proj(x, x0), self.heads)
+        v = split_heads(v_flat, self.heads)
+        drop = self.dropout if self.training else 0.0
+        y = merge_heads(attend(q, k, v, keep, self.relative_bias(q, k), drop, self.content))  # [B, L, H·d]
+        if self.depthwise is not None:  # eq. 7: per-channel convolution of the values, added after attention
+            w = self.depthwise.weight.squeeze(1)  # [H·d, K]
+            y = y + depthwise_conv(zero_padding(v_flat, keep), w, self.depthwise.bias)
+        return self.out(y)
+
+
+class MixedAttention(nn.Module):
+    """ConvBERT mixed attention (eq. 6): [n self-attention heads ; n convolution heads] -> D.
+
+    n = N // γ heads of size d (bottleneck, "BNK"); the query is shared by both branches.
+    Convolution branch by ``conv_type``:
+      * ``sdconv``: span-based dynamic convolution (eq. 5). Span-aware key Ks = SepConv(x);
+        kernel = softmax(Linear(Ks ⊙ Q)) per head over K taps; applied to V' = Linear(x).
+      * ``dynamic``: kernel = softmax(Linear(x_i)) from the current token only (eq. 3), on V'.
+      * ``conventional``: a depthwise-separable convolution of x.
+      * ``none``: self-attention heads only (ConvBERT Table 1 "+BNK").
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        D, K = cfg.hidden_size, cfg.kernel_size
+        n, d = cfg.attn_heads, cfg.head_dim
+        A = n * d
+        self.heads, self.kernel_size, self.conv_type = n, K, cfg.conv_type
+        self.dropout = cfg.attention_dropout
+        self.mask_conv = not cfg.hf_padding
+        self.query, self.key, self.value = nn.Linear(D, A), nn.Linear(D, A), nn.Linear(D, A)
+        if cfg.conv_type == "sdconv":
+            self.key_conv = SeparableConv1d(D, A, K)  # span-aware key
+            self.conv_kernel = nn.Linear(A, n * K)
+        elif cfg.conv_type == "dynamic":
+            self.conv_kernel = nn.Linear(D, n * K)
+        elif cfg.conv_type == "conventional":
+            self.conv = SeparableConv1d(D, A, K)
+        if cfg.conv_type in ("sdconv", "dynamic"):
+            self.conv_value = nn.Linear(D, A)
+        self.out = nn.Linear(A if cfg.conv_type == "none" else 2 * A, D)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
+        B, L, _ = x.shape
+        q = self.query(x)  # [B, L, A]
+        drop = self.dropout if self.training else 0.0
+        heads = [split_heads(t, self.heads) for t in (q, self.key(x), self.value(x))]
+        y = merge_heads(attend(*heads, keep, None, drop))  # [B, L, A]
+        if self.conv_type == "none":
+            return self.out(y)
+        conv_keep = keep if self.mask_conv else None
+        if self.conv_type == "conventional":
+            conv = self.conv(zero_padding(x, conv_keep))  # [B, L, A]
+        else:
+            if self.conv_type == "sdconv":
+                ks = self.key_conv(zero_padding(x, conv_keep))  # [B, L, A]
+                kernel = self.conv_kernel(ks * q)  # [B, L, n·K]
+            else:
+                kernel = self.conv_kernel(x)
+            kernel = torch.softmax(kernel.view(B, L, self.heads, self.kernel_size), dim=-1)
+            v = zero_padding(self.conv_value(x), conv_keep).view(B, L, self.heads, -1)  # [B, L, n, d]
+            conv = lightweight_conv(v, kernel).reshape(B, L, -1)  # [B, L, A]
+        return self.out(torch.cat([y, conv], dim=-1))

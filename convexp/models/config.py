@@ -1,0 +1,119 @@
+"""The one configuration every encoder variant in the three papers is built from.
+
+A preset in ``conf/model/NAME.yaml`` is a set of values for :class:`ModelConfig`; the encoder
+never branches on a preset's name, only on these fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Optional
+
+MIXERS = ("attention", "mixed")
+CONV_TYPES = ("sdconv", "conventional", "dynamic", "none")
+
+
+@dataclass
+class ModelConfig:
+    name: str = "custom"
+
+    # --- sizes ---------------------------------------------------------------------------
+    vocab_size: int = 30522
+    hidden_size: int = 256  # D
+    embedding_size: Optional[int] = None  # E; None means E = D (no projection)
+    num_layers: int = 12
+    num_heads: int = 4  # N
+    head_size: Optional[int] = None  # d; None means D // N
+    intermediate_size: int = 1024  # I
+    ffn_groups: int = 1  # G, grouped linear FFN (ConvBERT eq. 7)
+
+    # --- embeddings ----------------------------------------------------------------------
+    absolute_positions: bool = True
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    pad_token_id: int = 0
+
+    # --- token mixer -----------------------------------------------------------------------
+    # "attention": multi-head self-attention with Chang et al.'s convolution options;
+    # "mixed": ConvBERT mixed attention (bottleneck self-attention heads + convolution heads).
+    mixer: str = "attention"
+    kernel_size: int = 17  # Chang et al.: relative window 2k+1; ConvBERT: span K (paper: 9)
+    # Chang et al. (mixer=attention)
+    content_attention: bool = True  # the q·k term; False leaves only the convolution terms
+    fixed_conv: bool = False  # eq. 4, per-head relative bias β (T5-like)
+    dynamic_conv: bool = False  # eq. 5, query-based relative embeddings W^Q (Shaw-like)
+    key_conv: bool = False  # key-based dynamic convolution W^K
+    depthwise_conv: bool = False  # eq. 7, fixed depthwise convolution on the values
+    conv_qkv: str = ""  # subset of "qkv": depthwise-separable projections in half the heads
+    # ConvBERT (mixer=mixed)
+    head_ratio: int = 2  # γ: self-attention heads = N // γ
+    conv_type: str = "sdconv"  # sdconv | conventional | dynamic | none (ConvBERT Table 2, "+BNK")
+    hf_padding: bool = False  # reproduce HF ConvBERT: padding leaks into the convolution branch
+
+    # --- rest of the block ---------------------------------------------------------------
+    hidden_act: str = "gelu"
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+
+    # --- outputs ---------------------------------------------------------------------------
+    pooler: bool = False  # BERT's dense+tanh pooler (Chang et al. count it in their tables)
+    scalar_mix: bool = False  # BERMO eq. 1: softmax-weighted mix of all layer outputs feeds the heads
+    scalar_mix_dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # Derived sizes -------------------------------------------------------------------------
+    @property
+    def emb_size(self) -> int:
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def head_dim(self) -> int:
+        return self.head_size or self.hidden_size // self.num_heads
+
+    @property
+    def attn_heads(self) -> int:
+        """Self-attention heads: N, or N // γ (at least 1) with ConvBERT's bottleneck."""
+        if self.mixer == "mixed":
+            return max(1, self.num_heads // self.head_ratio)
+        return self.num_heads
+
+    def validate(self) -> None:
+        def bad(msg: str) -> None:
+            raise ValueError(f"model {self.name!r}: {msg}")
+
+        if self.mixer not in MIXERS:
+            bad(f"mixer must be one of {MIXERS}, got {self.mixer!r}")
+        if self.conv_type not in CONV_TYPES:
+            bad(f"conv_type must be one of {CONV_TYPES}, got {self.conv_type!r}")
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            bad(f"kernel_size must be odd and positive, got {self.kernel_size}")
+        if set(self.conv_qkv) - set("qkv") or len(set(self.conv_qkv)) != len(self.conv_qkv):
+            bad(f"conv_qkv must be a subset of 'qkv', got {self.conv_qkv!r}")
+        if self.head_size is None and self.hidden_size % self.num_heads:
+            bad(f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
+        if self.intermediate_size % self.ffn_groups or self.hidden_size % self.ffn_groups:
+            bad(f"ffn_groups {self.ffn_groups} must divide hidden and intermediate sizes")
+        if self.conv_qkv and self.num_heads % 2:
+            bad("conv_qkv puts convolutions in half the heads: num_heads must be even")
+        if self.mixer == "attention" and not (
+            self.content_attention or self.fixed_conv or self.dynamic_conv or self.key_conv
+        ):
+            bad("content_attention=false needs at least one of fixed_conv, dynamic_conv, key_conv")
+        chang = self.fixed_conv or self.dynamic_conv or self.key_conv or self.depthwise_conv
+        if self.mixer == "mixed" and (chang or self.conv_qkv or not self.content_attention):
+            bad("Chang et al. options (fixed/dynamic/key/depthwise conv, conv_qkv) need mixer=attention")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown model config key(s) {unknown}; known keys: {sorted(known)}")
+        return cls(**d)

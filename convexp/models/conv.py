@@ -1,0 +1,65 @@
+"""Convolutions over the sequence axis, all on [B, L, C] tensors and all linear in L.
+
+Every function here treats positions outside the sequence as zeros. Callers zero padding
+tokens before calling, so a padded batch gives the same values at real tokens as the
+unpadded sequences would.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-channel convolution, centred, zero-padded: y[:, i, c] = Σ_j w[c, j] x[:, i+j-K//2, c] (+ b[c]).
+
+    x: [B, L, C]; weight: [C, K] (K odd); returns [B, L, C].
+    """
+    C, K = weight.shape
+    y = F.conv1d(x.transpose(1, 2), weight.unsqueeze(1), bias, padding=K // 2, groups=C)  # [B, C, L]
+    return y.transpose(1, 2)
+
+
+def lightweight_conv(v: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """Per-position, per-head kernels (ConvBERT's SDConv and Wu et al.'s dynamic conv; eq. 2-3).
+
+    v: [B, L, H, d] values; kernel: [B, L, H, K] (already normalised over K).
+    out[b, i, h, c] = Σ_j kernel[b, i, h, j] · v[b, i + j - K//2, h, c], zeros outside [0, L).
+    Memory O(B·L·H·d): the K shifted views are summed in place, never materialised together.
+    """
+    B, L, H, d = v.shape
+    K = kernel.shape[-1]
+    p = K // 2
+    vp = F.pad(v, (0, 0, 0, 0, p, p))  # [B, L+K-1, H, d]
+    out = vp[:, 0:L] * kernel[..., 0:1]
+    for j in range(1, K):
+        out = out + vp[:, j : j + L] * kernel[..., j : j + 1]
+    return out
+
+
+class SeparableConv1d(nn.Module):
+    """Depthwise convolution (kernel K), optional activation, then pointwise Linear: [B, L, C_in] -> [B, L, C_out].
+
+    ConvBERT's span-aware key (``key_conv_attn_layer``) and "conventional" branch: no depthwise
+    bias, no activation. Chang et al.'s convolutional Q/K/V (§5): depthwise bias and GELU.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        kernel_size: int,
+        depthwise_bias: bool = False,
+        act: nn.Module | None = None,
+    ):
+        super().__init__()
+        self.depthwise = nn.Parameter(torch.empty(in_features, kernel_size))  # [C_in, K]
+        self.depthwise_bias = nn.Parameter(torch.zeros(in_features)) if depthwise_bias else None
+        self.act = act
+        self.pointwise = nn.Linear(in_features, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = depthwise_conv(x, self.depthwise, self.depthwise_bias)
+        return self.pointwise(self.act(h) if self.act is not None else h)

@@ -1,0 +1,107 @@
+"""The encoder stack. Every variant in the papers is a :class:`ModelConfig` of this one class."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .attention import MixedAttention, SelfAttention
+from .config import ModelConfig
+from .conv import SeparableConv1d
+from .embeddings import Embeddings
+from .ffn import FeedForward, GroupedLinear
+from .scalar_mix import ScalarMix
+
+
+class Block(nn.Module):
+    """Post-LN transformer block: x = LN(x + mixer(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.mixer = SelfAttention(cfg) if cfg.mixer == "attention" else MixedAttention(cfg)
+        self.norm1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ffn = FeedForward(cfg)
+        self.norm2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
+        x = self.norm1(x + self.dropout(self.mixer(x, keep)))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+@dataclass
+class EncoderOutput:
+    hidden_states: list[torch.Tensor]  # embedding output and every layer output, each [B, L, D]
+    features: torch.Tensor  # what the heads read: last layer, or BERMO's scalar mix   [B, L, D]
+    pooled: torch.Tensor | None  # BERT pooler on features[:, 0]                       [B, D]
+
+    @property
+    def last_hidden_state(self) -> torch.Tensor:
+        return self.hidden_states[-1]
+
+
+def init_weights(m: nn.Module, std: float = 0.02) -> None:
+    """BERT's N(0, std) for matrices and embeddings, zero biases, unit LayerNorms. Chang et al.'s
+    convolutions keep PyTorch's default U(±1/√K) as their code does; β starts at 0.
+    Use as ``module.apply(partial(init_weights, std=...))``."""
+    if isinstance(m, nn.Linear):
+        nn.init.normal_(m.weight, std=std)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+    elif isinstance(m, nn.Embedding):
+        nn.init.normal_(m.weight, std=std)
+        if m.padding_idx is not None:
+            nn.init.zeros_(m.weight[m.padding_idx])
+    elif isinstance(m, nn.LayerNorm):
+        nn.init.ones_(m.weight)
+        nn.init.zeros_(m.bias)
+    elif isinstance(m, GroupedLinear):
+        nn.init.normal_(m.weight, std=std)
+    elif isinstance(m, nn.Conv1d):
+        m.reset_parameters()
+    elif isinstance(m, SeparableConv1d):
+        if m.depthwise_bias is None:  # ConvBERT
+            nn.init.normal_(m.depthwise, std=std)
+        else:  # Chang et al.
+            bound = m.depthwise.shape[1] ** -0.5
+            nn.init.uniform_(m.depthwise, -bound, bound)
+            nn.init.uniform_(m.depthwise_bias, -bound, bound)
+    elif isinstance(m, SelfAttention):
+        for p in (m.dynamic, m.key_dynamic):
+            if p is not None:
+                bound = p.shape[1] ** -0.5
+                nn.init.uniform_(p, -bound, bound)
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embeddings = Embeddings(cfg)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.scalar_mix = ScalarMix(cfg.num_layers + 1, cfg.scalar_mix_dropout) if cfg.scalar_mix else None
+        self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if cfg.pooler else None
+        self.init_weights(self)
+
+    def init_weights(self, module: nn.Module) -> None:
+        module.apply(lambda m: init_weights(m, self.cfg.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [B, L]
+        attention_mask: torch.Tensor | None = None,  # [B, L], 1 = real token, 0 = padding
+        token_type_ids: torch.Tensor | None = None,  # [B, L]
+    ) -> EncoderOutput:
+        keep = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            keep = attention_mask.bool()
+        x = self.embeddings(input_ids, token_type_ids)
+        hidden = [x]
+        for layer in self.layers:
+            x = layer(x, keep)
+            hidden.append(x)
+        features = self.scalar_mix(hidden) if self.scalar_mix is not None else x
+        pooled = torch.tanh(self.pooler(features[:, 0])) if self.pooler is not None else None
+        return EncoderOutput(hidden, features, pooled)

@@ -1,0 +1,142 @@
+"""Task heads over :class:`~convexp.models.encoder.EncoderOutput` features."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .encoder import Encoder
+from .ffn import activation
+
+IGNORE = -100
+
+
+@dataclass
+class HeadOutput:
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+
+
+class MLMHead(nn.Module):
+    """Masked-LM head: dense D->E, act, LayerNorm(E), then E->V tied to the word embeddings."""
+
+    def __init__(self, cfg: ModelConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.emb_size)
+        self.act = activation(cfg.hidden_act)
+        self.norm = nn.LayerNorm(cfg.emb_size, eps=cfg.layer_norm_eps)
+        self.decoder = word_embeddings  # tied: logits = h · Wᵀ + b
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+
+    def forward(self, features: torch.Tensor, labels: torch.Tensor | None = None) -> HeadOutput:
+        """With labels ([B, L], -100 = not predicted) only the predicted positions are scored:
+        logits are [M, V] for the M labelled tokens, which saves most of the head's cost."""
+        if labels is not None:
+            sel = labels != IGNORE
+            features, labels = features[sel], labels[sel]  # [M, D], [M]
+        h = self.norm(self.act(self.dense(features)))
+        logits = F.linear(h, self.decoder.weight, self.bias)
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return HeadOutput(loss, logits)
+
+
+class RTDHead(nn.Module):
+    """ELECTRA replaced-token-detection discriminator head: dense D->D, act, dense D->1."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = activation(cfg.hidden_act)
+        self.prediction = nn.Linear(cfg.hidden_size, 1)
+
+    def forward(
+        self, features: torch.Tensor, labels: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None
+    ) -> HeadOutput:
+        logits = self.prediction(self.act(self.dense(features))).squeeze(-1)  # [B, L]
+        loss = None
+        if labels is not None:
+            per_token = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="none")
+            if attention_mask is None:
+                loss = per_token.mean()
+            else:
+                m = attention_mask.float()
+                loss = (per_token * m).sum() / m.sum()
+        return HeadOutput(loss, logits)
+
+
+class ClassificationHead(nn.Module):
+    """Sequence classification (num_labels > 1, cross-entropy) or regression (num_labels = 1, MSE).
+
+    With a pooler (BERT): dropout -> Linear on the pooled [CLS]. Without (ELECTRA/ConvBERT):
+    [CLS] -> dropout -> dense D->D -> act -> dropout -> Linear.
+    """
+
+    def __init__(self, cfg: ModelConfig, num_labels: int):
+        super().__init__()
+        self.num_labels = num_labels
+        self.uses_pooler = cfg.pooler
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        if not cfg.pooler:
+            self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+            self.act = activation(cfg.hidden_act)
+        self.out = nn.Linear(cfg.hidden_size, num_labels)
+
+    def forward(self, enc, labels: torch.Tensor | None = None) -> HeadOutput:
+        if self.uses_pooler:
+            logits = self.out(self.dropout(enc.pooled))
+        else:
+            h = self.dropout(self.act(self.dense(self.dropout(enc.features[:, 0]))))
+            logits = self.out(h)
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                logits = logits.squeeze(-1)
+                loss = F.mse_loss(logits.float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels)
+        return HeadOutput(loss, logits)
+
+
+class MaskedLM(nn.Module):
+    """Encoder + tied MLM head (BERT pre-training, ELECTRA generator)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.encoder = Encoder(cfg)
+        self.head = MLMHead(cfg, self.encoder.embeddings.word)
+        self.encoder.init_weights(self.head)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> HeadOutput:
+        enc = self.encoder(input_ids, attention_mask, token_type_ids)
+        return self.head(enc.features, labels)
+
+
+class ReplacedTokenDetector(nn.Module):
+    """Encoder + RTD head (ELECTRA discriminator)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.encoder = Encoder(cfg)
+        self.head = RTDHead(cfg)
+        self.encoder.init_weights(self.head)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> HeadOutput:
+        enc = self.encoder(input_ids, attention_mask, token_type_ids)
+        return self.head(enc.features, labels, attention_mask)
+
+
+class SequenceClassifier(nn.Module):
+    """Encoder + classification/regression head (GLUE)."""
+
+    def __init__(self, cfg: ModelConfig, num_labels: int):
+        super().__init__()
+        self.encoder = Encoder(cfg)
+        self.head = ClassificationHead(cfg, num_labels)
+        self.encoder.init_weights(self.head)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> HeadOutput:
+        return self.head(self.encoder(input_ids, attention_mask, token_type_ids), labels)
