@@ -31,10 +31,13 @@ def compose(config_name: str | None, overrides: list[str] = ()) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from hydra.core.global_hydra import GlobalHydra
+
     _check_group_choices(overrides)
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
+        if not GlobalHydra.instance().is_initialized():  # once per process: later composes are fast
+            initialize_config_dir(config_dir=str(CONF_DIR), version_base=None)
+        cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as e:
         first = str(e).strip().splitlines()[0]
@@ -61,6 +64,12 @@ def model_config(name: str, overrides: list[str] = ()):
     """
     cfg = compose(None, [f"+model={name}", *(f"model.{o}" for o in overrides)])
     return to_model_config(cfg.model)
+
+
+def model_configs(names: list[str]) -> dict:
+    """Several presets at once (one Hydra composition): {name: ModelConfig}."""
+    cfg = compose(None, [f"+model@presets.{n}={n}" for n in names])
+    return {n: to_model_config(cfg.presets[n]) for n in names}
 
 
 def to_model_config(node) -> "ModelConfig":  # noqa: F821

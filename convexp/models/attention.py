@@ -18,7 +18,6 @@ from torch import nn
 
 from .config import ModelConfig
 from .conv import SeparableConv1d, depthwise_conv, lightweight_conv
-from .ffn import activation
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:  # [B, L, H*d] -> [B, H, L, d]
@@ -37,8 +36,8 @@ def zero_padding(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
 
 
 def attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
+    q: torch.Tensor | None,
+    k: torch.Tensor | None,
     v: torch.Tensor,
     keep: torch.Tensor | None,
     bias: torch.Tensor | None,
@@ -48,7 +47,7 @@ def attend(
     """softmax(q kᵀ/√d + bias + mask) v, fused where possible. q, k, v: [B, H, L, d] -> [B, H, L, d].
 
     bias: [B or 1, H, L, L] additive score terms (Chang et al.'s convolutions) or None.
-    content=False drops the q kᵀ term (Chang et al.'s "convolution only" ablation).
+    content=False drops the q kᵀ term (Chang et al.'s "convolution only" ablation); q, k unused then.
     """
     if content and bias is None:
         mask = None if keep is None else keep[:, None, None, :]  # [B, 1, 1, L] bool
@@ -69,13 +68,14 @@ def relative_index(L: int, k: int, device: torch.device) -> torch.Tensor:
 
 class Projection(nn.Module):
     """Q, K or V projection D -> H·d. With ``conv_kernel`` the first half of the heads use a
-    depthwise-separable convolution (depthwise with bias, GELU, pointwise) instead of a linear
+    depthwise-separable convolution (depthwise with bias, then pointwise; no activation, the
+    "convolution_depth_mixed_no_act" form their README uses) instead of a linear
     map (Chang et al. §5); it reads the input with padding tokens zeroed."""
 
-    def __init__(self, D: int, out: int, conv_kernel: int | None = None, act: str = "gelu"):
+    def __init__(self, D: int, out: int, conv_kernel: int | None = None):
         super().__init__()
         half = out // 2 if conv_kernel else 0
-        self.conv = SeparableConv1d(D, half, conv_kernel, True, activation(act)) if conv_kernel else None
+        self.conv = SeparableConv1d(D, half, conv_kernel, depthwise_bias=True) if conv_kernel else None
         self.linear = nn.Linear(D, out - half)
 
     def forward(self, x: torch.Tensor, x_zeroed: torch.Tensor) -> torch.Tensor:  # [B, L, D] -> [B, L, H·d]
@@ -102,43 +102,51 @@ class SelfAttention(nn.Module):
         self.heads, self.head_dim, self.k = H, d, K // 2
         self.content = cfg.content_attention
         self.dropout = cfg.attention_dropout
-        self.q, self.k_proj, self.v = (
-            Projection(D, H * d, K if name in cfg.conv_qkv else None, cfg.hidden_act) for name in "qkv"
-        )
+        proj = {n: Projection(D, H * d, K if n in cfg.conv_qkv else None) for n in "qkv"}
+        # Without the content term, queries and keys exist only to generate dynamic kernels.
+        self.q = proj["q"] if cfg.content_attention or cfg.dynamic_conv else None
+        self.k_proj = proj["k"] if cfg.content_attention or cfg.key_conv else None
+        self.v = proj["v"]
         self.fixed = nn.Parameter(torch.zeros(H, K)) if cfg.fixed_conv else None  # β: [H, 2k+1]
         self.dynamic = nn.Parameter(torch.empty(d, K)) if cfg.dynamic_conv else None  # W^Q: [d, 2k+1]
         self.key_dynamic = nn.Parameter(torch.empty(d, K)) if cfg.key_conv else None  # W^K: [d, 2k+1]
-        self.depthwise = nn.Conv1d(H * d, H * d, K, padding=K // 2, groups=H * d) if cfg.depthwise_conv else None
+        self.depthwise = (
+            nn.Conv1d(H * d, H * d, K, padding=K // 2, groups=H * d) if cfg.depthwise_conv else None
+        )
         self.out = nn.Linear(H * d, D)
 
-    def relative_bias(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor | None:
-        """Sum of the convolution terms of the score, [B or 1, H, L, L], or None."""
+    def relative_bias(
+        self, q: torch.Tensor | None, k: torch.Tensor | None, L: int, device
+    ) -> torch.Tensor | None:
+        """Sum of the convolution terms of the score, [B or 1, H, L, L], or None.
+
+        q, k: [B, H, L, d] (None when the configuration does not use them)."""
         if self.fixed is None and self.dynamic is None and self.key_dynamic is None:
             return None
-        L = q.shape[2]
-        idx = relative_index(L, self.k, q.device)  # [L, L]
-        bias = torch.zeros((), device=q.device)
+        idx = relative_index(L, self.k, device)  # [L, L]
+        bias = torch.zeros((), device=device)
         if self.fixed is not None:
             bias = bias + self.fixed[:, idx].unsqueeze(0)  # [1, H, L, L]
         scale = 1.0 / math.sqrt(self.head_dim)
-        gather = idx.expand(*q.shape[:2], L, L)
         if self.dynamic is not None:
             qw = (q @ self.dynamic.to(q.dtype)) * scale  # [B, H, L, 2k+1]: q_i·W^Q_r for every r
-            bias = bias + qw.gather(-1, gather)  # [B, H, L(i), L(j)]
+            bias = bias + qw.gather(-1, idx.expand(*qw.shape[:2], L, L))  # [B, H, L(i), L(j)]
         if self.key_dynamic is not None:
             kw = (k @ self.key_dynamic.to(k.dtype)) * scale  # [B, H, L, 2k+1]: k_j·W^K_m
             # the offset seen from key j is -r = clamp(i - j), i.e. idx[j, i]: gather then transpose
-            bias = bias + kw.gather(-1, gather).transpose(-1, -2)
+            bias = bias + kw.gather(-1, idx.expand(*kw.shape[:2], L, L)).transpose(-1, -2)
         return bias
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
+        B, L, _ = x.shape
         x0 = zero_padding(x, keep)
         v_flat = self.v(x, x0)  # [B, L, H·d]
-        q = split_heads(self.q(x, x0), self.heads)  # [B, H, L, d]
-        k = split_heads(self.k_proj(x, x0), self.heads)
-        v = split_heads(v_flat, self.heads)
+        v = split_heads(v_flat, self.heads)  # [B, H, L, d]
+        q = split_heads(self.q(x, x0), self.heads) if self.q is not None else None
+        k = split_heads(self.k_proj(x, x0), self.heads) if self.k_proj is not None else None
+        bias = self.relative_bias(q, k, L, x.device)
         drop = self.dropout if self.training else 0.0
-        y = merge_heads(attend(q, k, v, keep, self.relative_bias(q, k), drop, self.content))  # [B, L, H·d]
+        y = merge_heads(attend(q, k, v, keep, bias, drop, self.content))  # [B, L, H·d]
         if self.depthwise is not None:  # eq. 7: per-channel convolution of the values, added after attention
             w = self.depthwise.weight.squeeze(1)  # [H·d, K]
             y = y + depthwise_conv(zero_padding(v_flat, keep), w, self.depthwise.bias)

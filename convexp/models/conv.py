@@ -40,26 +40,17 @@ def lightweight_conv(v: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
 
 
 class SeparableConv1d(nn.Module):
-    """Depthwise convolution (kernel K), optional activation, then pointwise Linear: [B, L, C_in] -> [B, L, C_out].
+    """Depthwise convolution (kernel K) then pointwise Linear: [B, L, C_in] -> [B, L, C_out].
 
-    ConvBERT's span-aware key (``key_conv_attn_layer``) and "conventional" branch: no depthwise
-    bias, no activation. Chang et al.'s convolutional Q/K/V (§5): depthwise bias and GELU.
+    ConvBERT's span-aware key (``key_conv_attn_layer``) and "conventional" branch have no
+    depthwise bias; Chang et al.'s convolutional Q/K/V (§5) have one.
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        kernel_size: int,
-        depthwise_bias: bool = False,
-        act: nn.Module | None = None,
-    ):
+    def __init__(self, in_features: int, out_features: int, kernel_size: int, depthwise_bias: bool = False):
         super().__init__()
         self.depthwise = nn.Parameter(torch.empty(in_features, kernel_size))  # [C_in, K]
         self.depthwise_bias = nn.Parameter(torch.zeros(in_features)) if depthwise_bias else None
-        self.act = act
         self.pointwise = nn.Linear(in_features, out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = depthwise_conv(x, self.depthwise, self.depthwise_bias)
-        return self.pointwise(self.act(h) if self.act is not None else h)
+        return self.pointwise(depthwise_conv(x, self.depthwise, self.depthwise_bias))

@@ -30,6 +30,8 @@ class Embeddings(nn.Module):
                 )
             x = x + self.position.weight[:L]
         if self.token_type is not None:
-            x = x + (self.token_type(token_type_ids) if token_type_ids is not None else self.token_type.weight[0])
+            x = x + (
+                self.token_type(token_type_ids) if token_type_ids is not None else self.token_type.weight[0]
+            )
         x = self.dropout(self.norm(x))
         return self.project(x) if self.project is not None else x  # [B, L, D]

@@ -86,6 +86,8 @@ class Encoder(nn.Module):
         self.init_weights(self)
 
     def init_weights(self, module: nn.Module) -> None:
+        if self.embeddings.word.weight.is_meta:  # shape-only model (parameter/FLOP counting)
+            return
         module.apply(lambda m: init_weights(m, self.cfg.initializer_range))
 
     def forward(

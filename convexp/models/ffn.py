@@ -38,7 +38,11 @@ class GroupedLinear(nn.Module):
 
 
 def linear(in_features: int, out_features: int, groups: int) -> nn.Module:
-    return nn.Linear(in_features, out_features) if groups == 1 else GroupedLinear(in_features, out_features, groups)
+    return (
+        nn.Linear(in_features, out_features)
+        if groups == 1
+        else GroupedLinear(in_features, out_features, groups)
+    )
 
 
 class FeedForward(nn.Module):

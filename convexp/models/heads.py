@@ -54,7 +54,10 @@ class RTDHead(nn.Module):
         self.prediction = nn.Linear(cfg.hidden_size, 1)
 
     def forward(
-        self, features: torch.Tensor, labels: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None
+        self,
+        features: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> HeadOutput:
         logits = self.prediction(self.act(self.dense(features))).squeeze(-1)  # [B, L]
         loss = None

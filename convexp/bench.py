@@ -1,0 +1,165 @@
+"""Benchmarks (``convexp bench``): throughput ratios against Hugging Face in the same process.
+
+1. A full ConvBERT-small MLM training step (forward, backward, AdamW) at batch 32 x length 128,
+   convexp vs ``transformers.ConvBertForMaskedLM`` of the same configuration, fp32 and bf16
+   autocast: tokens/s of each and the ratio.
+2. Self-attention vs mixed attention at base size (ConvBERT appendix, CPU speed table) at several
+   lengths: forward time of the attention module, and of the whole layer (inference).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from contextlib import nullcontext
+from typing import Callable
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from .config import model_config
+from .models import MaskedLM
+from .models.encoder import Block, init_weights
+
+
+def _time(step: Callable[[], None], steps: int, warmup: int = 2) -> float:
+    """Median wall time of one call, in seconds."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _mlm_batch(vocab: int, batch_size: int, seq_len: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (batch_size, seq_len), generator=g)
+    labels = torch.full_like(ids, -100)
+    masked = torch.rand(ids.shape, generator=g) < 0.15
+    labels[masked] = ids[masked]
+    ids = ids.masked_fill(masked, 4)
+    return ids, torch.ones_like(ids), labels
+
+
+def _train_step(
+    model: torch.nn.Module, forward: Callable[[], torch.Tensor], bf16: bool
+) -> Callable[[], None]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01)
+    model.train()
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext():
+            loss = forward()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def hf_convbert_config(cfg):
+    """transformers.ConvBertConfig equal to a convexp ConvBERT ModelConfig."""
+    from transformers import ConvBertConfig
+
+    return ConvBertConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        embedding_size=cfg.emb_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position_embeddings,
+        type_vocab_size=cfg.type_vocab_size,
+        head_ratio=cfg.head_ratio,
+        conv_kernel_size=cfg.kernel_size,
+        num_groups=cfg.ffn_groups,
+        hidden_dropout_prob=cfg.hidden_dropout,
+        attention_probs_dropout_prob=cfg.attention_dropout,
+        layer_norm_eps=cfg.layer_norm_eps,
+        pad_token_id=cfg.pad_token_id,
+    )
+
+
+def bench_training_step(steps: int, batch_size: int, seq_len: int, hf: bool) -> list[dict]:
+    cfg = model_config("convbert_small")
+    ids, mask, labels = _mlm_batch(cfg.vocab_size, batch_size, seq_len)
+    rows = []
+    for bf16 in (False, True):
+        torch.manual_seed(0)
+        ours = MaskedLM(cfg)
+        step = _train_step(ours, lambda: ours(ids, mask, labels=labels).loss, bf16)
+        t_ours = _time(step, steps)
+        row = {
+            "precision": "bf16 autocast" if bf16 else "fp32",
+            "convexp tok/s": batch_size * seq_len / t_ours,
+        }
+        if hf:
+            from transformers import ConvBertForMaskedLM
+
+            torch.manual_seed(0)
+            theirs = ConvBertForMaskedLM(hf_convbert_config(cfg))
+            step = _train_step(
+                theirs, lambda: theirs(input_ids=ids, attention_mask=mask, labels=labels).loss, bf16
+            )
+            t_hf = _time(step, steps)
+            row["HF tok/s"] = batch_size * seq_len / t_hf
+            row["ratio"] = t_hf / t_ours
+        rows.append(row)
+    return rows
+
+
+def bench_blocks(lengths: list[int], steps: int, batch_size: int = 1) -> list[dict]:
+    """Forward time (ms) at base size: the attention module alone (what ConvBERT's CPU table
+    compares: self-attention vs mixed attention, output projection included) and the whole
+    transformer layer (with the feed-forward network, identical in both)."""
+    layers = {}
+    for name in ("electra_base", "convbert_base"):
+        torch.manual_seed(0)
+        layers[name] = Block(model_config(name)).eval()
+        layers[name].apply(init_weights)
+    D = model_config("electra_base").hidden_size
+    rows = []
+    for L in lengths:
+        x = torch.randn(batch_size, L, D)
+        row = {"length": L}
+        with torch.inference_mode():
+            for part in ("attention", "layer"):
+                t = {}
+                for name, layer in layers.items():
+                    fn = layer.mixer if part == "attention" else layer
+                    t[name] = _time(lambda: fn(x, None), steps) * 1e3
+                row[f"self-attn {part}"] = t["electra_base"]
+                row[f"mixed {part}"] = t["convbert_base"]
+                row[f"{part} speed-up"] = t["electra_base"] / t["convbert_base"]
+        rows.append(row)
+    return rows
+
+
+def _print(title: str, rows: list[dict], fmt: dict[str, str]) -> None:
+    table = Table(title=title)
+    for col in rows[0]:
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(*(format(v, fmt.get(k, "")) if not isinstance(v, str) else v for k, v in r.items()))
+    Console().print(table)
+
+
+def run_benchmarks(steps: int, batch_size: int, seq_len: int, lengths: list[int], hf: bool = True) -> None:
+    console = Console()
+    console.print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    rows = bench_training_step(steps, batch_size, seq_len, hf)
+    _print(
+        f"ConvBERT-small MLM training step (forward+backward+AdamW), batch {batch_size} x length {seq_len}",
+        rows,
+        {"convexp tok/s": ",.0f", "HF tok/s": ",.0f", "ratio": ".2f"},
+    )
+    rows = bench_blocks(lengths, steps)
+    _print(
+        "Base size, batch 1, forward ms: self-attention (electra_base) vs mixed attention (convbert_base)",
+        rows,
+        {k: ".2f" for k in rows[0] if k != "length"},
+    )
