@@ -64,26 +64,16 @@ def bench(
 
 
 def main() -> None:
-    from .config import ConfigError
+    """Entry point: user errors become one red line and exit code 2 (``--debug``: traceback)."""
+    from .errors import UserError
 
     try:
-        app(standalone_mode=False)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except (ConfigError, FileNotFoundError) as e:
+        app()  # standalone: usage errors exit 2, typer.Exit carries its code
+    except UserError as e:
         if _state["debug"]:
             raise
         typer.secho(f"error: {e}", err=True, fg="red")
         sys.exit(2)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(2)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(130)
-        raise
 
 
 if __name__ == "__main__":

@@ -7,16 +7,19 @@ problem and the fix; the CLI prints that line and exits with code 2.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+
+from .errors import UserError
 
 ROOT = Path(os.environ.get("CONVEXP_ROOT", Path(__file__).resolve().parent.parent))
 CONF_DIR = ROOT / "conf"
 
 
-class ConfigError(ValueError):
-    """A user-caused configuration problem; its message is the one line the CLI prints."""
+class ConfigError(UserError):
+    """A configuration problem; its message is the one line the CLI prints."""
 
 
 def group_options(group: str) -> list[str]:
@@ -40,9 +43,18 @@ def compose(config_name: str | None, overrides: list[str] = ()) -> DictConfig:
         cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as e:
-        first = str(e).strip().splitlines()[0]
-        raise ConfigError(f"bad configuration: {first}") from e
+        raise ConfigError(_one_line(str(e))) from e
     return cfg
+
+
+def _one_line(message: str) -> str:
+    """Hydra's multi-line errors, reduced to the line a user needs."""
+    m = re.search(r"Could not override '([^']+)'", message)
+    if m and "To append to your config" in message:
+        return f"unknown config key {m.group(1)!r}: check the spelling (add --cfg to print every key)"
+    if m and "Could not find" in message:  # group default missing
+        return message.strip().splitlines()[-1]
+    return "bad configuration: " + message.strip().splitlines()[0]
 
 
 def _check_group_choices(overrides) -> None:
@@ -62,7 +74,8 @@ def model_config(name: str, overrides: list[str] = ()):
 
     overrides are Hydra overrides relative to the model, e.g. ``["kernel_size=9"]``.
     """
-    cfg = compose(None, [f"+model={name}", *(f"model.{o}" for o in overrides)])
+    scoped = [f"{o[: len(o) - len(o.lstrip('+~'))]}model.{o.lstrip('+~')}" for o in overrides]
+    cfg = compose(None, [f"+model={name}", *scoped])
     return to_model_config(cfg.model)
 
 
@@ -73,10 +86,21 @@ def model_configs(names: list[str]) -> dict:
 
 
 def to_model_config(node) -> "ModelConfig":  # noqa: F821
+    """Validate a model node (types, known keys, then :meth:`ModelConfig.validate`)."""
+    from omegaconf.errors import OmegaConfBaseException
+
     from .models import ModelConfig
 
-    d = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
     try:
-        return ModelConfig.from_dict(d)
+        merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), node)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or getattr(e, "key", None)
+        first = str(e).strip().splitlines()[0]
+        if "not in" in first:
+            raise ConfigError(
+                f"unknown model config key {key!r}: check the spelling (see conf/model/*.yaml)"
+            ) from e
+        raise ConfigError(f"model config {key!r}: {first}") from e
     except (TypeError, ValueError) as e:
         raise ConfigError(str(e)) from e

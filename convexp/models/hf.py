@@ -53,6 +53,7 @@ from typing import Callable, Iterable
 import torch
 from torch import nn
 
+from ..errors import UserError
 from .config import ModelConfig
 from .encoder import Encoder
 from .heads import MaskedLM, ReplacedTokenDetector, SequenceClassifier
@@ -82,19 +83,19 @@ _HUB_BIN_PATTERNS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytor
 _BASE_PREFIXES = ("bert.", "electra.", "convbert.", "discriminator.")
 
 
-class CheckpointNotFoundError(ValueError):
+class CheckpointNotFoundError(UserError):
     """Neither a usable local directory nor a downloadable hub model."""
 
 
-class UnsupportedCheckpointError(ValueError):
+class UnsupportedCheckpointError(UserError):
     """The checkpoint's architecture has no convexp equivalent."""
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError):
     """Checkpoint tensors and convexp parameters do not correspond one to one."""
 
 
-class ExportError(ValueError):
+class ExportError(UserError):
     """The convexp model cannot be expressed as a Hugging Face ConvBERT."""
 
 

@@ -1,0 +1,59 @@
+"""The command line: fast start-up, the `models` listing, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from convexp.cli import app
+from convexp.config import group_options
+
+runner = CliRunner()
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "convexp.cli", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_help_does_not_import_heavy_modules():
+    code = "import sys, convexp.cli; print(sorted(m for m in ('torch', 'hydra', 'pytorch_lightning', 'wandb') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    res = run_cli("--help")
+    assert res.returncode == 0 and "models" in res.stdout
+
+
+def test_models_lists_every_preset_with_counts():
+    res = runner.invoke(app, ["models"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    for name in group_options("model"):
+        assert name in res.output
+    row = next(line for line in res.output.splitlines() if "chang_small_composite " in line)
+    assert "13.43M" in row
+    row = next(line for line in res.output.splitlines() if "convbert_small " in line)
+    assert "13.21M" in row and "0.081" in row  # ~1.3e18 FLOPs over 1M steps x 128 x 128 tokens (Table 3)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["models", "no_such_model"], "unknown model preset 'no_such_model'"),
+        (["bench", "--lengths", "12x"], "--lengths must be comma-separated integers"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(args, message):
+    res = run_cli(*args)
+    assert res.returncode == 2, res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_unknown_command_exits_2():
+    res = run_cli("no-such-command")
+    assert res.returncode == 2
