@@ -29,8 +29,20 @@ class MLMHead(nn.Module):
         self.dense = nn.Linear(cfg.hidden_size, cfg.emb_size)
         self.act = activation(cfg.hidden_act)
         self.norm = nn.LayerNorm(cfg.emb_size, eps=cfg.layer_norm_eps)
-        self.decoder = word_embeddings  # tied: logits = h · Wᵀ + b
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.tie(word_embeddings)
+
+    def tie(self, word_embeddings: nn.Embedding) -> None:
+        """Use ``word_embeddings`` as the output matrix: logits = h · Wᵀ + b.
+
+        Kept out of the module tree (object.__setattr__ bypasses nn.Module's registration) so the
+        tied matrix appears once in state dicts, as the encoder's word embedding, which owns it
+        and moves it between devices."""
+        object.__setattr__(self, "_tied", word_embeddings)
+
+    @property
+    def decoder(self) -> nn.Embedding:
+        return self._tied
 
     def forward(self, features: torch.Tensor, labels: torch.Tensor | None = None) -> HeadOutput:
         """With labels ([B, L], -100 = not predicted) only the predicted positions are scored:

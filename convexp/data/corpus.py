@@ -1,0 +1,217 @@
+"""Corpora as a ``datasets`` table with one ``text`` column: synthetic, hub or local files.
+
+Data config keys (``conf/data/*.yaml``; missing keys take the values of ``DATA_DEFAULTS``):
+
+  source        synthetic | hub | files
+  path          hub dataset name (hub), or a file or folder (files)
+  name          hub config name, or null
+  split         split to read (hub; files always have one split, "train")
+  text_field    the column holding the text (hub, .jsonl/.json, .parquet); renamed to `text`
+  streaming     return an IterableDataset that reads lazily (hub datasets too big for the disk)
+  num_docs      number of documents (synthetic)
+  seed          corpus seed (synthetic)
+  max_docs      keep only the first max_docs documents (null: all)
+  line_by_line  .txt files: one document per line; default false = one document per block of
+                lines separated by a blank line ("\\n\\n")
+  cache, val_fraction, val_docs, val_split   used by ``pretraining.py`` (see there)
+
+Files: ``path`` is one file or a folder, searched recursively (hidden files skipped) for one
+format: .txt (builder "text"), .jsonl/.json ("json") or .parquet ("parquet"), all read with
+``datasets.load_dataset(builder, data_files=...)``. Blank documents are dropped everywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import (
+    DataError,
+    DataPathError,
+    EmptyCorpusError,
+    HubDatasetError,
+    MissingFieldError,
+    UnknownSourceError,
+)
+
+SOURCES = ("synthetic", "hub", "files")
+DATA_DEFAULTS: dict[str, Any] = {
+    "source": "synthetic",
+    "path": None,
+    "name": None,
+    "split": "train",
+    "text_field": "text",
+    "streaming": False,
+    "num_docs": 10_000,
+    "seed": 0,
+    "max_docs": None,
+    "line_by_line": False,
+    "cache": True,
+    "val_fraction": 0.01,
+    "val_docs": None,
+    "val_split": None,
+}
+FILE_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def to_dict(cfg) -> dict:
+    """A plain dict from a DictConfig, a dict or None (resolved)."""
+    if cfg is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            return OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return dict(cfg)
+
+
+def data_settings(cfg) -> dict:
+    """The data config with defaults filled in, validated (unknown source or key -> DataError)."""
+    given = to_dict(cfg)
+    unknown = sorted(set(given) - set(DATA_DEFAULTS))
+    if unknown:
+        raise DataError(
+            f"unknown data config key(s) {', '.join(map(repr, unknown))}; known keys: "
+            f"{', '.join(DATA_DEFAULTS)}"
+        )
+    s = {**DATA_DEFAULTS, **given}
+    if s["source"] not in SOURCES:
+        raise UnknownSourceError(
+            f"unknown data source {s['source']!r}; set data.source to one of: {', '.join(SOURCES)}"
+        )
+    if s["source"] in ("hub", "files") and not s["path"]:
+        raise DataPathError(
+            f"data.path is required for source {s['source']!r}; set data.path=<"
+            + ("hub dataset name>" if s["source"] == "hub" else "file or folder>")
+        )
+    return s
+
+
+def find_data_files(path) -> tuple[str, list[str]]:
+    """(builder, sorted file list) for a file or a folder holding one supported format."""
+    p = Path(path).expanduser()
+    kinds = "/".join(FILE_BUILDERS)
+    if not p.exists():
+        raise DataPathError(
+            f"no such file or folder: {p}; set data.path to a {kinds} file or a folder of them"
+        )
+    if p.is_file():
+        if p.suffix.lower() not in FILE_BUILDERS:
+            raise DataPathError(f"unsupported file type {p.suffix or p.name!r}: {p}; use a {kinds} file")
+        return FILE_BUILDERS[p.suffix.lower()], [str(p)]
+    files = sorted(
+        f
+        for f in p.rglob("*")
+        if f.is_file()
+        and f.suffix.lower() in FILE_BUILDERS
+        and not any(part.startswith(".") for part in f.relative_to(p).parts)
+    )
+    if not files:
+        raise DataPathError(
+            f"no {kinds} files in folder {p}; put the corpus there or point data.path at a file"
+        )
+    builders = {FILE_BUILDERS[f.suffix.lower()] for f in files}
+    if len(builders) > 1:
+        raise DataPathError(
+            f"folder {p} mixes {' and '.join(sorted(builders))} files; keep one format per folder"
+        )
+    return builders.pop(), [str(f) for f in files]
+
+
+def corpus_fingerprint(cfg) -> dict:
+    """What identifies a corpus for caching: the settings, plus size and mtime of local files."""
+    s = data_settings(cfg)
+    if s["source"] == "files":
+        _, files = find_data_files(s["path"])
+        s["files"] = [(f, Path(f).stat().st_size, Path(f).stat().st_mtime_ns) for f in files]
+    return s
+
+
+def load_corpus(cfg):
+    """The corpus of a data config: a ``datasets.Dataset`` (or ``IterableDataset`` when streaming)
+    with exactly one column, ``text``, and no blank document. Raises DataError subclasses."""
+    import datasets
+
+    s = data_settings(cfg)
+    if s["source"] == "synthetic":
+        from .synthetic import synthetic_corpus
+
+        ds = datasets.Dataset.from_dict({"text": synthetic_corpus(int(s["num_docs"]), int(s["seed"]))})
+        ds, field = (ds.to_iterable_dataset() if s["streaming"] else ds), "text"
+    elif s["source"] == "hub":
+        ds, field = _load_hub(s), s["text_field"]
+    else:
+        ds, field = _load_files(s)
+    ds = _text_column(ds, field, s["path"] or s["source"])
+    ds = ds.filter(
+        lambda batch: [isinstance(t, str) and bool(t.strip()) for t in batch["text"]], batched=True
+    )
+    if s["max_docs"] is not None:
+        n = int(s["max_docs"])
+        ds = ds.take(n) if isinstance(ds, datasets.IterableDataset) else ds.select(range(min(n, len(ds))))
+    if _is_empty(ds):
+        where = s["path"] if s["source"] != "synthetic" else "synthetic corpus"
+        raise EmptyCorpusError(
+            f"corpus {where} has no non-blank document; check data.path and data.text_field"
+        )
+    return ds
+
+
+def _load_hub(s: dict):
+    import datasets
+
+    try:
+        return datasets.load_dataset(s["path"], s["name"], split=s["split"], streaming=bool(s["streaming"]))
+    except Exception as e:  # offline, unknown name/config/split, missing credentials: all fixable by the user
+        cause = " ".join(str(e).split())[:200]
+        raise HubDatasetError(
+            f"cannot load hub dataset {s['path']!r} (config {s['name']!r}, split {s['split']!r}): "
+            f"{type(e).__name__}: {cause}; check the names, go online (unset HF_DATASETS_OFFLINE/HF_HUB_OFFLINE) "
+            f"or use data=files with a local copy"
+        ) from e
+
+
+def _load_files(s: dict):
+    """(dataset, its text field): .txt files always give a `text` column."""
+    import datasets
+
+    builder, files = find_data_files(s["path"])
+    kwargs = {"sample_by": "line" if s["line_by_line"] else "paragraph"} if builder == "text" else {}
+    try:
+        ds = datasets.load_dataset(
+            builder, data_files=files, split="train", streaming=bool(s["streaming"]), **kwargs
+        )
+    except Exception as e:  # a malformed file: name it
+        cause = " ".join(str(e.__cause__ or e).split())[:200]
+        raise DataError(
+            f"cannot read {builder} data from {s['path']}: {cause}; fix or remove the file"
+        ) from e
+    return ds, "text" if builder == "text" else s["text_field"]
+
+
+def _text_column(ds, field: str, where: str):
+    """Keep only the text field, renamed to ``text``."""
+    columns = ds.column_names
+    if columns is None:  # a streaming dataset without known features: look at one row
+        columns = list(next(iter(ds), {}).keys())
+    if field not in columns:
+        raise MissingFieldError(
+            f"no field {field!r} in {where} (fields: {', '.join(columns) or 'none'}); "
+            f"set data.text_field to the field holding the text"
+        )
+    feature = (ds.features or {}).get(field)
+    if feature is not None and getattr(feature, "dtype", None) not in ("string", "large_string"):
+        raise MissingFieldError(f"field {field!r} in {where} holds {feature}, not text; set data.text_field")
+    ds = ds.select_columns([field])
+    return ds.rename_column(field, "text") if field != "text" else ds
+
+
+def _is_empty(ds) -> bool:
+    import datasets
+
+    if isinstance(ds, datasets.IterableDataset):
+        return next(iter(ds.take(1)), None) is None
+    return len(ds) == 0

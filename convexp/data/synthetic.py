@@ -1,0 +1,231 @@
+"""A built-in synthetic English-like corpus, so that pre-training runs with no download.
+
+The language is small (about 2,600 distinct words, generated from syllables with a fixed seed,
+so it is the same language for every corpus seed) but it has structure at two ranges:
+
+Local structure (a bigram model can learn it):
+  * determiners agree in number with their noun ("a"/"an"/"this"/"every" + singular,
+    "these"/"many"/"two" + plural, "the" with both), and "a" becomes "an" before a vowel;
+  * verbs agree with their subject ("the blorin zutas ..." vs "the blorins zuta ...");
+  * noun phrases are determiner (adjective) noun, sentences follow a few fixed templates;
+  * each part of speech has its own shape (adjectives end in -ous/-ic/-al; plurals and
+    third-person verbs end in -s; names are capitalised).
+
+Long-range structure (needs context beyond the neighbouring words):
+  * a document has a topic; 80% of its nouns, verbs and adjectives come from the topic's own
+    vocabulary, so the first half of a document predicts the words of the second half;
+  * the first sentence introduces a protagonist ("there was a quiet blorin called Tesa.") who
+    is referred back to throughout the document by name, as "the blorin", or by a pronoun
+    whose gender follows the name (names ending in -a or -i take "she", the others "he");
+  * sentences may contain asides in brackets, nested up to two levels, "( ... [ ... ] ... )":
+    a closing bracket must match the most recent open one, however long the aside.
+
+``synthetic_corpus(n, seed)`` is deterministic, and a prefix of a longer corpus equals the
+shorter corpus (document i depends only on (seed, i)).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+_LEXICON_SEED = 20240611  # fixes the language; corpus seeds only change the documents
+NUM_TOPICS = 12
+
+_ONSETS = [
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "t",
+    "v",
+    "z",
+    "br",
+    "tr",
+    "kl",
+    "gr",
+    "pl",
+    "sh",
+    "th",
+]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ou", "ee"]
+_CODAS = ["", "", "", "n", "r", "l", "m", "k"]
+
+_DET_SINGULAR = ["a", "this", "that", "every", "one"]
+_DET_PLURAL = ["these", "those", "many", "some", "two", "few"]
+_PREPOSITIONS = ["in", "on", "near", "under", "with", "behind", "beside"]
+_CONJUNCTIONS = ["because", "while", "but", "and", "although"]
+_BRACKETS = [("(", ")"), ("[", "]")]
+
+
+@dataclass(frozen=True)
+class _Vocabulary:
+    nouns: tuple[str, ...]  # singular stems; plural = stem + "s"
+    verbs: tuple[str, ...]  # base forms; third person singular = stem + "s"
+    adjectives: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Lexicon:
+    topics: tuple[_Vocabulary, ...]
+    general: _Vocabulary  # shared by every topic
+    names: tuple[str, ...]
+
+
+def _syllable(rng: random.Random) -> str:
+    return rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+
+
+def _new_words(rng: random.Random, count: int, syllables: tuple[int, int], taken: set[str], suffixes=("",)):
+    """``count`` new pronounceable words; a word and its "-s" form are both kept out of ``taken``."""
+    words = []
+    while len(words) < count:
+        stem = "".join(_syllable(rng) for _ in range(rng.randint(*syllables)))
+        w = stem + rng.choice(suffixes)
+        if stem.endswith("s") or w in taken or w + "s" in taken:
+            continue
+        taken.update((w, w + "s"))
+        words.append(w)
+    return tuple(words)
+
+
+@lru_cache(maxsize=1)
+def _lexicon() -> _Lexicon:
+    rng = random.Random(_LEXICON_SEED)
+    taken = set(_DET_SINGULAR + _DET_PLURAL + _PREPOSITIONS + _CONJUNCTIONS + ["the", "an", "he", "she"])
+
+    def vocabulary(n_nouns, n_verbs, n_adjs):
+        return _Vocabulary(
+            nouns=_new_words(rng, n_nouns, (2, 3), taken),
+            verbs=_new_words(rng, n_verbs, (1, 2), taken),
+            adjectives=_new_words(rng, n_adjs, (1, 2), taken, suffixes=("ous", "ic", "al")),
+        )
+
+    topics = tuple(vocabulary(50, 25, 20) for _ in range(NUM_TOPICS))
+    general = vocabulary(40, 20, 20)
+    names = tuple(w.capitalize() for w in _new_words(rng, 150, (2, 2), taken))
+    return _Lexicon(topics, general, names)
+
+
+def _pronoun(name: str) -> str:
+    return "she" if name[-1] in "ai" else "he"
+
+
+class _DocumentWriter:
+    """Writes one document: a topic, a protagonist, then sentences from a few templates."""
+
+    def __init__(self, rng: random.Random):
+        lex = _lexicon()
+        self.rng = rng
+        self.topic = rng.choice(lex.topics)
+        self.general = lex.general
+        self.name = rng.choice(lex.names)
+        self.kind = rng.choice(self.topic.nouns)  # what the protagonist is: "the <kind>"
+
+    def _pick(self, part: str) -> str:
+        vocab = self.topic if self.rng.random() < 0.8 else self.general
+        return self.rng.choice(getattr(vocab, part))
+
+    def noun_phrase(self, plural: bool, depth: int = 0) -> list[str]:
+        rng = self.rng
+        det = rng.choice(_DET_PLURAL if plural else _DET_SINGULAR) if rng.random() < 0.6 else "the"
+        words = [self._pick("adjectives")] if rng.random() < 0.4 else []
+        words.append(self._pick("nouns") + ("s" if plural else ""))
+        if det == "a" and words[0][0] in "aeiou":
+            det = "an"
+        phrase = [det, *words]
+        if depth == 0 and rng.random() < 0.2:
+            phrase += [rng.choice(_PREPOSITIONS), *self.noun_phrase(rng.random() < 0.5, depth + 1)]
+        return phrase
+
+    def subject(self) -> tuple[list[str], bool]:
+        """A subject and whether it is plural; often the protagonist."""
+        r = self.rng.random()
+        if r < 0.2:
+            return [self.name], False
+        if r < 0.35:
+            return [_pronoun(self.name)], False
+        if r < 0.45:
+            return ["the", self.kind], False
+        plural = self.rng.random() < 0.5
+        return self.noun_phrase(plural), plural
+
+    def clause(self, depth: int = 0) -> list[str]:
+        subject, plural = self.subject()
+        verb = self._pick("verbs") + ("" if plural else "s")
+        words = [*subject, verb, *self.noun_phrase(self.rng.random() < 0.5)]
+        if depth < 2 and self.rng.random() < 0.25:  # a bracketed aside, possibly nested
+            open_, close = self.rng.choice(_BRACKETS)
+            words += [open_, *self.clause(depth + 1), close]
+        return words
+
+    def sentence(self) -> list[str]:
+        words = self.clause()
+        if self.rng.random() < 0.3:
+            words += [",", self.rng.choice(_CONJUNCTIONS), *self.clause()]
+        return [*words, "."]
+
+    def document(self) -> str:
+        adj = self._pick("adjectives")
+        words = ["there", "was", "an" if adj[0] in "aeiou" else "a", adj, self.kind, "called", self.name, "."]
+        for _ in range(self.rng.randint(3, 8)):
+            words += self.sentence()
+        return _detokenize(words)
+
+
+def _detokenize(words: list[str]) -> str:
+    """Join words with spaces, without a space before . , ) ] or after ( [."""
+    text = " ".join(words)
+    for p in (".", ",", ")", "]"):
+        text = text.replace(" " + p, p)
+    for p in ("(", "["):
+        text = text.replace(p + " ", p)
+    return text
+
+
+def synthetic_corpus(num_docs: int, seed: int) -> list[str]:
+    """``num_docs`` documents of 4-9 sentences (about 60-200 words each); deterministic in seed."""
+    return [
+        _DocumentWriter(random.Random(f"convexp-synthetic:{seed}:{i}")).document() for i in range(num_docs)
+    ]
+
+
+def vocabulary_words() -> set[str]:
+    """Every word form of the language (lower case), e.g. to check a tokenizer covers it."""
+    lex = _lexicon()
+    words = set(_DET_SINGULAR + _DET_PLURAL + _PREPOSITIONS + _CONJUNCTIONS)
+    words |= {"the", "an", "he", "she", "there", "was", "called"}
+    for v in (*lex.topics, lex.general):
+        words |= {f for n in v.nouns + v.verbs for f in (n, n + "s")} | set(v.adjectives)
+    return words | {n.lower() for n in lex.names}
+
+
+def entropy_from_counts(counts: Iterable[int]) -> float:
+    """Entropy (nats) of the distribution proportional to ``counts``; 0 for an empty one."""
+    counts = [c for c in counts if c > 0]
+    total = sum(counts)
+    return -sum(c / total * math.log(c / total) for c in counts) if total else 0.0
+
+
+def unigram_entropy(token_id_lists: Iterable[Sequence[int]], ignore_ids: Iterable[int] = ()) -> float:
+    """Unigram entropy (nats per token) of a tokenised corpus, ignoring ``ignore_ids`` (e.g. specials).
+
+    This is the cross-entropy of the best context-free predictor: an MLM whose loss does not fall
+    below it has learned nothing but token frequencies.
+    """
+    counts: Counter[int] = Counter()
+    for ids in token_id_lists:
+        counts.update(ids)
+    for i in ignore_ids:
+        counts.pop(i, None)
+    return entropy_from_counts(counts.values())

@@ -1,0 +1,255 @@
+"""Tokenizers: train an uncased WordPiece or Unigram model, or load a pretrained one.
+
+Tokenizer config keys (``conf/tokenizer/*.yaml``; missing keys take ``TOKENIZER_DEFAULTS``):
+
+  kind          wordpiece | unigram | pretrained
+  vocab_size    maximum vocabulary size of a trained tokenizer, specials included (a small
+                corpus may give fewer: read ``Tokenizer.vocab_size``)
+  lowercase     lower-case (and, for WordPiece, strip accents) before tokenizing
+  path          pretrained only: a tokenizer.json, a BERT vocab.txt, or a directory holding one
+  train_docs    train on the first train_docs training documents (null: all; streaming: 100,000)
+
+Trained tokenizers of both kinds have the same special tokens at the same ids:
+``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``, so pad is 0 for Unigram too (BERT's convention,
+unlike SentencePiece's usual pad -1/unk 0). Pretrained tokenizers keep their own ids, found by
+name: [PAD]/<pad>, [UNK]/<unk>, [CLS]/<s>, [SEP]/</s>, [MASK]/<mask>.
+
+WordPiece is BERT's uncased recipe (BertNormalizer, BertPreTokenizer, "##" continuation,
+WordPiece decoder); Unigram is SentencePiece's (NFKC, lowercase, Metaspace "▁" word
+boundaries). Training is made reproducible: the ``tokenizers`` trainers assign WordPiece ids in
+hash order and sum Unigram scores in parallel, so after training the WordPiece vocabulary is
+re-numbered (specials, then tokens sorted) and Unigram scores are rounded to 1e-8.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from .errors import TokenizerError
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+KINDS = ("wordpiece", "unigram", "pretrained")
+TOKENIZER_DEFAULTS = {
+    "kind": "wordpiece",
+    "vocab_size": 30522,
+    "lowercase": True,
+    "path": None,
+    "train_docs": None,
+}
+_ROLE_NAMES = {  # role -> token names to look for, first match wins
+    "pad": ("[PAD]", "<pad>"),
+    "unk": ("[UNK]", "<unk>"),
+    "cls": ("[CLS]", "<s>"),
+    "sep": ("[SEP]", "</s>"),
+    "mask": ("[MASK]", "<mask>"),
+}
+
+
+class Tokenizer:
+    """A ``tokenizers.Tokenizer`` (``.backend``) plus the ids pre-training needs.
+
+    Attributes: vocab_size, pad_id, unk_id, cls_id, sep_id, mask_id, special_ids (a set).
+    """
+
+    def __init__(self, backend):
+        backend.no_padding()
+        backend.no_truncation()  # hub tokenizer.json files often truncate at 512
+        self.backend = backend
+        vocab = backend.get_vocab(with_added_tokens=True)
+        ids = {}
+        for role, names in _ROLE_NAMES.items():
+            found = [vocab[n] for n in names if n in vocab]
+            if not found:
+                raise TokenizerError(
+                    f"tokenizer has no {role} token (looked for {', '.join(names)}); "
+                    f"use a BERT-style vocabulary with {' '.join(SPECIAL_TOKENS)}"
+                )
+            ids[role] = found[0]
+        self.pad_id, self.unk_id, self.cls_id = ids["pad"], ids["unk"], ids["cls"]
+        self.sep_id, self.mask_id = ids["sep"], ids["mask"]
+        self.special_ids: set[int] = set(ids.values())
+        self.vocab_size: int = max(vocab.values()) + 1  # embedding rows needed (ids may have gaps)
+
+    @property
+    def kind(self) -> str:
+        """The model type, lower case: "wordpiece", "unigram", "bpe", ..."""
+        return type(self.backend.model).__name__.lower()
+
+    def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens."""
+        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def to_json(self) -> str:
+        """The serialised tokenizer (what identifies it in cache keys)."""
+        return self.backend.to_str()
+
+    def save(self, directory) -> Path:
+        """Write ``tokenizer.json`` (and ``vocab.txt`` for WordPiece) into ``directory``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(directory / "tokenizer.json"))
+        if self.kind == "wordpiece":
+            vocab = self.backend.get_vocab(with_added_tokens=True)
+            by_id = sorted(vocab, key=vocab.get)
+            if [vocab[t] for t in by_id] == list(range(len(by_id))):  # vocab.txt can only hold 0..V-1
+                (directory / "vocab.txt").write_text("".join(t + "\n" for t in by_id), encoding="utf-8")
+        return directory
+
+    @classmethod
+    def load(cls, path, lowercase: bool = True) -> "Tokenizer":
+        """Load a tokenizer.json, a BERT vocab.txt (``lowercase`` applies) or a directory with one."""
+        from tokenizers import Tokenizer as Backend
+
+        p = Path(path).expanduser()
+        if p.is_dir():
+            found = [p / n for n in ("tokenizer.json", "vocab.txt") if (p / n).is_file()]
+            if not found:
+                raise TokenizerError(
+                    f"no tokenizer.json or vocab.txt in {p}; set tokenizer.path to a tokenizer file"
+                )
+            p = found[0]
+        if not p.is_file():
+            raise TokenizerError(
+                f"no such tokenizer file or folder: {p}; set tokenizer.path to a tokenizer.json or vocab.txt"
+            )
+        try:
+            if p.suffix == ".json":
+                return cls(Backend.from_file(str(p)))
+            if p.suffix == ".txt":
+                return cls(_bert_wordpiece(p, lowercase))
+        except TokenizerError:
+            raise
+        except Exception as e:  # malformed file
+            raise TokenizerError(
+                f"cannot read tokenizer {p}: {' '.join(str(e).split())[:200]}; check the file"
+            ) from e
+        raise TokenizerError(f"unsupported tokenizer file {p.name!r}; use a tokenizer.json or a vocab.txt")
+
+
+def tokenizer_settings(cfg) -> dict:
+    """Tokenizer config with defaults, validated."""
+    from .corpus import to_dict
+
+    given = to_dict(cfg)
+    unknown = sorted(set(given) - set(TOKENIZER_DEFAULTS))
+    if unknown:
+        raise TokenizerError(
+            f"unknown tokenizer config key(s) {', '.join(map(repr, unknown))}; "
+            f"known keys: {', '.join(TOKENIZER_DEFAULTS)}"
+        )
+    s = {**TOKENIZER_DEFAULTS, **given}
+    if s["kind"] not in KINDS:
+        raise TokenizerError(
+            f"unknown tokenizer kind {s['kind']!r}; set tokenizer.kind to one of: {', '.join(KINDS)}"
+        )
+    if s["kind"] == "pretrained" and not s["path"]:
+        raise TokenizerError(
+            "tokenizer.path is required for kind 'pretrained'; set it to a tokenizer.json or vocab.txt"
+        )
+    if s["kind"] != "pretrained" and int(s["vocab_size"]) <= len(SPECIAL_TOKENS):
+        raise TokenizerError(f"tokenizer.vocab_size {s['vocab_size']} is too small; use at least 100")
+    return s
+
+
+def build_tokenizer(cfg, texts_iterator_factory: Callable[[], Iterator[str | list[str]]]) -> Tokenizer:
+    """Load (kind pretrained) or train a tokenizer.
+
+    texts_iterator_factory: a zero-argument callable returning an iterator over the training
+    texts (strings, or lists of strings as batches); it is not called for pretrained tokenizers.
+    """
+    from tokenizers import trainers
+
+    s = tokenizer_settings(cfg)
+    if s["kind"] == "pretrained":
+        return Tokenizer.load(s["path"], lowercase=bool(s["lowercase"]))
+    specials = list(SPECIAL_TOKENS)
+    if s["kind"] == "wordpiece":
+        backend = _bert_wordpiece(None, bool(s["lowercase"]))
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=int(s["vocab_size"]),
+            special_tokens=specials,
+            continuing_subword_prefix="##",
+            show_progress=False,
+        )
+    else:
+        backend = _sentencepiece_unigram(bool(s["lowercase"]))
+        trainer = trainers.UnigramTrainer(
+            vocab_size=int(s["vocab_size"]), special_tokens=specials, unk_token="[UNK]", show_progress=False
+        )
+    backend.train_from_iterator(texts_iterator_factory(), trainer)
+    backend = _canonical(backend)
+    _add_bert_template(backend)
+    return Tokenizer(backend)
+
+
+def _bert_wordpiece(vocab_file: Path | None, lowercase: bool):
+    """BERT's WordPiece pipeline, empty (to be trained) or with the vocabulary of a vocab.txt."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import decoders, models, normalizers, pre_tokenizers
+
+    if vocab_file is None:
+        model = models.WordPiece(unk_token="[UNK]")
+    else:
+        vocab = {}
+        for i, token in enumerate(Path(vocab_file).read_text(encoding="utf-8").splitlines()):
+            vocab.setdefault(token, i)  # id = line number, as BERT reads it
+        if "[UNK]" not in vocab:
+            raise TokenizerError(
+                f"{vocab_file} has no [UNK] token; use a BERT vocab.txt (one token per line)"
+            )
+        model = models.WordPiece(vocab=vocab, unk_token="[UNK]")
+    backend = Backend(model)
+    backend.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix="##")
+    if vocab_file is not None:
+        backend.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab])  # never split "[MASK]" etc.
+        if all(t in vocab for t in ("[CLS]", "[SEP]")):
+            _add_bert_template(backend)
+    return backend
+
+
+def _sentencepiece_unigram(lowercase: bool):
+    """SentencePiece's Unigram pipeline (to be trained)."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import decoders, models, normalizers, pre_tokenizers
+
+    backend = Backend(models.Unigram())
+    norms = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+    backend.normalizer = normalizers.Sequence(norms)
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    return backend
+
+
+def _canonical(backend):
+    """The same tokenizer with a reproducible serialisation (see the module docstring)."""
+    from tokenizers import Tokenizer as Backend
+
+    d = json.loads(backend.to_str())
+    model = d["model"]
+    if model["type"] == "WordPiece":
+        rest = sorted(t for t in model["vocab"] if t not in SPECIAL_TOKENS)
+        model["vocab"] = {t: i for i, t in enumerate([*SPECIAL_TOKENS, *rest])}
+    elif model["type"] == "Unigram":
+        model["vocab"] = [[piece, round(score, 8)] for piece, score in model["vocab"]]
+    for tok in d.get("added_tokens", []):
+        assert tok["id"] == SPECIAL_TOKENS.index(tok["content"]), "trainer moved a special token"
+    return Backend.from_str(json.dumps(d))
+
+
+def _add_bert_template(backend) -> None:
+    """[CLS] A [SEP] (B [SEP]) when a caller asks for special tokens (e.g. fine-tuning)."""
+    from tokenizers import processors
+
+    cls, sep = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )

@@ -1,0 +1,176 @@
+"""Pre-training objectives as plain torch functions and modules (no Lightning here).
+
+* :func:`mask_tokens` — BERT's dynamic masking (textbook chapter): choose 15% of the maskable
+  tokens (optionally whole words), replace 80% of them with [MASK], 10% with a random token,
+  keep 10%.
+* :class:`ElectraObjective` — generator (small MLM) + discriminator (replaced-token detection)
+  with shared embeddings; loss = gen_weight · MLM + disc_weight · RTD.
+* :class:`MLMObjective` — the encoder + tied MLM head (+ an NSP/SOP head when asked).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..models import MaskedLM, ModelConfig, ReplacedTokenDetector
+from ..models.heads import IGNORE
+
+
+@dataclass
+class TokenInfo:
+    """What masking needs to know about the vocabulary."""
+
+    vocab_size: int
+    mask_id: int
+    special_ids: tuple[int, ...]  # never masked, never drawn as random replacements
+    continuation: torch.Tensor | None = None  # [V] bool: token continues a word (for whole-word masking)
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,  # [B, L]
+    info: TokenInfo,
+    generator: torch.Generator,
+    mask_prob: float = 0.15,
+    replace_mask: float = 0.8,
+    replace_random: float = 0.1,
+    whole_word: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (masked input ids [B, L], labels [B, L]: original id at chosen positions, else -100)."""
+    device = input_ids.device
+    special = torch.tensor(info.special_ids, device=device)
+    maskable = ~torch.isin(input_ids, special)  # [B, L]
+    u = torch.rand(input_ids.shape, generator=generator, device=device)
+    if whole_word and info.continuation is not None:
+        # Word index of every token: a new word starts at every maskable non-continuation token.
+        cont = info.continuation.to(device)[input_ids] & maskable
+        word = torch.cumsum((~cont).long(), dim=1)  # [B, L]
+        u = torch.gather(u, 1, (word - 1).clamp(max=input_ids.shape[1] - 1))  # one draw per word
+    chosen = maskable & (u < mask_prob)
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE))
+    r = torch.rand(input_ids.shape, generator=generator, device=device)
+    to_mask = chosen & (r < replace_mask)
+    to_random = chosen & (r >= replace_mask) & (r < replace_mask + replace_random)
+    allowed = torch.ones(info.vocab_size, dtype=torch.bool, device=device)
+    allowed[special] = False
+    pool = allowed.nonzero().squeeze(1)
+    random_ids = pool[torch.randint(len(pool), input_ids.shape, generator=generator, device=device)]
+    masked = torch.where(to_mask, torch.full_like(input_ids, info.mask_id), input_ids)
+    masked = torch.where(to_random, random_ids, masked)
+    return masked, labels
+
+
+@dataclass
+class ObjectiveOutput:
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor]
+
+
+class MLMObjective(nn.Module):
+    """BERT masked-LM pre-training (with an optional sentence-pair head for NSP / SOP)."""
+
+    def __init__(self, cfg: ModelConfig, pair_head: bool = False):
+        super().__init__()
+        self.model = MaskedLM(cfg)
+        self.pair_head = nn.Linear(cfg.hidden_size, 2) if pair_head else None
+
+    @property
+    def encoder(self):
+        return self.model.encoder
+
+    def forward(
+        self, batch: dict, masked: torch.Tensor, labels: torch.Tensor, generator=None
+    ) -> ObjectiveOutput:
+        enc = self.model.encoder(masked, batch["attention_mask"], batch.get("token_type_ids"))
+        out = self.model.head(enc.features, labels)
+        metrics = {
+            "mlm_loss": out.loss.detach(),
+            "mlm_acc": (out.logits.argmax(-1) == labels[labels != IGNORE]).float().mean(),
+        }
+        loss = out.loss
+        if self.pair_head is not None:
+            cls = enc.pooled if enc.pooled is not None else enc.features[:, 0]
+            pair_loss = F.cross_entropy(self.pair_head(cls).float(), batch["pair_label"])
+            metrics["pair_loss"] = pair_loss.detach()
+            loss = loss + pair_loss
+        return ObjectiveOutput(loss, metrics)
+
+
+def generator_config(cfg: ModelConfig, fraction: float) -> ModelConfig:
+    """ELECTRA's generator: same depth and embedding size, hidden/heads/FFN scaled by `fraction`."""
+    hidden = max(1, round(cfg.hidden_size * fraction))
+    heads = max(1, round(cfg.num_heads * fraction))
+    while hidden % heads:
+        heads -= 1
+    return dataclasses.replace(
+        cfg,
+        name=f"{cfg.name}-generator",
+        hidden_size=hidden,
+        num_heads=heads,
+        head_size=None,
+        intermediate_size=max(
+            cfg.ffn_groups, round(cfg.intermediate_size * fraction) // cfg.ffn_groups * cfg.ffn_groups
+        ),
+        embedding_size=cfg.emb_size,
+        pooler=False,
+        scalar_mix=False,
+    )
+
+
+class ElectraObjective(nn.Module):
+    """Replaced-token detection (ELECTRA; ConvBERT's pre-training).
+
+    The generator shares the discriminator's word / position / token-type embeddings and their
+    LayerNorm (each keeps its own E->D projection).
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        generator_fraction: float,
+        gen_weight: float = 1.0,
+        disc_weight: float = 50.0,
+        temperature: float = 1.0,
+    ):
+        super().__init__()
+        self.discriminator = ReplacedTokenDetector(cfg)
+        self.generator = MaskedLM(generator_config(cfg, generator_fraction))
+        d, g = self.discriminator.encoder.embeddings, self.generator.encoder.embeddings
+        g.word, g.position, g.token_type, g.norm = d.word, d.position, d.token_type, d.norm
+        self.generator.head.tie(d.word)  # the generator's MLM head stays tied to the shared table
+        self.gen_weight, self.disc_weight, self.temperature = gen_weight, disc_weight, temperature
+
+    @property
+    def encoder(self):
+        return self.discriminator.encoder
+
+    def forward(
+        self, batch: dict, masked: torch.Tensor, labels: torch.Tensor, generator=None
+    ) -> ObjectiveOutput:
+        am, tt = batch["attention_mask"], batch.get("token_type_ids")
+        gen = self.generator(masked, am, tt, labels=labels)  # logits at the M masked positions: [M, V]
+        chosen = labels != IGNORE
+        with torch.no_grad():
+            probs = torch.softmax(gen.logits.float() / self.temperature, dim=-1)
+            sampled = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [M]
+        corrupted = masked.clone()
+        corrupted[chosen] = sampled
+        replaced = (
+            corrupted != batch["input_ids"]
+        ).long()  # 1 = replaced (a sample equal to the original counts as original)
+        disc = self.discriminator(corrupted, am, tt, labels=replaced)
+        loss = self.gen_weight * gen.loss + self.disc_weight * disc.loss
+        real = am.bool()
+        pred = disc.logits > 0
+        metrics = {
+            "mlm_loss": gen.loss.detach(),
+            "mlm_acc": (gen.logits.argmax(-1) == labels[chosen]).float().mean(),
+            "rtd_loss": disc.loss.detach(),
+            "rtd_acc": (pred == replaced.bool())[real].float().mean(),
+            "replaced_frac": replaced[real].float().mean(),
+        }
+        return ObjectiveOutput(loss, metrics)
