@@ -29,6 +29,28 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+OVERRIDES = typer.Argument(None, help="Hydra overrides KEY=VALUE, e.g. model=chang_small_composite scale=smoke.")
+
+
+@app.command()
+def pretrain(
+    overrides: Optional[List[str]] = OVERRIDES,
+    cfg: bool = typer.Option(False, "--cfg", help="Print the composed configuration and exit."),
+) -> None:
+    """Pre-train a model preset (MLM or ELECTRA) into outputs/runs/pretrain/<id>; re-running resumes."""
+    from omegaconf import OmegaConf
+
+    from .config import compose
+
+    composed = compose("pretrain", overrides or [], choices=True)
+    if cfg:
+        typer.echo(OmegaConf.to_yaml(composed))
+        return
+    from .stages.pretrain import run_pretrain
+
+    run_pretrain(composed)
+
+
 @app.command()
 def models(
     seq_len: int = typer.Option(128, help="Sequence length for the FLOPs count."),

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .errors import UserError
 
@@ -27,8 +27,11 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-def compose(config_name: str | None, overrides: list[str] = ()) -> DictConfig:
-    """Compose ``conf/<config_name>.yaml`` (or nothing) with Hydra overrides, resolved."""
+def compose(config_name: str | None, overrides: list[str] = (), choices: bool = False) -> DictConfig:
+    """Compose ``conf/<config_name>.yaml`` (or nothing) with Hydra overrides, resolved.
+
+    With ``choices`` the result carries ``choices``: the option picked in every config group
+    (e.g. ``choices.model == "convbert_small"``)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -40,7 +43,12 @@ def compose(config_name: str | None, overrides: list[str] = ()) -> DictConfig:
     try:
         if not GlobalHydra.instance().is_initialized():  # once per process: later composes are fast
             initialize_config_dir(config_dir=str(CONF_DIR), version_base=None)
-        cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
+        cfg = hydra_compose(config_name=config_name, overrides=list(overrides), return_hydra_config=choices)
+        if choices:
+            picked = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
+            with open_dict(cfg):
+                del cfg["hydra"]
+                cfg.choices = picked
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_one_line(str(e))) from e

@@ -1,0 +1,112 @@
+"""What every stage shares: seeding, loggers (W&B + CSV), the Trainer, the optimiser."""
+
+from __future__ import annotations
+
+import math
+import netrc
+import os
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ..errors import UserError
+from ..runs import Run
+
+
+def wandb_mode(logger_cfg: DictConfig) -> str:
+    """online when logged in, offline otherwise; WANDB_MODE or logger.mode override."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if logger_cfg.mode != "auto":
+        return logger_cfg.mode
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    try:
+        return "online" if netrc.netrc().authenticators("api.wandb.ai") else "offline"
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return "offline"
+
+
+def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ()) -> list:
+    """CSV metrics in the run directory, and W&B (resuming the same W&B run on resume)."""
+    from pytorch_lightning.loggers import CSVLogger, WandbLogger
+
+    loggers = [CSVLogger(save_dir=str(run.dir), name="csv", version="")]
+    mode = wandb_mode(cfg.logger)
+    if mode != "disabled":
+        loggers.append(
+            WandbLogger(
+                project=cfg.logger.project,
+                entity=cfg.logger.entity,
+                group=cfg.logger.group,
+                job_type=job_type,
+                tags=[*cfg.logger.tags, *tags],
+                name=run.id,
+                id=run.id,
+                resume="allow",
+                save_dir=str(run.dir),
+                mode=mode,
+                config=OmegaConf.to_container(cfg, resolve=True),
+            )
+        )
+    return loggers
+
+
+def finish_wandb() -> None:
+    """Close the W&B run so that the next run in this process starts a new one."""
+    import sys
+
+    if "wandb" in sys.modules:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+
+
+def per_device_batch(total: int, trainer_cfg: DictConfig) -> int:
+    world = trainer_cfg.devices * trainer_cfg.num_nodes if isinstance(trainer_cfg.devices, int) else 1
+    parts = world * trainer_cfg.accumulate_grad_batches
+    if total % parts:
+        raise UserError(
+            f"trainer.batch_size={total} is not divisible by devices x nodes x accumulate_grad_batches = {parts}"
+        )
+    return total // parts
+
+
+def adamw_with_linear_schedule(
+    model: torch.nn.Module,
+    lr: float,
+    betas,
+    eps: float,
+    weight_decay: float,
+    warmup_steps: int,
+    total_steps: int,
+    param_groups: list[dict] | None = None,
+):
+    """AdamW (no weight decay on biases, LayerNorms and ScalarMix scalars) with linear warm-up
+    to ``lr`` and linear decay to 0 at ``total_steps``; returns Lightning's optimiser dict."""
+    groups = param_groups or [{"params": list(model.named_parameters()), "lr": lr}]
+    flat = []
+    for g in groups:
+        decay = [p for n, p in g["params"] if p.requires_grad and p.ndim >= 2]
+        no_decay = [p for n, p in g["params"] if p.requires_grad and p.ndim < 2]
+        flat.append({"params": decay, "lr": g["lr"], "weight_decay": weight_decay})
+        flat.append({"params": no_decay, "lr": g["lr"], "weight_decay": 0.0})
+    opt = torch.optim.AdamW([g for g in flat if g["params"]], lr=lr, betas=tuple(betas), eps=eps)
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def step_seed(seed: int, position: int) -> int:
+    """A seed for the random choices of the batch that starts at stream position `position`."""
+    return (seed * 2_654_435_761 + position * 40_503 + 1) % (2**63 - 1)
+
+
+def is_finite(x: float) -> bool:
+    return x is not None and math.isfinite(x)

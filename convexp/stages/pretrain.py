@@ -1,0 +1,265 @@
+"""`convexp pretrain`: MLM or ELECTRA pre-training of any model preset, into the run store."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
+
+from ..config import model_config, to_model_config
+from ..errors import UserError
+from ..models import ModelConfig
+from ..models.io import save_model_dir
+from ..runs import Run
+from . import recipes
+from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, per_device_batch, step_seed
+from .objectives import ElectraObjective, MLMObjective, TokenInfo, mask_tokens
+from .streams import PermutedStream, StreamSampler
+
+COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class PretrainModule(pl.LightningModule):
+    """Masks each batch on the fly (seeded by the batch's stream position, so resumed runs
+    repeat uninterrupted ones exactly), runs the objective, logs losses and tokens/s."""
+
+    def __init__(self, model_cfg: ModelConfig, cfg: DictConfig, tokens: TokenInfo, total_steps: int):
+        super().__init__()
+        self.cfg, self.tokens, self.total_steps = cfg, tokens, total_steps
+        obj = cfg.objective
+        if obj.name == "mlm":
+            self.objective = MLMObjective(model_cfg, pair_head=obj.pair_format in ("nsp", "sop"))
+        elif obj.name == "electra":
+            fraction = obj.generator_fraction or cfg.resolved.generator_fraction
+            self.objective = ElectraObjective(model_cfg, fraction, obj.gen_weight, obj.disc_weight, obj.temperature)
+        else:
+            raise UserError(f"unknown objective {obj.name!r}; use objective=mlm or objective=electra")
+        self._t0 = None
+
+    def _generator(self, batch: dict) -> torch.Generator:
+        seed = step_seed(self.cfg.seed, int(batch["position"][0]))
+        torch.manual_seed(seed)  # dropout of this batch
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def _step(self, batch: dict, generator: torch.Generator):
+        o = self.cfg.objective
+        masked, labels = mask_tokens(
+            batch["input_ids"], self.tokens, generator, o.mask_prob, o.replace_mask, o.replace_random, o.whole_word
+        )
+        return self.objective(batch, masked, labels, generator=generator)
+
+    def training_step(self, batch: dict, batch_idx: int):
+        out = self._step(batch, self._generator(batch))
+        self.log("train/loss", out.loss, prog_bar=True)
+        self.log_dict({f"train/{k}": v for k, v in out.metrics.items()})
+        return out.loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        now = time.perf_counter()
+        if self._t0 is not None:  # tokens/s of this device over the last batch
+            self.log("train/tokens_per_s", batch["attention_mask"].sum().float() / (now - self._t0), prog_bar=True)
+        self._t0 = now
+
+    def validation_step(self, batch: dict, batch_idx: int):
+        g = torch.Generator(device=self.device).manual_seed(step_seed(self.cfg.seed, -1 - batch_idx))
+        out = self._step(batch, g)  # fixed masks: comparable across steps and runs
+        self.log("val/loss", out.loss, sync_dist=True)
+        self.log_dict({f"val/{k}": v for k, v in out.metrics.items()}, sync_dist=True)
+
+    def configure_optimizers(self):
+        o = self.cfg.optim
+        return adamw_with_linear_schedule(
+            self.objective, self.cfg.resolved.lr, o.betas, o.eps, o.weight_decay, o.warmup_steps, self.total_steps
+        )
+
+
+class PretrainData(pl.LightningDataModule):
+    """The train stream starts where the restored global step says (see streams.py)."""
+
+    def __init__(self, train, val, seed: int, batch_size: int, num_workers: int, columns: tuple[str, ...]):
+        super().__init__()
+        self.train, self.val, self.seed = train, val, seed
+        self.batch_size, self.num_workers, self.columns = batch_size, num_workers, columns
+
+    def train_dataloader(self):
+        t = self.trainer
+        start = t.global_step * t.accumulate_grad_batches * self.batch_size * t.world_size
+        return DataLoader(
+            PermutedStream(self.train, self.seed, self.columns),
+            batch_size=self.batch_size,
+            sampler=StreamSampler(start, t.global_rank, t.world_size),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def val_dataloader(self):
+        return DataLoader(
+            _Rows(self.val, self.columns), batch_size=self.batch_size, num_workers=self.num_workers
+        )
+
+
+class _Rows(torch.utils.data.Dataset):
+    def __init__(self, rows, columns):
+        self.rows, self.columns = rows, columns
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        row = self.rows[i]
+        return {c: torch.as_tensor(row[c]) for c in self.columns}
+
+
+def resolve(cfg: DictConfig) -> DictConfig:
+    """Fill the paper defaults (lr, steps, batch size) into ``cfg.resolved``."""
+    paper_size = model_config(cfg.choices.model).hidden_size  # the preset's, before scale= shrinks it
+    recipe = recipes.paper_recipe(cfg.choices.model, paper_size)
+    resolved = {
+        "lr": cfg.optim.lr or recipe.lr,
+        "max_steps": cfg.trainer.max_steps or recipe.max_steps,
+        "batch_size": cfg.trainer.batch_size or recipe.batch_size,
+        "generator_fraction": recipes.generator_fraction(paper_size),
+    }
+    OmegaConf.set_struct(cfg, False)
+    cfg.resolved = resolved
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def run_pretrain(cfg: DictConfig) -> Run:
+    """Pre-train as configured; returns the run. A finished run with the same config is reused."""
+    from ..data.pretraining import prepare_pretraining_data
+
+    cfg = resolve(cfg)
+    slug = "-".join(filter(None, [cfg.model.name, cfg.objective.name, cfg.name]))
+    run = Run.for_config(cfg.outputs, "pretrain", slug, cfg)
+    if run.finished:
+        print(f"already finished: {run.dir} (nothing to do)")
+        return run
+    if run.last_checkpoint() and not cfg.resume:
+        raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it or name=<label> for a new run")
+    run.dir.mkdir(parents=True, exist_ok=True)
+    run.write_config(cfg)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    data = prepare_pretraining_data(
+        cfg.data, cfg.tokenizer, cfg.seq_len, Path(cfg.outputs) / "cache", cfg.seed, cfg.objective.pair_format
+    )
+    tok = data.tokenizer
+    model_cfg = dataclasses.replace(to_model_config(cfg.model), vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
+    if model_cfg.absolute_positions and model_cfg.max_position_embeddings < cfg.seq_len:
+        raise UserError(f"seq_len={cfg.seq_len} exceeds model.max_position_embeddings={model_cfg.max_position_embeddings}")
+    tokens = TokenInfo(tok.vocab_size, tok.mask_id, tuple(sorted(tok.special_ids)), tok.continuation_mask())
+
+    steps = cfg.resolved.max_steps
+    module = PretrainModule(model_cfg, cfg, tokens, steps)
+    if cfg.init:
+        _init_weights(module.objective.encoder, cfg.init, model_cfg)
+    columns = COLUMNS + (("pair_label",) if cfg.objective.pair_format in ("nsp", "sop") else ())
+    batch = per_device_batch(cfg.resolved.batch_size, cfg.trainer)
+    datamodule = PretrainData(data.train, data.val, cfg.seed, batch, cfg.trainer.num_workers, columns)
+
+    from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+
+    t = cfg.trainer
+    trainer = pl.Trainer(
+        default_root_dir=str(run.dir),
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=t.strategy,
+        precision=t.precision,
+        max_steps=steps,
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        gradient_clip_val=cfg.optim.grad_clip,
+        val_check_interval=t.val_every_n_steps * t.accumulate_grad_batches,
+        check_val_every_n_epoch=None,
+        limit_val_batches=t.val_batches,
+        num_sanity_val_steps=0,
+        log_every_n_steps=t.log_every_n_steps,
+        deterministic=t.deterministic,
+        use_distributed_sampler=False,
+        logger=make_loggers(cfg, run, "pretrain", tags=[cfg.choices.model, cfg.objective.name]),
+        callbacks=[
+            ModelCheckpoint(
+                dirpath=str(run.checkpoints),
+                filename="step={step}",
+                auto_insert_metric_name=False,
+                every_n_train_steps=t.checkpoint_every_n_steps,
+                save_top_k=-1,
+                save_last=True,
+            ),
+            LearningRateMonitor(logging_interval="step"),
+            RichProgressBar(),
+        ],
+        enable_model_summary=False,
+    )
+    run.set_status("running", stage="pretrain")
+    started = time.time()
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(run.last_checkpoint()) if run.last_checkpoint() else None)
+    except BaseException as e:
+        run.set_status("failed", error=f"{type(e).__name__}: {e}".splitlines()[0])
+        finish_wandb()
+        raise
+    if trainer.global_rank == 0:
+        _finish(run, trainer, module, model_cfg, data, time.time() - started)
+    finish_wandb()
+    return run
+
+
+def _init_weights(encoder, init: str, model_cfg: ModelConfig) -> None:
+    """Continue pre-training from a convexp model directory / pretrain run or a HF checkpoint."""
+    from ..models.io import is_model_dir, load_encoder_weights, read_model_config
+
+    path = Path(init)
+    if (path / "model").is_dir():
+        path = path / "model"
+    if is_model_dir(path):
+        src = read_model_config(path)
+    else:
+        from ..models.hf import load_pretrained
+
+        hf_encoder, src = load_pretrained(init)
+    if src.vocab_size != model_cfg.vocab_size:
+        raise UserError(
+            f"init={init} has a vocabulary of {src.vocab_size} tokens but the tokenizer has {model_cfg.vocab_size}; "
+            "use the checkpoint's own tokenizer (tokenizer=pretrained tokenizer.path=<its vocab.txt or tokenizer.json>)"
+        )
+    if is_model_dir(path):
+        load_encoder_weights(encoder, path)
+    else:
+        missing, unexpected = encoder.load_state_dict(hf_encoder.state_dict(), strict=False)
+        if missing or unexpected:
+            raise UserError(f"init={init} does not match model={model_cfg.name}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+
+
+def _finish(run: Run, trainer: pl.Trainer, module: PretrainModule, model_cfg: ModelConfig, data, seconds: float) -> None:
+    """Export the model (the discriminator for ELECTRA), write metrics.json, mark finished."""
+    obj = module.objective
+    model = obj.discriminator if isinstance(obj, ElectraObjective) else obj.model
+    tok_dir = run.dir / "tokenizer"
+    if not tok_dir.exists():
+        data.tokenizer.save(tok_dir)
+    if not run.model_dir.exists():
+        save_model_dir(model.cpu().float(), model_cfg, run.model_dir, extra_files=sorted(tok_dir.iterdir()))
+    m = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    metrics = {
+        "steps": trainer.global_step,
+        "final_train_loss": m.get("train/loss"),
+        "val_loss": m.get("val/loss"),
+        "val_mlm_loss": m.get("val/mlm_loss"),
+        "unigram_entropy": data.stats.get("unigram_entropy"),
+        "tokens_per_s": m.get("train/tokens_per_s"),
+        "wall_time_s": seconds,
+        "metrics": m,
+        "data": {k: v for k, v in data.stats.items() if isinstance(v, (int, float, str, bool))},
+    }
+    run.write_json("metrics.json", metrics)
+    run.set_status("finished")
+    print(f"finished: {run.dir}")

@@ -1,0 +1,53 @@
+"""Resumable, deterministic streams of training examples.
+
+Training reads an endless stream: position p of the stream is row perm_e[p mod n] of the
+dataset, where perm_e is a permutation drawn from (seed, epoch e = p // n). Position p goes to
+rank p mod world_size. A run resumed at optimizer step s starts at position
+s · accumulate · batch_per_device · world_size and sees exactly the rows an uninterrupted run
+would have seen; each batch also carries its first position, from which the step's random
+masks are seeded, so a resumed run reproduces an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+from torch.utils.data import Dataset, Sampler
+
+
+class PermutedStream(Dataset):
+    """Map position -> example dict (+ "position"), over an endless sequence of epochs."""
+
+    def __init__(self, rows, seed: int, columns: tuple[str, ...]):
+        self.rows, self.seed, self.columns = rows, seed, columns
+        self.n = len(rows)
+        self._epoch, self._perm = -1, None
+
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        if epoch != self._epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._epoch, self._perm = epoch, torch.randperm(self.n, generator=g)
+        return self._perm
+
+    def __len__(self) -> int:  # one epoch; the sampler decides how far to go
+        return self.n
+
+    def __getitem__(self, position: int) -> dict:
+        row = self.rows[int(self._permutation(position // self.n)[position % self.n])]
+        out = {c: torch.as_tensor(row[c]) for c in self.columns}
+        out["position"] = torch.tensor(position)
+        return out
+
+
+class StreamSampler(Sampler[int]):
+    """Endless positions start + k·world_size + rank, k = 0, 1, ... (no __len__: the run is step-bounded)."""
+
+    def __init__(self, start: int, rank: int = 0, world_size: int = 1):
+        self.start, self.rank, self.world_size = start, rank, world_size
+
+    def __iter__(self) -> Iterator[int]:
+        p = self.start + self.rank
+        while True:
+            yield p
+            p += self.world_size

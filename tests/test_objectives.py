@@ -1,0 +1,108 @@
+"""Pre-training objectives: BERT masking statistics and ELECTRA's generator/discriminator wiring."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from convexp.models import ModelConfig
+from convexp.models.heads import IGNORE
+from convexp.stages.objectives import ElectraObjective, TokenInfo, generator_config, mask_tokens
+
+PAD, UNK, CLS, SEP, MASK = range(5)
+INFO = TokenInfo(vocab_size=1000, mask_id=MASK, special_ids=(PAD, UNK, CLS, SEP, MASK))
+
+
+def batch(B=256, L=128, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 1000, (B, L), generator=g)
+    ids[:, 0], ids[:, -1] = CLS, SEP
+    ids[:, 1] = torch.randint(5, 500, (B,), generator=g)  # a sequence starts with a whole word
+    cut = L * 3 // 4
+    ids[: B // 2, cut:] = PAD  # half the rows padded
+    ids[: B // 2, cut - 1] = SEP
+    return ids
+
+
+def test_mask_statistics_15_percent_and_80_10_10():
+    ids = batch()
+    masked, labels = mask_tokens(ids, INFO, torch.Generator().manual_seed(1))
+    maskable = ids >= 5
+    chosen = labels != IGNORE
+    assert not (chosen & ~maskable).any(), "special or padding tokens were chosen"
+    assert torch.equal(labels[chosen], ids[chosen])
+    assert torch.equal(masked[~chosen], ids[~chosen]), "unchosen tokens must be untouched"
+    frac = chosen.sum() / maskable.sum()
+    assert abs(frac - 0.15) < 0.005
+    n = chosen.sum()
+    as_mask = (masked[chosen] == MASK).sum() / n
+    kept = (masked[chosen] == ids[chosen]).sum() / n
+    random = 1 - as_mask - kept
+    assert abs(as_mask - 0.8) < 0.01 and abs(kept - 0.1) < 0.01 and abs(random - 0.1) < 0.01
+    replaced = chosen & (masked != MASK) & (masked != ids)
+    assert (masked[replaced] >= 5).all(), "random replacements must not be special tokens"
+
+
+def test_masking_is_determined_by_the_generator_seed():
+    ids = batch(B=8)
+    a = mask_tokens(ids, INFO, torch.Generator().manual_seed(7))
+    b = mask_tokens(ids, INFO, torch.Generator().manual_seed(7))
+    c = mask_tokens(ids, INFO, torch.Generator().manual_seed(8))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[1], c[1])
+
+
+def test_whole_word_masking_masks_every_piece_of_a_word():
+    continuation = torch.zeros(1000, dtype=torch.bool)
+    continuation[500:] = True  # ids >= 500 are "##pieces"
+    info = TokenInfo(1000, MASK, INFO.special_ids, continuation)
+    ids = batch(B=64)
+    _, labels = mask_tokens(ids, info, torch.Generator().manual_seed(3), mask_prob=0.3, whole_word=True)
+    chosen = labels != IGNORE
+    cont = continuation[ids] & (ids >= 5)
+    # a continuation piece is chosen exactly when the token before it (same word) is chosen
+    prev_chosen = torch.zeros_like(chosen)
+    prev_chosen[:, 1:] = chosen[:, :-1]
+    assert torch.equal(chosen[cont], prev_chosen[cont])
+    assert chosen.any() and (chosen & cont).any()
+
+
+def small_cfg(**kw) -> ModelConfig:
+    return ModelConfig(vocab_size=1000, hidden_size=64, embedding_size=32, num_layers=2, num_heads=4,
+                       intermediate_size=128, max_position_embeddings=64, **kw)
+
+
+def test_generator_is_a_quarter_of_the_discriminator():
+    g = generator_config(small_cfg(mixer="mixed", kernel_size=9), 0.25)
+    assert (g.hidden_size, g.num_heads, g.intermediate_size, g.emb_size, g.num_layers) == (16, 1, 32, 32, 2)
+    assert g.mixer == "mixed"
+
+
+@pytest.mark.parametrize("mixer", ["attention", "mixed"])
+def test_electra_discriminator_labels_are_exactly_the_replaced_positions(mixer):
+    torch.manual_seed(0)
+    obj = ElectraObjective(small_cfg(mixer=mixer, kernel_size=9 if mixer == "mixed" else 17), 0.25)
+    d, g = obj.discriminator.encoder.embeddings, obj.generator.encoder.embeddings
+    assert d.word is g.word and d.position is g.position and d.norm is g.norm
+    assert obj.generator.head.decoder is d.word
+    ids = batch(B=16, L=64)
+    am = (ids != PAD).long()
+    masked, labels = mask_tokens(ids, INFO, torch.Generator().manual_seed(0))
+    seen = {}
+    orig_forward = obj.discriminator.forward
+
+    def spy(inp, attention_mask=None, token_type_ids=None, labels=None):
+        seen["corrupted"], seen["labels"] = inp, labels
+        return orig_forward(inp, attention_mask, token_type_ids, labels)
+
+    obj.discriminator.forward = spy
+    out = obj({"input_ids": ids, "attention_mask": am}, masked, labels, generator=torch.Generator().manual_seed(0))
+    corrupted, disc_labels = seen["corrupted"], seen["labels"]
+    chosen = labels != IGNORE
+    assert torch.equal(corrupted[~chosen], ids[~chosen]), "only chosen positions are corrupted"
+    assert torch.equal(disc_labels.bool(), corrupted != ids)
+    assert (corrupted[chosen] != MASK).any(), "masked positions carry generator samples, not [MASK]"
+    out.loss.backward()
+    assert obj.generator.encoder.layers[0].ffn.fc1.weight.grad is not None  # the generator learns (MLM)
+    assert d.word.weight.grad is not None
+    assert torch.isfinite(out.loss)
