@@ -29,7 +29,9 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-OVERRIDES = typer.Argument(None, help="Hydra overrides KEY=VALUE, e.g. model=chang_small_composite scale=smoke.")
+OVERRIDES = typer.Argument(
+    None, help="Hydra overrides KEY=VALUE, e.g. model=chang_small_composite scale=smoke."
+)
 
 
 @app.command()

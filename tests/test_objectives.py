@@ -68,8 +68,16 @@ def test_whole_word_masking_masks_every_piece_of_a_word():
 
 
 def small_cfg(**kw) -> ModelConfig:
-    return ModelConfig(vocab_size=1000, hidden_size=64, embedding_size=32, num_layers=2, num_heads=4,
-                       intermediate_size=128, max_position_embeddings=64, **kw)
+    return ModelConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        embedding_size=32,
+        num_layers=2,
+        num_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        **kw,
+    )
 
 
 def test_generator_is_a_quarter_of_the_discriminator():
@@ -96,7 +104,9 @@ def test_electra_discriminator_labels_are_exactly_the_replaced_positions(mixer):
         return orig_forward(inp, attention_mask, token_type_ids, labels)
 
     obj.discriminator.forward = spy
-    out = obj({"input_ids": ids, "attention_mask": am}, masked, labels, generator=torch.Generator().manual_seed(0))
+    out = obj(
+        {"input_ids": ids, "attention_mask": am}, masked, labels, generator=torch.Generator().manual_seed(0)
+    )
     corrupted, disc_labels = seen["corrupted"], seen["labels"]
     chosen = labels != IGNORE
     assert torch.equal(corrupted[~chosen], ids[~chosen]), "only chosen positions are corrupted"

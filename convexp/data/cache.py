@@ -12,9 +12,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 
 def config_hash(*parts, length: int = 16) -> str:

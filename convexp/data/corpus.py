@@ -78,9 +78,15 @@ def data_settings(cfg) -> dict:
             f"{', '.join(DATA_DEFAULTS)}"
         )
     s = {**DATA_DEFAULTS, **given}
+    if s["path"] in ("", "???"):  # unset (Hydra's mandatory value)
+        s["path"] = None
     if s["source"] not in SOURCES:
         raise UnknownSourceError(
             f"unknown data source {s['source']!r}; set data.source to one of: {', '.join(SOURCES)}"
+        )
+    if s["source"] == "synthetic" and not (isinstance(s["num_docs"], int) and s["num_docs"] > 0):
+        raise DataError(
+            f"data.num_docs must be a positive number for the synthetic corpus, not {s['num_docs']!r}"
         )
     if s["source"] in ("hub", "files") and not s["path"]:
         raise DataPathError(
@@ -179,6 +185,8 @@ def _load_files(s: dict):
     import datasets
 
     builder, files = find_data_files(s["path"])
+    if all(Path(f).stat().st_size == 0 for f in files):
+        raise EmptyCorpusError(f"{s['path']} holds only empty files; put documents there or fix data.path")
     kwargs = {"sample_by": "line" if s["line_by_line"] else "paragraph"} if builder == "text" else {}
     try:
         ds = datasets.load_dataset(

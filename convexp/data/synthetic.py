@@ -29,9 +29,9 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Sequence
 
 _LEXICON_SEED = 20240611  # fixes the language; corpus seeds only change the documents
 NUM_TOPICS = 12

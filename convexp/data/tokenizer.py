@@ -16,16 +16,22 @@ name: [PAD]/<pad>, [UNK]/<unk>, [CLS]/<s>, [SEP]/</s>, [MASK]/<mask>.
 
 WordPiece is BERT's uncased recipe (BertNormalizer, BertPreTokenizer, "##" continuation,
 WordPiece decoder); Unigram is SentencePiece's (NFKC, lowercase, Metaspace "▁" word
-boundaries). Training is made reproducible: the ``tokenizers`` trainers assign WordPiece ids in
-hash order and sum Unigram scores in parallel, so after training the WordPiece vocabulary is
-re-numbered (specials, then tokens sorted) and Unigram scores are rounded to 1e-8.
+boundaries). Training is made reproducible: the ``tokenizers`` WordPiece trainer numbers
+characters in hash order and breaks ties between merges by id, so the alphabet is pinned
+before training (one pass more over the texts); the Unigram trainer sums scores in parallel, so
+scores are rounded to 1e-8. After training both vocabularies are re-numbered: specials, then
+tokens sorted (WordPiece: alphabetically; Unigram: by score).
+
+Known limitation: the ``tokenizers`` Unigram trainer seeds its pieces from the distinct words
+of the corpus, so a frequent word that is not part of another word (common in the small
+synthetic language, rare in English) may be split into characters; prefer WordPiece there.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from .errors import TokenizerError
 
@@ -84,6 +90,29 @@ class Tokenizer:
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def continuation_mask(self):
+        """A bool tensor [vocab_size]: True where a token continues a word (WordPiece "##x",
+        SentencePiece pieces without a leading "▁"), for whole-word masking; specials are False.
+        None for a tokenizer without word boundaries in its tokens (e.g. byte-level BPE)."""
+        import torch
+
+        d = json.loads(self.to_json())
+        if d["model"]["type"] == "WordPiece":
+            prefix = d["model"].get("continuing_subword_prefix") or "##"
+
+            def continues(token):
+                return token.startswith(prefix)
+        elif (marker := _metaspace_replacement(d.get("pre_tokenizer"))) is not None:
+
+            def continues(token):
+                return not token.startswith(marker)
+        else:
+            return None
+        mask = torch.zeros(self.vocab_size, dtype=torch.bool)
+        for token, i in self.backend.get_vocab(with_added_tokens=True).items():
+            mask[i] = i not in self.special_ids and continues(token)
+        return mask
+
     def to_json(self) -> str:
         """The serialised tokenizer (what identifies it in cache keys)."""
         return self.backend.to_str()
@@ -101,7 +130,7 @@ class Tokenizer:
         return directory
 
     @classmethod
-    def load(cls, path, lowercase: bool = True) -> "Tokenizer":
+    def load(cls, path, lowercase: bool = True) -> Tokenizer:
         """Load a tokenizer.json, a BERT vocab.txt (``lowercase`` applies) or a directory with one."""
         from tokenizers import Tokenizer as Backend
 
@@ -143,6 +172,8 @@ def tokenizer_settings(cfg) -> dict:
             f"known keys: {', '.join(TOKENIZER_DEFAULTS)}"
         )
     s = {**TOKENIZER_DEFAULTS, **given}
+    if s["path"] in ("", "???"):  # unset (Hydra's mandatory value)
+        s["path"] = None
     if s["kind"] not in KINDS:
         raise TokenizerError(
             f"unknown tokenizer kind {s['kind']!r}; set tokenizer.kind to one of: {', '.join(KINDS)}"
@@ -152,7 +183,9 @@ def tokenizer_settings(cfg) -> dict:
             "tokenizer.path is required for kind 'pretrained'; set it to a tokenizer.json or vocab.txt"
         )
     if s["kind"] != "pretrained" and int(s["vocab_size"]) <= len(SPECIAL_TOKENS):
-        raise TokenizerError(f"tokenizer.vocab_size {s['vocab_size']} is too small; use at least 100")
+        raise TokenizerError(
+            f"tokenizer.vocab_size {s['vocab_size']} must exceed the 5 special tokens; use e.g. 2000 or more"
+        )
     return s
 
 
@@ -167,21 +200,28 @@ def build_tokenizer(cfg, texts_iterator_factory: Callable[[], Iterator[str | lis
     s = tokenizer_settings(cfg)
     if s["kind"] == "pretrained":
         return Tokenizer.load(s["path"], lowercase=bool(s["lowercase"]))
-    specials = list(SPECIAL_TOKENS)
     if s["kind"] == "wordpiece":
         backend = _bert_wordpiece(None, bool(s["lowercase"]))
+        texts = texts_iterator_factory()
+        # Listing the alphabet (and its "##" forms) up front gives every character a fixed id,
+        # which makes the trainer's tie-breaking, hence the vocabulary, reproducible.
+        pinned = _alphabet(texts_iterator_factory(), backend.normalizer)
+        pinned += ["##" + c for c in pinned]
         trainer = trainers.WordPieceTrainer(
             vocab_size=int(s["vocab_size"]),
-            special_tokens=specials,
+            special_tokens=[*SPECIAL_TOKENS, *pinned],
             continuing_subword_prefix="##",
             show_progress=False,
         )
     else:
-        backend = _sentencepiece_unigram(bool(s["lowercase"]))
+        backend, texts = _sentencepiece_unigram(bool(s["lowercase"])), texts_iterator_factory()
         trainer = trainers.UnigramTrainer(
-            vocab_size=int(s["vocab_size"]), special_tokens=specials, unk_token="[UNK]", show_progress=False
+            vocab_size=int(s["vocab_size"]),
+            special_tokens=list(SPECIAL_TOKENS),
+            unk_token="[UNK]",
+            show_progress=False,
         )
-    backend.train_from_iterator(texts_iterator_factory(), trainer)
+    backend.train_from_iterator(texts, trainer)
     backend = _canonical(backend)
     _add_bert_template(backend)
     return Tokenizer(backend)
@@ -227,6 +267,16 @@ def _sentencepiece_unigram(lowercase: bool):
     return backend
 
 
+def _alphabet(texts, normalizer) -> list[str]:
+    """The sorted characters of the texts after normalisation (whitespace excluded)."""
+    raw: set[str] = set()
+    for item in texts:
+        for t in [item] if isinstance(item, str) else item:
+            raw.update(t)
+    chars = {c for r in raw for c in normalizer.normalize_str(r)}
+    return sorted(c for c in chars if not c.isspace())
+
+
 def _canonical(backend):
     """The same tokenizer with a reproducible serialisation (see the module docstring)."""
     from tokenizers import Tokenizer as Backend
@@ -237,10 +287,44 @@ def _canonical(backend):
         rest = sorted(t for t in model["vocab"] if t not in SPECIAL_TOKENS)
         model["vocab"] = {t: i for i, t in enumerate([*SPECIAL_TOKENS, *rest])}
     elif model["type"] == "Unigram":
-        model["vocab"] = [[piece, round(score, 8)] for piece, score in model["vocab"]]
-    for tok in d.get("added_tokens", []):
-        assert tok["id"] == SPECIAL_TOKENS.index(tok["content"]), "trainer moved a special token"
+        scores = {piece: round(score, 8) for piece, score in _sort_required_chars(model["vocab"])}
+        rest = sorted((p for p in scores if p not in SPECIAL_TOKENS), key=lambda p: (-scores[p], p))
+        model["vocab"] = [[p, scores[p]] for p in [*SPECIAL_TOKENS, *rest]]
+        model["unk_id"] = SPECIAL_TOKENS.index("[UNK]")
+    # Only the real specials stay "added tokens" (the pinned alphabet was a training device).
+    d["added_tokens"] = [t for t in d["added_tokens"] if t["content"] in SPECIAL_TOKENS]
+    for tok in d["added_tokens"]:
+        tok["id"] = SPECIAL_TOKENS.index(tok["content"])
     return Backend.from_str(json.dumps(d))
+
+
+def _sort_required_chars(vocab: list) -> list:
+    """The Unigram trainer appends the characters it needs for coverage with scores
+    s, s - 1e-4, s - 2e-4, ... in hash order: give each such run its characters in sorted order."""
+    vocab = [list(v) for v in vocab]
+    chars = [i for i, (piece, _) in enumerate(vocab) if len(piece) == 1]  # other pieces may sit between
+    run: list[int] = []
+    for i in [*chars, None]:
+        if i is not None and run and abs(vocab[run[-1]][1] - vocab[i][1] - 1e-4) < 1e-7:
+            run.append(i)
+            continue
+        if len(run) > 1:
+            for k, piece in zip(run, sorted(vocab[k][0] for k in run)):
+                vocab[k][0] = piece
+        run = [i]
+    return vocab
+
+
+def _metaspace_replacement(pre_tokenizer: dict | None) -> str | None:
+    """The word-start marker of a Metaspace pre-tokenizer (possibly inside a Sequence), else None."""
+    if not pre_tokenizer:
+        return None
+    if pre_tokenizer.get("type") == "Metaspace":
+        return pre_tokenizer.get("replacement", "▁")
+    for inner in pre_tokenizer.get("pretokenizers", []):
+        if (found := _metaspace_replacement(inner)) is not None:
+            return found
+    return None
 
 
 def _add_bert_template(backend) -> None:

@@ -6,6 +6,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+import datasets
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -36,7 +37,9 @@ class PretrainModule(pl.LightningModule):
             self.objective = MLMObjective(model_cfg, pair_head=obj.pair_format in ("nsp", "sop"))
         elif obj.name == "electra":
             fraction = obj.generator_fraction or cfg.resolved.generator_fraction
-            self.objective = ElectraObjective(model_cfg, fraction, obj.gen_weight, obj.disc_weight, obj.temperature)
+            self.objective = ElectraObjective(
+                model_cfg, fraction, obj.gen_weight, obj.disc_weight, obj.temperature
+            )
         else:
             raise UserError(f"unknown objective {obj.name!r}; use objective=mlm or objective=electra")
         self._t0 = None
@@ -49,7 +52,13 @@ class PretrainModule(pl.LightningModule):
     def _step(self, batch: dict, generator: torch.Generator):
         o = self.cfg.objective
         masked, labels = mask_tokens(
-            batch["input_ids"], self.tokens, generator, o.mask_prob, o.replace_mask, o.replace_random, o.whole_word
+            batch["input_ids"],
+            self.tokens,
+            generator,
+            o.mask_prob,
+            o.replace_mask,
+            o.replace_random,
+            o.whole_word,
         )
         return self.objective(batch, masked, labels, generator=generator)
 
@@ -62,7 +71,9 @@ class PretrainModule(pl.LightningModule):
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         now = time.perf_counter()
         if self._t0 is not None:  # tokens/s of this device over the last batch
-            self.log("train/tokens_per_s", batch["attention_mask"].sum().float() / (now - self._t0), prog_bar=True)
+            self.log(
+                "train/tokens_per_s", batch["attention_mask"].sum().float() / (now - self._t0), prog_bar=True
+            )
         self._t0 = now
 
     def validation_step(self, batch: dict, batch_idx: int):
@@ -74,7 +85,13 @@ class PretrainModule(pl.LightningModule):
     def configure_optimizers(self):
         o = self.cfg.optim
         return adamw_with_linear_schedule(
-            self.objective, self.cfg.resolved.lr, o.betas, o.eps, o.weight_decay, o.warmup_steps, self.total_steps
+            self.objective,
+            self.cfg.resolved.lr,
+            o.betas,
+            o.eps,
+            o.weight_decay,
+            o.warmup_steps,
+            self.total_steps,
         )
 
 
@@ -142,18 +159,23 @@ def run_pretrain(cfg: DictConfig) -> Run:
         print(f"already finished: {run.dir} (nothing to do)")
         return run
     if run.last_checkpoint() and not cfg.resume:
-        raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it or name=<label> for a new run")
-    run.dir.mkdir(parents=True, exist_ok=True)
-    run.write_config(cfg)
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-
+        raise UserError(
+            f"{run.dir} has an unfinished run; pass resume=true to continue it or name=<label> for a new run"
+        )
+    model_cfg = to_model_config(cfg.model)
+    if model_cfg.absolute_positions and model_cfg.max_position_embeddings < cfg.seq_len:
+        raise UserError(
+            f"seq_len={cfg.seq_len} exceeds model.max_position_embeddings={model_cfg.max_position_embeddings}"
+        )
+    datasets.disable_progress_bars()
     data = prepare_pretraining_data(
         cfg.data, cfg.tokenizer, cfg.seq_len, Path(cfg.outputs) / "cache", cfg.seed, cfg.objective.pair_format
     )
     tok = data.tokenizer
-    model_cfg = dataclasses.replace(to_model_config(cfg.model), vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
-    if model_cfg.absolute_positions and model_cfg.max_position_embeddings < cfg.seq_len:
-        raise UserError(f"seq_len={cfg.seq_len} exceeds model.max_position_embeddings={model_cfg.max_position_embeddings}")
+    model_cfg = dataclasses.replace(model_cfg, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
+    run.dir.mkdir(parents=True, exist_ok=True)
+    run.write_config(cfg)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
     tokens = TokenInfo(tok.vocab_size, tok.mask_id, tuple(sorted(tok.special_ids)), tok.continuation_mask())
 
     steps = cfg.resolved.max_steps
@@ -202,7 +224,11 @@ def run_pretrain(cfg: DictConfig) -> Run:
     run.set_status("running", stage="pretrain")
     started = time.time()
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=str(run.last_checkpoint()) if run.last_checkpoint() else None)
+        trainer.fit(
+            module,
+            datamodule=datamodule,
+            ckpt_path=str(run.last_checkpoint()) if run.last_checkpoint() else None,
+        )
     except BaseException as e:
         run.set_status("failed", error=f"{type(e).__name__}: {e}".splitlines()[0])
         finish_wandb()
@@ -236,10 +262,14 @@ def _init_weights(encoder, init: str, model_cfg: ModelConfig) -> None:
     else:
         missing, unexpected = encoder.load_state_dict(hf_encoder.state_dict(), strict=False)
         if missing or unexpected:
-            raise UserError(f"init={init} does not match model={model_cfg.name}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+            raise UserError(
+                f"init={init} does not match model={model_cfg.name}: missing {missing[:3]}, unexpected {unexpected[:3]}"
+            )
 
 
-def _finish(run: Run, trainer: pl.Trainer, module: PretrainModule, model_cfg: ModelConfig, data, seconds: float) -> None:
+def _finish(
+    run: Run, trainer: pl.Trainer, module: PretrainModule, model_cfg: ModelConfig, data, seconds: float
+) -> None:
     """Export the model (the discriminator for ELECTRA), write metrics.json, mark finished."""
     obj = module.objective
     model = obj.discriminator if isinstance(obj, ElectraObjective) else obj.model
@@ -249,8 +279,11 @@ def _finish(run: Run, trainer: pl.Trainer, module: PretrainModule, model_cfg: Mo
     if not run.model_dir.exists():
         save_model_dir(model.cpu().float(), model_cfg, run.model_dir, extra_files=sorted(tok_dir.iterdir()))
     m = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    steps = trainer.global_step
+    if steps == 0 and run.last_checkpoint():  # ddp_spawn: the main process did not train; its checkpoint did
+        steps = torch.load(run.last_checkpoint(), map_location="cpu", weights_only=False)["global_step"]
     metrics = {
-        "steps": trainer.global_step,
+        "steps": steps,
         "final_train_loss": m.get("train/loss"),
         "val_loss": m.get("val/loss"),
         "val_mlm_loss": m.get("val/mlm_loss"),

@@ -1,0 +1,148 @@
+"""Packing tokenised documents into fixed-length pre-training blocks (pure Python).
+
+Documents (lists of token ids without special tokens) are concatenated, in order, into one
+stream, and the stream is cut into blocks that fill ``seq_len`` exactly (a block may span a
+document boundary, as RoBERTa's FULL-SENTENCES; nothing marks the boundary). Block layouts:
+
+  pairs   [CLS] A [SEP] B [SEP]   A and B consecutive spans of the stream, split at a uniformly
+          random point (Chang et al.'s sentence pairs without NSP); no label
+  nsp     as pairs, but with probability 1/2 B is replaced by a span of the same length from a
+          random other document; pair_label 1 = random ("not next"), 0 = next. The tokens of
+          the replaced B are not lost: the next block starts with them (BERT does the same)
+  sop     as pairs, but with probability 1/2 A and B are swapped; pair_label 1 = swapped
+  single  [CLS] tokens [SEP]
+
+Each row: ``input_ids``, ``token_type_ids`` (0 for [CLS] A [SEP], 1 for B [SEP]),
+``attention_mask`` (1 = real token), all ``seq_len`` long, and ``pair_label`` for nsp/sop.
+Only the last block of a stream can be short; it is padded with pad_id (type 0, mask 0).
+A final remainder of one token is dropped in the pair formats.
+
+"Random other document" is drawn from a pool of the ``pool_size`` most recently read
+documents (excluding those in the current block), so that streams of any size can be packed
+in one pass; until the pool holds another document, an nsp block keeps its true B (label 0).
+
+The output depends only on the documents, the settings and ``rng``'s state: packing is
+deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+PAIR_FORMATS = ("pairs", "nsp", "sop", "single")
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    cls_id: int
+    sep_id: int
+    pad_id: int
+
+
+def min_seq_len(pair_format: str) -> int:
+    """Shortest block with at least one token per segment."""
+    return 3 if pair_format == "single" else 5
+
+
+def pack_blocks(
+    docs: Iterable[list[int]],
+    seq_len: int,
+    pair_format: str,
+    specials: SpecialIds,
+    rng: random.Random,
+    pool_size: int = 1000,
+) -> Iterator[dict]:
+    """Yield the blocks of a document stream (see the module docstring) as dicts of lists."""
+    if pair_format not in PAIR_FORMATS:
+        raise ValueError(f"unknown pair_format {pair_format!r}; choose one of {PAIR_FORMATS}")
+    if seq_len < min_seq_len(pair_format):
+        raise ValueError(f"seq_len {seq_len} is too short for pair_format {pair_format!r}")
+    room = seq_len - (2 if pair_format == "single" else 3)  # content tokens per block
+    buf: list[int] = []  # tokens read but not yet packed
+    buf_doc: list[int] = []  # the document index of each of them
+    pool: list[tuple[int, list[int]]] = []  # ring buffer of recent documents (nsp)
+    docs_iter = iter(enumerate(docs))
+
+    def fill() -> None:
+        while len(buf) < room:
+            nxt = next(docs_iter, None)
+            if nxt is None:
+                return
+            i, ids = nxt
+            if not ids:
+                continue
+            buf.extend(ids)
+            buf_doc.extend([i] * len(ids))
+            if pair_format == "nsp":
+                if len(pool) < pool_size:
+                    pool.append((i, ids))
+                else:
+                    pool[i % pool_size] = (i, ids)
+
+    while True:
+        fill()
+        take = min(room, len(buf))
+        if pair_format == "single":
+            if take == 0:
+                return
+            yield _row(buf[:take], None, None, seq_len, specials)
+            del buf[:take], buf_doc[:take]
+            continue
+        if take < 2:
+            return
+        cut = rng.randint(1, take - 1)
+        a, b, label, used = buf[:cut], buf[cut:take], None, take
+        if pair_format == "nsp":
+            label = 0
+            if rng.random() < 0.5:
+                span = _random_span(pool, len(b), set(buf_doc[:take]), rng)
+                if span is not None:
+                    b, label, used = span, 1, cut  # the true B starts the next block
+        elif pair_format == "sop":
+            label = int(rng.random() < 0.5)
+            if label:
+                a, b = b, a
+        yield _row(a, b, label, seq_len, specials)
+        del buf[:used], buf_doc[:used]
+
+
+def _random_span(
+    pool, length: int, exclude: set[int], rng: random.Random, tries: int = 20
+) -> list[int] | None:
+    """``length`` tokens from a random pooled document not in ``exclude`` (continuing into the
+    following pooled documents if it is too short), or None if there is no such document."""
+    for _ in range(tries):
+        k = rng.randrange(len(pool))
+        if pool[k][0] not in exclude:
+            break
+    else:
+        return None
+    ids = pool[k][1]
+    start = rng.randrange(max(1, len(ids) - length + 1))
+    span = ids[start : start + length]
+    for step in range(1, len(pool)):
+        if len(span) >= length:
+            break
+        doc, more = pool[(k + step) % len(pool)]
+        if doc not in exclude:
+            span += more[: length - len(span)]
+    return span if len(span) == length else None
+
+
+def _row(a: list[int], b: list[int] | None, label: int | None, seq_len: int, sp: SpecialIds) -> dict:
+    ids = [sp.cls_id, *a, sp.sep_id]
+    types = [0] * len(ids)
+    if b is not None:
+        ids += [*b, sp.sep_id]
+        types += [1] * (len(b) + 1)
+    n, pad = len(ids), seq_len - len(ids)
+    row = {
+        "input_ids": ids + [sp.pad_id] * pad,
+        "token_type_ids": types + [0] * pad,
+        "attention_mask": [1] * n + [0] * pad,
+    }
+    if label is not None:
+        row["pair_label"] = label
+    return row

@@ -1,0 +1,175 @@
+"""`convexp pretrain` end to end, offline: runs, resumes after SIGKILL, DDP, W&B offline, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from wandb_records import config_and_history
+
+# A tiny, fast configuration of the smoke scale (same code paths).
+TINY = [
+    "scale=smoke",
+    "seq_len=32",
+    "model.num_layers=2",
+    "model.hidden_size=32",
+    "model.embedding_size=16",
+    "model.intermediate_size=64",
+    "tokenizer.vocab_size=400",
+    "data.num_docs=300",
+    "trainer.batch_size=8",
+    "trainer.val_batches=2",
+    "trainer.log_every_n_steps=5",
+]
+
+
+def convexp(
+    *args: str, outputs: Path, env: dict | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess:
+    e = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "WANDB_MODE": "offline", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "convexp.cli", *args], capture_output=True, text=True, env=e, timeout=timeout
+    )
+
+
+def run_dirs(outputs: Path) -> list[Path]:
+    return sorted((outputs / "runs" / "pretrain").glob("*"))
+
+
+def metrics(run: Path) -> dict:
+    return json.loads((run / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("objective", ["mlm", "electra"])
+def test_pretrain_runs_exports_and_logs_offline(tmp_path, objective):
+    res = convexp(
+        "pretrain",
+        *TINY,
+        f"objective={objective}",
+        "trainer.max_steps=30",
+        "trainer.val_every_n_steps=15",
+        outputs=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = run_dirs(tmp_path)
+    m = metrics(run)
+    assert m["steps"] == 30 and m["val_loss"] is not None and m["tokens_per_s"] > 0
+    assert json.loads((run / "status.json").read_text())["status"] == "finished"
+    # exported model: weights, model config and tokenizer, loadable by convexp
+    from convexp.models.io import is_model_dir, read_model_config
+
+    assert is_model_dir(run / "model") and (run / "model" / "tokenizer.json").exists()
+    assert read_model_config(run / "model").vocab_size == 400
+    # CSV metrics and the W&B offline run with its config and logged metrics
+    assert "train/loss" in (run / "csv" / "metrics.csv").read_text()
+    [wb] = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    config, history = config_and_history(wb)
+    assert config["objective"]["name"] == objective and config["model"]["hidden_size"] == 32
+    logged = {k for row in history for k in row}
+    assert {"train/loss", "val/loss", "train/tokens_per_s"} <= logged
+    # the same command again: nothing to do
+    again = convexp(
+        "pretrain",
+        *TINY,
+        f"objective={objective}",
+        "trainer.max_steps=30",
+        "trainer.val_every_n_steps=15",
+        outputs=tmp_path,
+    )
+    assert again.returncode == 0 and "already finished" in again.stdout
+    assert len(run_dirs(tmp_path)) == 1
+
+
+def test_killed_run_resumes_to_the_same_result(tmp_path):
+    args = [
+        *TINY,
+        "trainer.max_steps=300",
+        "trainer.checkpoint_every_n_steps=40",
+        "trainer.val_every_n_steps=100",
+        "trainer.deterministic=true",
+    ]
+    ref = convexp("pretrain", *args, outputs=tmp_path / "ref")
+    assert ref.returncode == 0, ref.stderr[-3000:]
+
+    out = tmp_path / "killed"
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(out), "WANDB_MODE": "offline"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "convexp.cli", "pretrain", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("runs/pretrain/*/checkpoints/step=40.ckpt")):
+        time.sleep(0.02)
+    time.sleep(0.3)  # let the checkpoint file be complete
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    [run] = run_dirs(out)
+    assert not (run / "metrics.json").exists(), "the run finished before it could be killed"
+
+    resumed = convexp("pretrain", *args, outputs=out)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = metrics(run_dirs(tmp_path / "ref")[0]), metrics(run)
+    assert b["steps"] == a["steps"] == 300
+    assert b["final_train_loss"] == pytest.approx(a["final_train_loss"], rel=1e-5)
+    assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+
+
+def test_ddp_two_processes_on_cpu(tmp_path):
+    res = convexp(
+        "pretrain",
+        *TINY,
+        "trainer.max_steps=10",
+        "trainer.val_every_n_steps=10",
+        "trainer.strategy=ddp_spawn",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+        outputs=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = run_dirs(tmp_path)
+    assert metrics(run)["steps"] == 10
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["model=nope"], "unknown model 'nope'"),
+        (["data=files", "data.path=/does/not/exist"], "/does/not/exist"),
+        (["trainer.max_step=3"], "unknown config key 'trainer.max_step'"),
+        (["seq_len=1024"], "max_position_embeddings"),
+    ],
+)
+def test_bad_input_one_line_exit_2(tmp_path, args, message):
+    res = convexp("pretrain", *TINY, *args, outputs=tmp_path)
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], res.stderr[-2000:]
+
+
+def test_empty_corpus_and_vocab_mismatch(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n   \n")
+    res = convexp("pretrain", *TINY, "data=files", f"data.path={empty}", outputs=tmp_path)
+    assert res.returncode == 2 and "empty" in res.stderr.lower(), res.stderr[-2000:]
+
+    first = convexp("pretrain", *TINY, "trainer.max_steps=2", "trainer.val_every_n_steps=2", outputs=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    [run] = run_dirs(tmp_path)
+    res = convexp("pretrain", *TINY, "tokenizer.vocab_size=300", f"init={run}", outputs=tmp_path)
+    assert res.returncode == 2 and "vocabulary" in res.stderr, res.stderr[-2000:]
+    assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_cfg_prints_the_composed_config(tmp_path):
+    res = convexp("pretrain", "model=chang_small_composite", "objective=electra", "--cfg", outputs=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "fixed_conv: true" in res.stdout and "disc_weight: 50.0" in res.stdout and "choices:" in res.stdout
+    assert not (tmp_path / "runs").exists()
