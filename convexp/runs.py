@@ -15,17 +15,17 @@ result that a report would read as real.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from .atomic import atomic_write, config_hash
 
 # Keys that change how a run is executed or logged, not what it computes.
 EXECUTION_KEYS = (
@@ -42,19 +42,7 @@ EXECUTION_KEYS = (
 )
 
 
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def config_hash(cfg: DictConfig | dict, ignore: tuple[str, ...] = EXECUTION_KEYS) -> str:
+def run_hash(cfg: DictConfig | dict, ignore: tuple[str, ...] = EXECUTION_KEYS) -> str:
     """Hash of the configuration without the execution-only keys (10 hex digits)."""
     d = (
         OmegaConf.to_container(cfg, resolve=True)
@@ -68,8 +56,7 @@ def config_hash(cfg: DictConfig | dict, ignore: tuple[str, ...] = EXECUTION_KEYS
             node = node.get(p, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict):
             node.pop(leaf, None)
-    blob = json.dumps(d, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+    return config_hash(d, length=10)
 
 
 @dataclass
@@ -78,7 +65,7 @@ class Run:
 
     @classmethod
     def for_config(cls, outputs: str | Path, stage: str, slug: str, cfg: DictConfig) -> "Run":
-        return cls(Path(outputs) / "runs" / stage / f"{slug}-{config_hash(cfg)}")
+        return cls(Path(outputs) / "runs" / stage / f"{slug}-{run_hash(cfg)}")
 
     @property
     def id(self) -> str:

@@ -66,6 +66,11 @@ def test_pretrain_runs_exports_and_logs_offline(tmp_path, objective):
 
     assert is_model_dir(run / "model") and (run / "model" / "tokenizer.json").exists()
     assert read_model_config(run / "model").vocab_size == 400
+    # ... and a Hugging Face ConvBERT directory that transformers loads
+    from transformers import AutoTokenizer, ConvBertModel
+
+    hf = ConvBertModel.from_pretrained(run / "hf")
+    assert hf.config.vocab_size == 400 and AutoTokenizer.from_pretrained(run / "hf").vocab_size == 400
     # CSV metrics and the W&B offline run with its config and logged metrics
     assert "train/loss" in (run / "csv" / "metrics.csv").read_text()
     [wb] = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
@@ -173,3 +178,53 @@ def test_cfg_prints_the_composed_config(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "fixed_conv: true" in res.stdout and "disc_weight: 50.0" in res.stdout and "choices:" in res.stdout
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, logged",
+    [
+        (["objective.pair_format=nsp"], "train/pair_loss"),
+        (["objective.pair_format=sop", "objective.whole_word=true"], "train/pair_loss"),
+        (["trainer.precision=bf16-mixed", "model=chang_small_composite_conv_qk"], "train/mlm_loss"),
+        (["tokenizer=unigram"], "train/mlm_loss"),
+    ],
+)
+def test_pretrain_options(tmp_path, extra, logged):
+    res = convexp(
+        "pretrain", *TINY, "trainer.max_steps=6", "trainer.val_every_n_steps=6", *extra, outputs=tmp_path
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = run_dirs(tmp_path)
+    assert metrics(run)["steps"] == 6
+    assert logged in (run / "csv" / "metrics.csv").read_text()
+
+
+def test_streaming_corpus(tmp_path):
+    from convexp.data.synthetic import synthetic_corpus
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in synthetic_corpus(300, seed=1)))
+    args = [
+        *TINY,
+        "data=files",
+        f"data.path={corpus}",
+        "data.streaming=true",
+        "data.val_docs=20",
+        "trainer.max_steps=12",
+        "trainer.val_every_n_steps=6",
+    ]
+    res = convexp("pretrain", *args, outputs=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = run_dirs(tmp_path)
+    m = metrics(run)
+    assert m["steps"] == 12 and m["val_loss"] is not None and m["data"]["streaming"] is True
+
+
+def test_smoke_scale_learns_well_below_the_unigram_baseline(tmp_path):
+    """The README's quick start: `convexp pretrain scale=smoke`, unchanged, on a CPU in minutes."""
+    res = convexp("pretrain", "scale=smoke", outputs=tmp_path, env={"WANDB_MODE": "disabled"}, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = run_dirs(tmp_path)
+    m = metrics(run)
+    assert m["steps"] == 600
+    assert m["val_mlm_loss"] < m["unigram_entropy"] - 1.0, m

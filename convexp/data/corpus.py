@@ -68,18 +68,23 @@ def to_dict(cfg) -> dict:
     return dict(cfg)
 
 
+def with_defaults(cfg, defaults: dict, group: str, error: type[DataError] = DataError) -> dict:
+    """``cfg`` as a dict over ``defaults``; unknown keys raise ``error``; an unset path is None."""
+    given = to_dict(cfg)
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise error(
+            f"unknown {group} config key(s) {', '.join(map(repr, unknown))}; known keys: {', '.join(defaults)}"
+        )
+    s = {**defaults, **given}
+    if s.get("path") in ("", "???"):  # unset (Hydra's mandatory value)
+        s["path"] = None
+    return s
+
+
 def data_settings(cfg) -> dict:
     """The data config with defaults filled in, validated (unknown source or key -> DataError)."""
-    given = to_dict(cfg)
-    unknown = sorted(set(given) - set(DATA_DEFAULTS))
-    if unknown:
-        raise DataError(
-            f"unknown data config key(s) {', '.join(map(repr, unknown))}; known keys: "
-            f"{', '.join(DATA_DEFAULTS)}"
-        )
-    s = {**DATA_DEFAULTS, **given}
-    if s["path"] in ("", "???"):  # unset (Hydra's mandatory value)
-        s["path"] = None
+    s = with_defaults(cfg, DATA_DEFAULTS, "data")
     if s["source"] not in SOURCES:
         raise UnknownSourceError(
             f"unknown data source {s['source']!r}; set data.source to one of: {', '.join(SOURCES)}"

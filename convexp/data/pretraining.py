@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cache import atomic_dir, config_hash
+from ..atomic import atomic_dir, config_hash
 from .corpus import corpus_fingerprint, data_settings, load_corpus
 from .errors import DataError, EmptyCorpusError
 from .packing import PAIR_FORMATS, SpecialIds, min_seq_len, pack_blocks
@@ -381,6 +381,11 @@ def _prepare_streaming(d, t, seq_len, cache_dir, seed, pair_format) -> Pretraini
     else:
         val_texts, train_texts = corpus.take(n_val), corpus.skip(n_val)
     val_texts = datasets.Dataset.from_dict({"text": [t for b in _text_batches(val_texts) for t in b]})
+    if next(iter(train_texts), None) is None:
+        raise EmptyCorpusError(
+            f"the streaming corpus has no documents left for training after the {n_val} validation documents; "
+            "set data.val_docs lower (or data.val_split) or use data.streaming=false for a small corpus"
+        )
     tokenizer = _get_tokenizer(
         t, corpus_fingerprint(d), lambda: train_texts, cache_dir, default_docs=STREAMING_TOKENIZER_DOCS
     )

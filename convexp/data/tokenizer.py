@@ -162,18 +162,9 @@ class Tokenizer:
 
 def tokenizer_settings(cfg) -> dict:
     """Tokenizer config with defaults, validated."""
-    from .corpus import to_dict
+    from .corpus import with_defaults
 
-    given = to_dict(cfg)
-    unknown = sorted(set(given) - set(TOKENIZER_DEFAULTS))
-    if unknown:
-        raise TokenizerError(
-            f"unknown tokenizer config key(s) {', '.join(map(repr, unknown))}; "
-            f"known keys: {', '.join(TOKENIZER_DEFAULTS)}"
-        )
-    s = {**TOKENIZER_DEFAULTS, **given}
-    if s["path"] in ("", "???"):  # unset (Hydra's mandatory value)
-        s["path"] = None
+    s = with_defaults(cfg, TOKENIZER_DEFAULTS, "tokenizer", TokenizerError)
     if s["kind"] not in KINDS:
         raise TokenizerError(
             f"unknown tokenizer kind {s['kind']!r}; set tokenizer.kind to one of: {', '.join(KINDS)}"

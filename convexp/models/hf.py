@@ -45,14 +45,13 @@ import json
 import logging
 import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
 from torch import nn
 
+from ..atomic import atomic_dir
 from ..errors import UserError
 from .config import ModelConfig
 from .encoder import Encoder
@@ -720,19 +719,13 @@ def export_convbert(model: nn.Module, cfg: ModelConfig | None, out_dir: str | os
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"output directory {str(out)!r} already exists and is not empty; choose a new path")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        from safetensors.torch import save_file
+    from safetensors.torch import save_file
 
+    if out.exists():
+        out.rmdir()  # empty (checked above)
+    with atomic_dir(out) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(hf_cfg, indent=2, sort_keys=True) + "\n")
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

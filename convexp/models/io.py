@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_model
 
+from ..atomic import atomic_dir
 from .config import ModelConfig
 
 WEIGHTS, CONFIG = "model.safetensors", "model_config.json"
@@ -28,17 +28,11 @@ def save_model_dir(
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise FileExistsError(f"{out_dir} exists; refusing to overwrite a saved model")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
-    try:
+    with atomic_dir(out_dir) as tmp:
         save_model(model, str(tmp / WEIGHTS))
         (tmp / CONFIG).write_text(json.dumps(asdict(cfg), indent=2) + "\n")
         for f in extra_files:
             shutil.copy2(f, tmp / Path(f).name)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def is_model_dir(path: Path) -> bool:

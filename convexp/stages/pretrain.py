@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from pathlib import Path
 
@@ -13,14 +14,15 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
 from ..config import model_config, to_model_config
+from ..data.pretraining import StreamingBlocks, prepare_pretraining_data
 from ..errors import UserError
-from ..models import ModelConfig
+from ..models import ModelConfig, ReplacedTokenDetector
 from ..models.io import save_model_dir
 from ..runs import Run
 from . import recipes
 from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, per_device_batch, step_seed
 from .objectives import ElectraObjective, MLMObjective, TokenInfo, mask_tokens
-from .streams import PermutedStream, StreamSampler
+from .streams import BlockStream, PermutedStream, StreamSampler
 
 COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -42,7 +44,7 @@ class PretrainModule(pl.LightningModule):
             )
         else:
             raise UserError(f"unknown objective {obj.name!r}; use objective=mlm or objective=electra")
-        self._t0 = None
+        self._t0, self.tokens_seen, self.train_seconds = None, 0.0, 0.0
 
     def _generator(self, batch: dict) -> torch.Generator:
         seed = step_seed(self.cfg.seed, int(batch["position"][0]))
@@ -70,11 +72,19 @@ class PretrainModule(pl.LightningModule):
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         now = time.perf_counter()
-        if self._t0 is not None:  # tokens/s of this device over the last batch
-            self.log(
-                "train/tokens_per_s", batch["attention_mask"].sum().float() / (now - self._t0), prog_bar=True
-            )
+        if self._t0 is not None:  # tokens/s of this device over the last batch, and since the start
+            tokens = float(batch["attention_mask"].sum())
+            self.tokens_seen += tokens
+            self.train_seconds += now - self._t0
+            self.log("train/tokens_per_s", tokens / (now - self._t0), prog_bar=True)
         self._t0 = now
+
+    def on_validation_end(self) -> None:
+        self._t0 = None  # validation time is not training time
+
+    @property
+    def mean_tokens_per_s(self) -> float | None:
+        return self.tokens_seen / self.train_seconds if self.train_seconds else None
 
     def validation_step(self, batch: dict, batch_idx: int):
         g = torch.Generator(device=self.device).manual_seed(step_seed(self.cfg.seed, -1 - batch_idx))
@@ -106,6 +116,9 @@ class PretrainData(pl.LightningDataModule):
     def train_dataloader(self):
         t = self.trainer
         start = t.global_step * t.accumulate_grad_batches * self.batch_size * t.world_size
+        if isinstance(self.train, StreamingBlocks):  # a streaming corpus: read in order, in this process
+            stream = BlockStream(self.train, start, t.global_rank, t.world_size, self.columns)
+            return DataLoader(stream, batch_size=self.batch_size)
         return DataLoader(
             PermutedStream(self.train, self.seed, self.columns),
             batch_size=self.batch_size,
@@ -150,8 +163,6 @@ def resolve(cfg: DictConfig) -> DictConfig:
 
 def run_pretrain(cfg: DictConfig) -> Run:
     """Pre-train as configured; returns the run. A finished run with the same config is reused."""
-    from ..data.pretraining import prepare_pretraining_data
-
     cfg = resolve(cfg)
     slug = "-".join(filter(None, [cfg.model.name, cfg.objective.name, cfg.name]))
     run = Run.for_config(cfg.outputs, "pretrain", slug, cfg)
@@ -278,6 +289,7 @@ def _finish(
         data.tokenizer.save(tok_dir)
     if not run.model_dir.exists():
         save_model_dir(model.cpu().float(), model_cfg, run.model_dir, extra_files=sorted(tok_dir.iterdir()))
+    hf_export = _export_hf(model, model_cfg, run.dir / "hf", tok_dir)
     m = {k: float(v) for k, v in trainer.callback_metrics.items()}
     steps = trainer.global_step
     if steps == 0 and run.last_checkpoint():  # ddp_spawn: the main process did not train; its checkpoint did
@@ -288,11 +300,31 @@ def _finish(
         "val_loss": m.get("val/loss"),
         "val_mlm_loss": m.get("val/mlm_loss"),
         "unigram_entropy": data.stats.get("unigram_entropy"),
-        "tokens_per_s": m.get("train/tokens_per_s"),
+        "tokens_per_s": module.mean_tokens_per_s
+        or m.get("train/tokens_per_s"),  # mean over this process's steps
         "wall_time_s": seconds,
+        "hf_export": hf_export,
         "metrics": m,
         "data": {k: v for k, v in data.stats.items() if isinstance(v, (int, float, str, bool))},
     }
     run.write_json("metrics.json", metrics)
     run.set_status("finished")
     print(f"finished: {run.dir}")
+
+
+def _export_hf(model, model_cfg: ModelConfig, out: Path, tok_dir: Path) -> str:
+    """Also write a Hugging Face ConvBERT directory (with the tokenizer) where the architecture
+    allows; returns the directory or the reason it was not written."""
+    from ..models.hf import ExportError, check_exportable, export_convbert
+
+    if out.exists():
+        return str(out)
+    try:
+        check_exportable(model_cfg)
+    except ExportError as e:
+        return f"not exported: {e}"
+    # HF ConvBERT has no RTD head: an ELECTRA discriminator is exported as its encoder
+    export_convbert(model.encoder if isinstance(model, ReplacedTokenDetector) else model, model_cfg, out)
+    for f in tok_dir.iterdir():
+        shutil.copy2(f, out / f.name)
+    return str(out)

@@ -1,8 +1,9 @@
-"""Content hashes of configurations and atomic cache directories.
+"""Content hashes and atomic writes: a file or directory that exists is complete.
 
-A cache entry is a directory ``<cache_dir>/<prefix><hash>``. It is built in a temporary
-sibling directory and renamed into place in one step, so an entry that exists is complete;
-if two processes build the same entry, the first rename wins and the other build is dropped.
+Files and directories are built under a temporary sibling name and renamed into place in one
+step, so a crash never leaves a half-written result that a later run or report would read as
+real. If two processes build the same directory, the first rename wins and the other build is
+dropped (the cache's semantics).
 """
 
 from __future__ import annotations
@@ -15,6 +16,20 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write a text file via a temporary sibling and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def config_hash(*parts, length: int = 16) -> str:
