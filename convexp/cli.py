@@ -42,15 +42,38 @@ def pretrain(
     """Pre-train a model preset (MLM or ELECTRA) into outputs/runs/pretrain/<id>; re-running resumes."""
     from omegaconf import OmegaConf
 
-    from .config import compose
+    from .config import compose_stage
 
-    composed = compose("pretrain", overrides or [], choices=True)
+    composed = compose_stage("pretrain", overrides or [])
     if cfg:
         typer.echo(OmegaConf.to_yaml(composed))
         return
     from .stages.pretrain import run_pretrain
 
     run_pretrain(composed)
+
+
+finetune_app = typer.Typer(no_args_is_help=True, help="Fine-tune and evaluate (GLUE).")
+app.add_typer(finetune_app, name="finetune")
+
+
+@finetune_app.command("glue")
+def finetune_glue(
+    overrides: Optional[List[str]] = OVERRIDES,
+    cfg: bool = typer.Option(False, "--cfg", help="Print the composed configuration and exit."),
+) -> None:
+    """Fine-tune on GLUE: task=<name|all> init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]."""
+    from omegaconf import OmegaConf
+
+    from .config import compose_stage
+
+    composed = compose_stage("finetune", overrides or [])
+    if cfg:
+        typer.echo(OmegaConf.to_yaml(composed))
+        return
+    from .stages.finetune import run_glue
+
+    run_glue(composed, lambda task: compose_stage("finetune", [*(overrides or []), f"task={task}"]))
 
 
 @app.command()

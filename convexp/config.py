@@ -77,6 +77,17 @@ def _check_group_choices(overrides) -> None:
             )
 
 
+# `scale=` on the command line selects the stage's own scale group.
+SCALE_GROUP = {"pretrain": "scale", "finetune": "finetune_scale"}
+
+
+def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
+    """Compose ``conf/<stage>.yaml`` with command-line overrides (``scale=`` is the stage's)."""
+    group = SCALE_GROUP[stage]
+    overrides = [f"{group}={o.split('=', 1)[1]}" if o.startswith("scale=") else o for o in overrides]
+    return compose(stage, overrides, choices=True)
+
+
 def model_config(name: str, overrides: list[str] = ()):
     """The validated :class:`~convexp.models.ModelConfig` of preset ``conf/model/<name>.yaml``.
 

@@ -1020,7 +1020,13 @@ def compute_metrics(task: str | GlueTask, predictions, labels) -> dict[str, floa
             "accuracy": lambda: multiclass_accuracy(
                 preds, target, num_classes=max(t.num_labels, 2), average="micro"
             ),
-            "mcc": lambda: binary_matthews_corrcoef(preds, target),
+            # MCC is undefined when either side is constant: 0, as sklearn and the GLUE scorer
+            # give (torchmetrics returns a smoothed non-zero value there)
+            "mcc": lambda: (
+                binary_matthews_corrcoef(preds, target)
+                if preds.unique().numel() > 1 and target.unique().numel() > 1
+                else torch.tensor(0.0)
+            ),
             "f1": lambda: binary_f1_score(preds, target),
         }
         values = {m: compute[m]() for m in t.metrics}

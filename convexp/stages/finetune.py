@@ -1,0 +1,542 @@
+"""`convexp finetune glue`: fine-tune and evaluate on GLUE tasks, several seeds, into the run store.
+
+One fine-tuning run = (task, seed, hyper-parameters): ``outputs/runs/finetune/<slug>-<hash>/``
+holds metrics.json (dev metrics), predictions/ (dev and test), submission/ (the GLUE server's
+files), checkpoints/ and model/ (the fine-tuned encoder, for intermediate-task initialisation).
+One invocation = ``outputs/runs/glue/<slug>-<hash>/``: summary.json (every seed's result and the
+aggregates: mean ± standard error, median, best-dev; GLUE averages both ways) and
+submission.zip (each task's best-dev run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+from torch.utils.data import DataLoader
+
+from ..data import glue
+from ..errors import UserError
+from ..models import ModelConfig, SequenceClassifier
+from ..runs import Run
+from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, step_seed
+from .streams import PermutedStream, StreamSampler
+
+TASK_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
+INTERMEDIATE = ("rte", "stsb", "mrpc")
+CONVBERT_GRID = {"lr": [5e-5, 1e-4, 2e-4, 3e-4], "weight_decay": [0.01, 0.1], "epochs": [3, 10]}
+COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
+
+
+# ----------------------------------------------------------------------------- init model
+
+
+@dataclasses.dataclass
+class Init:
+    """Where fine-tuning starts: a model config, encoder weights (or None) and a tokenizer."""
+
+    model_cfg: ModelConfig
+    state: dict | None
+    tokenizer: object
+    slug: str
+
+
+def resolve_init(cfg: DictConfig) -> Init:
+    from ..config import model_config
+    from ..data.tokenizer import Tokenizer
+    from ..models.io import is_model_dir, read_model_config
+
+    init = str(cfg.init)
+    tok_path = cfg.tokenizer_path
+    if init == "none":
+        if not cfg.model:
+            raise UserError(
+                "init=none needs model=<preset> (a randomly initialised baseline); see `convexp models`"
+            )
+        if not tok_path:
+            raise UserError("init=none needs tokenizer_path=<tokenizer.json or vocab.txt>")
+        tok = Tokenizer.load(tok_path)
+        mc = dataclasses.replace(model_config(cfg.model), vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
+        return Init(mc, None, tok, f"{cfg.model}-random")
+    path = Path(init)
+    if (path / "model").is_dir():  # a convexp pretrain / finetune run directory
+        path = path / "model"
+    if is_model_dir(path):
+        from safetensors.torch import load_file
+
+        mc = read_model_config(path)
+        state = {
+            k.removeprefix("encoder."): v
+            for k, v in load_file(str(path / "model.safetensors")).items()
+            if k.startswith("encoder.")
+        }
+        tok = Tokenizer.load(tok_path or path)
+        slug = path.parent.name if path.name == "model" else path.name
+    else:
+        from ..models.hf import load_pretrained, resolve_checkpoint
+
+        if path.exists() is False and ("/" not in init or init.startswith((".", "/", "~"))):
+            raise UserError(
+                f"init={init} does not exist; give a convexp run directory, a HF checkpoint directory or a hub name"
+            )
+        encoder, mc = load_pretrained(init)
+        state = encoder.state_dict()
+        tok = Tokenizer.load(tok_path or resolve_checkpoint(init))
+        slug = Path(init).name
+    if tok.vocab_size != mc.vocab_size:
+        raise UserError(
+            f"the tokenizer has {tok.vocab_size} tokens but init={init} has a vocabulary of {mc.vocab_size}; "
+            "use the model's own tokenizer"
+        )
+    return Init(mc, state, tok, slug)
+
+
+# ----------------------------------------------------------------------------- hyper-parameters
+
+
+def hyperparameters(cfg: DictConfig, init: Init) -> list[dict]:
+    """The settings of one task's runs (one, or the ConvBERT grid)."""
+    task, protocol = cfg.task, cfg.protocol
+    if protocol not in ("convbert", "chang"):
+        raise UserError(f"protocol={protocol!r}; use protocol=convbert or protocol=chang")
+    base_size = init.model_cfg.hidden_size >= 768
+    if protocol == "chang":
+        lr = task.lr.chang_base if base_size else task.lr.chang_small
+        decay = cfg.layerwise_lr_decay
+    else:
+        lr = 1e-4 if base_size else 3e-4
+        decay = 0.8 if cfg.layerwise_lr_decay is None else cfg.layerwise_lr_decay
+    hp = {
+        "lr": cfg.lr or lr,
+        "weight_decay": cfg.optim.weight_decay,
+        "epochs": cfg.epochs or task.epochs[protocol],
+        "batch_size": cfg.batch_size or task.batch_size[protocol],
+        "warmup_fraction": task.warmup_fraction,
+        "layerwise_lr_decay": decay,
+    }
+    if not cfg.grid:
+        return [hp]
+    keys = list(CONVBERT_GRID)
+    return [{**hp, **dict(zip(keys, values))} for values in itertools.product(*CONVBERT_GRID.values())]
+
+
+# ----------------------------------------------------------------------------- Lightning module
+
+
+class FinetuneModule(pl.LightningModule):
+    def __init__(self, model: SequenceClassifier, task: glue.GlueTask, hp: dict, total_steps: int, seed: int):
+        super().__init__()
+        self.model, self.task, self.hp, self.total_steps, self.seed = model, task, hp, total_steps, seed
+        self._val: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def training_step(self, batch, batch_idx):
+        torch.manual_seed(step_seed(self.seed, int(batch["position"][0])))  # dropout, resumable
+        out = self.model(
+            batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"]
+        )
+        self.log("train/loss", out.loss, prog_bar=True)
+        return out.loss
+
+    def validation_step(self, batch, batch_idx):
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        self._val.append((out.logits.float().cpu(), batch["labels"].cpu()))
+
+    def on_validation_epoch_end(self) -> None:
+        if self._val:
+            logits, labels = (torch.cat(x) for x in zip(*self._val))
+            self._val = []
+            for k, v in glue.compute_metrics(self.task, logits, labels).items():
+                self.log(f"val/{k}", v, prog_bar=True)
+
+    def configure_optimizers(self):
+        hp = self.hp
+        return adamw_with_linear_schedule(
+            self.model,
+            hp["lr"],
+            (0.9, 0.999),
+            1e-6,
+            hp["weight_decay"],
+            int(hp["warmup_fraction"] * self.total_steps),
+            self.total_steps,
+            param_groups=layerwise_groups(self.model, hp["lr"], hp["layerwise_lr_decay"]),
+        )
+
+
+def layerwise_groups(model: SequenceClassifier, lr: float, decay: float | None) -> list[dict] | None:
+    """ELECTRA's layer-wise learning-rate decay: layer i (0-based) of L gets lr·decay^(L-i), the
+    embeddings lr·decay^(L+1); the head, pooler and scalar mix get lr."""
+    if not decay:
+        return None
+    L = len(model.encoder.layers)
+    groups: dict[float, list] = {}
+    for name, p in model.named_parameters():
+        if name.startswith("encoder.embeddings."):
+            depth = L + 1
+        elif name.startswith("encoder.layers."):
+            depth = L - int(name.split(".")[2])
+        else:  # head, pooler, scalar mix
+            depth = 0
+        groups.setdefault(lr * decay**depth, []).append((name, p))
+    return [{"params": ps, "lr": g_lr} for g_lr, ps in groups.items()]
+
+
+class _Padded:
+    """collate: pad to the batch's longest row; keep the stream position for seeding."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, rows: list[dict]) -> dict:
+        rows = [{k: v.tolist() if torch.is_tensor(v) else v for k, v in r.items()} for r in rows]
+        out = glue.collate(rows, self.pad_id)
+        if "position" in rows[0]:
+            out["position"] = torch.stack([torch.as_tensor(r["position"]) for r in rows])
+        return out
+
+
+# ----------------------------------------------------------------------------- one run
+
+
+def _predict(model: SequenceClassifier, rows, pad_id: int, batch_size: int = 64):
+    model.eval()
+    loader = DataLoader(rows, batch_size=batch_size, collate_fn=_Padded(pad_id))
+    logits, labels, idx = [], [], []
+    with torch.no_grad():
+        for b in loader:
+            out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"])
+            logits.append(out.logits.float())
+            labels.append(b["labels"])
+            idx.append(b["idx"])
+    return torch.cat(logits), torch.cat(labels), torch.cat(idx)
+
+
+def _save_predictions(path: Path, task: glue.GlueTask, idx, logits, labels) -> None:
+    from ..atomic import atomic_write
+
+    pred = logits.squeeze(-1) if task.is_regression else logits.argmax(-1)
+    lines = ["idx\tlabel\tprediction"] + [
+        f"{int(i)}\t{float(y):.9g}\t{float(p):.9g}" for i, y, p in zip(idx, labels, pred)
+    ]
+    atomic_write(path, "\n".join(lines) + "\n")
+
+
+def finetune_one(
+    cfg: DictConfig,
+    init: Init,
+    task_name: str,
+    seed: int,
+    hp: dict,
+    start: dict | None,
+    splits: dict,
+    start_slug: str = "",
+) -> Run:
+    """Fine-tune one (task, seed, hyper-parameters) run, or reuse it when it has finished."""
+    task = glue.get_task(task_name)
+    run_cfg = OmegaConf.create(
+        {
+            "stage": "finetune",
+            "task": task_name,
+            "seed": seed,
+            "hp": hp,
+            "init": init.slug,
+            "from": start_slug,
+            "glue": OmegaConf.to_container(cfg.glue),
+            "max_len": cfg.task.max_len,
+            "protocol": cfg.protocol,
+            "precision": cfg.trainer.precision,
+            "name": cfg.name,
+            "logger": OmegaConf.to_container(cfg.logger),
+            "trainer": {
+                k: cfg.trainer[k]
+                for k in (
+                    "accelerator",
+                    "devices",
+                    "num_nodes",
+                    "strategy",
+                    "num_workers",
+                    "log_every_n_steps",
+                )
+            },
+        }
+    )
+    run = Run.for_config(
+        cfg.outputs, "finetune", "-".join(filter(None, [init.slug, task_name, f"s{seed}", cfg.name])), run_cfg
+    )
+    if run.finished:
+        return run
+    if run.last_checkpoint() and not cfg.resume:
+        raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it")
+    run.dir.mkdir(parents=True, exist_ok=True)
+    run.write_config(run_cfg)
+    pl.seed_everything(seed, verbose=False)
+
+    model = SequenceClassifier(init.model_cfg, task.num_labels)
+    state = start if start is not None else init.state
+    if state is not None:
+        missing, unexpected = model.encoder.load_state_dict(state, strict=False)
+        # a BERT pooler missing from an ELECTRA-style checkpoint starts fresh; nothing else may
+        if unexpected or [k for k in missing if not k.startswith("pooler.")]:
+            raise UserError(
+                f"init weights do not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+            )
+    train = splits["train"]
+    steps_per_epoch = math.ceil(len(train) / hp["batch_size"])
+    total = steps_per_epoch * hp["epochs"]
+    module = FinetuneModule(model, task, hp, total, seed)
+    pad = init.tokenizer.pad_id
+
+    class Data(pl.LightningDataModule):
+        def train_dataloader(self):
+            t = self.trainer
+            return DataLoader(
+                PermutedStream(train, seed, COLUMNS),
+                batch_size=hp["batch_size"],
+                sampler=StreamSampler(t.global_step * hp["batch_size"]),
+                collate_fn=_Padded(pad),
+                num_workers=cfg.trainer.num_workers,
+            )
+
+        def val_dataloader(self):
+            return DataLoader(splits[task.dev_splits[0]], batch_size=64, collate_fn=_Padded(pad))
+
+    from pytorch_lightning.callbacks import ModelCheckpoint, RichProgressBar
+
+    trainer = pl.Trainer(
+        default_root_dir=str(run.dir),
+        accelerator=cfg.trainer.accelerator,
+        devices=1,
+        precision=cfg.trainer.precision,
+        max_steps=total,
+        val_check_interval=steps_per_epoch,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        gradient_clip_val=cfg.optim.grad_clip,
+        log_every_n_steps=cfg.trainer.log_every_n_steps,
+        use_distributed_sampler=False,
+        enable_model_summary=False,
+        logger=make_loggers(
+            _logged_config(cfg, task_name, seed, hp), run, "finetune", tags=[task_name, f"seed{seed}"]
+        ),
+        callbacks=[
+            ModelCheckpoint(
+                dirpath=str(run.checkpoints),
+                every_n_train_steps=max(1, steps_per_epoch // 2),
+                save_last=True,
+                save_top_k=0,
+            ),
+            RichProgressBar(),
+        ],
+    )
+    run.set_status("running", stage="finetune", task=task_name, seed=seed)
+    started = time.time()
+    try:
+        trainer.fit(
+            module, datamodule=Data(), ckpt_path=str(run.last_checkpoint()) if run.last_checkpoint() else None
+        )
+        _evaluate_and_save(
+            run, model, task, splits, pad, hp, time.time() - started, len(train) * hp["epochs"]
+        )
+    except BaseException as e:
+        run.set_status("failed", error=f"{type(e).__name__}: {e}".splitlines()[0])
+        finish_wandb()
+        raise
+    finish_wandb()
+    return run
+
+
+def _logged_config(cfg: DictConfig, task: str, seed: int, hp: dict) -> DictConfig:
+    c = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    with open_dict(c):
+        c.run = {"task": task, "seed": seed, "hp": hp}
+    return c
+
+
+def _evaluate_and_save(
+    run: Run, model, task: glue.GlueTask, splits: dict, pad: int, hp: dict, seconds: float, examples: int
+) -> None:
+    from ..models.io import save_model_dir
+
+    dev = {}
+    for split in task.dev_splits:
+        logits, labels, idx = _predict(model, splits[split], pad)
+        dev[split] = glue.compute_metrics(task, logits, labels)
+        _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
+    for split in task.test_splits:
+        if split in splits:
+            logits, labels, idx = _predict(model, splits[split], pad)
+            _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
+            glue.write_submission(task, split, idx, logits, run.dir / "submission")
+    if not run.model_dir.exists():
+        save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir)
+    score = glue.task_score(task, dev[task.dev_splits[0]])
+    run.write_json(
+        "metrics.json",
+        {
+            "task": task.name,
+            "dev": dev,
+            "score": score,
+            "convbert_score": glue.convbert_score(task, dev[task.dev_splits[0]]),
+            "hp": hp,
+            "wall_time_s": seconds,
+            "examples_per_s": examples / seconds if seconds else None,
+        },
+    )
+    run.set_status("finished")
+
+
+# ----------------------------------------------------------------------------- a GLUE invocation
+
+
+def run_glue(cfg: DictConfig, compose_task) -> Path:
+    """Fine-tune every requested task and seed; aggregate; print the GLUE table.
+
+    compose_task(name) composes the same command for another task (task=all)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    init = resolve_init(cfg)
+    names = [t for t in TASK_ORDER] if cfg.task.name == "all" else [cfg.task.name]
+    intermediate = cfg.intermediate if cfg.intermediate is not None else cfg.protocol == "chang"
+    if intermediate and "mnli" not in names and any(t in INTERMEDIATE for t in names):
+        names = ["mnli", *names]  # the intermediate task runs first
+    results = {}
+    for name in names:
+        tcfg = compose_task(name) if cfg.task.name != name else cfg
+        task = glue.get_task(name)
+        raw = glue.load_glue_task(task, tcfg.glue)
+        splits = glue.tokenize_task(
+            task, raw, init.tokenizer, tcfg.task.max_len, Path(cfg.outputs) / "cache" / "glue"
+        )
+        for hp in hyperparameters(tcfg, init):
+            for seed in cfg.seeds:
+                start, start_slug = None, ""
+                if intermediate and name in INTERMEDIATE and "mnli" in results:
+                    mnli_run = results["mnli"][seed][0]
+                    start, start_slug = _encoder_state(mnli_run), mnli_run.id
+                run = finetune_one(tcfg, init, name, seed, hp, start, splits, start_slug)
+                results.setdefault(name, {}).setdefault(seed, []).append(run)
+    return write_summary(cfg, init, results)
+
+
+def _encoder_state(run: Run) -> dict:
+    from safetensors.torch import load_file
+
+    state = load_file(str(run.model_dir / "model.safetensors"))
+    return {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
+
+
+def aggregate(scores: list[float]) -> dict:
+    n = len(scores)
+    return {
+        "n": n,
+        "mean": statistics.fmean(scores),
+        "stderr": statistics.stdev(scores) / math.sqrt(n) if n > 1 else 0.0,
+        "median": statistics.median(scores),
+        "best": max(scores),
+    }
+
+
+def write_summary(cfg: DictConfig, init: Init, results: dict) -> Path:
+    from ..atomic import config_hash
+
+    per_task, columns = {}, {"convbert": {}, "chang": {}}
+    best_runs = {}
+    for name, by_seed in results.items():
+        task = glue.get_task(name)
+        runs = [r for rs in by_seed.values() for r in rs]
+        ms = [r.read_json("metrics.json") for r in runs]
+        best = max(range(len(ms)), key=lambda i: ms[i]["score"])  # best-dev run (grid and seeds)
+        best_runs[name] = runs[best]
+        seeds = [seed for seed, rs in by_seed.items() for _ in rs]
+        per_task[name] = {
+            "runs": [{"run": r.id, "seed": seed, **m} for r, m, seed in zip(runs, ms, seeds)],
+            "score": aggregate([m["score"] for m in ms]),
+            "best_run": runs[best].id,
+        }
+        for style in ("convbert", "chang"):
+            for col, value in _columns(task, ms, style).items():
+                columns[style][col] = value
+    glue_scores = {}
+    for style, cols in columns.items():
+        for stat in ("mean", "median", "best"):
+            vals = {c: v[stat] for c, v in cols.items()}
+            try:
+                glue_scores[f"{style}_{stat}"] = glue.glue_average(vals, style)
+            except Exception:
+                glue_scores[f"{style}_{stat}"] = None  # not every task was run
+    slug = "-".join(filter(None, [init.slug, cfg.task.name, cfg.protocol, cfg.name]))
+    every_run = sorted(r.id for by_seed in results.values() for rs in by_seed.values() for r in rs)
+    out = Path(cfg.outputs) / "runs" / "glue" / f"{slug}-{config_hash(every_run, length=10)}"
+    summary = {
+        "init": init.slug,
+        "protocol": cfg.protocol,
+        "tasks": per_task,
+        "columns": columns,
+        "glue": glue_scores,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    Run(out).write_json("summary.json", summary)
+    sub = out / "submission"
+    sub.mkdir(exist_ok=True)
+    for name, run in best_runs.items():
+        for f in (run.dir / "submission").glob("*.tsv"):
+            (sub / f.name).write_bytes(f.read_bytes())
+    if any(sub.iterdir()):
+        glue.zip_submission(sub, out / "submission.zip")
+    print_summary(summary)
+    print(f"summary: {out / 'summary.json'}")
+    return out
+
+
+def _columns(task: glue.GlueTask, ms: list[dict], style: str) -> dict:
+    """{column: aggregate over runs} for one task in one style."""
+    per_run = [glue.score_columns({task.name: m["dev"]}, style) for m in ms]
+    return {c: aggregate([pr[c] for pr in per_run]) for c in per_run[0]}
+
+
+def print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"GLUE dev ({summary['protocol']} protocol), init {summary['init']}")
+    for col in ("task", "metrics (mean over runs)", "score mean ± s.e.", "median", "best", "runs"):
+        table.add_column(col, justify="left" if col in ("task", "metrics (mean over runs)") else "right")
+    for name, t in summary["tasks"].items():
+        runs = t["runs"]
+        keys = [(s, k) for s, d in runs[0]["dev"].items() for k in d]
+        mets = ", ".join(
+            f"{k}{'' if len(runs[0]['dev']) == 1 else '/' + s.split('_')[-1][:2]} {statistics.fmean(r['dev'][s][k] for r in runs):.1f}"
+            for s, k in keys
+        )
+        sc = t["score"]
+        table.add_row(
+            name,
+            mets,
+            f"{sc['mean']:.1f} ± {sc['stderr']:.1f}",
+            f"{sc['median']:.1f}",
+            f"{sc['best']:.1f}",
+            str(sc["n"]),
+        )
+    g = summary["glue"]
+    for style, label in (
+        ("convbert", "GLUE, ConvBERT (8 tasks)"),
+        ("chang", "GLUE, Chang et al. (9 columns)"),
+    ):
+        if g.get(f"{style}_mean") is not None:
+            table.add_row(
+                label,
+                "",
+                f"{g[f'{style}_mean']:.1f}",
+                f"{g[f'{style}_median']:.1f}",
+                f"{g[f'{style}_best']:.1f}",
+                "",
+            )
+    Console(width=None if sys.stdout.isatty() else 140).print(table)

@@ -1,0 +1,242 @@
+"""`convexp finetune glue` end to end on synthetic GLUE, offline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+from test_pretrain import TINY, convexp
+
+FAST = ["scale=smoke", "glue.synthetic_size=160", "epochs=1", "batch_size=16", "task.max_len=48"]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("pre")
+    res = convexp("pretrain", *TINY, "trainer.max_steps=4", "trainer.val_every_n_steps=4", outputs=out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = (out / "runs" / "pretrain").glob("*")
+    return run
+
+
+def summary_of(outputs: Path) -> dict:
+    [s] = (outputs / "runs" / "glue").glob("*/summary.json")
+    return json.loads(s.read_text())
+
+
+def finetune_runs(outputs: Path) -> list[Path]:
+    return sorted((outputs / "runs" / "finetune").glob("*"))
+
+
+def test_all_tasks_metrics_submission(tmp_path, pretrained):
+    res = convexp("finetune", "glue", "task=all", f"init={pretrained}", *FAST, outputs=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "GLUE, ConvBERT (8 tasks)" in res.stdout
+    s = summary_of(tmp_path)
+    assert set(s["tasks"]) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"}
+    assert set(s["columns"]["chang"]) == {
+        "cola",
+        "mnli-m",
+        "mnli-mm",
+        "mrpc",
+        "qnli",
+        "qqp",
+        "rte",
+        "sst2",
+        "stsb",
+    }
+    eight = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")  # ConvBERT: MNLI = matched
+    assert s["glue"]["convbert_mean"] == pytest.approx(
+        statistics.fmean(s["columns"]["convbert"][c]["mean"] for c in eight)
+    )
+    assert s["glue"]["chang_mean"] == pytest.approx(
+        statistics.fmean(v["mean"] for v in s["columns"]["chang"].values())
+    )
+    # every metric equals an independent computation on the saved dev predictions
+    checks = {
+        "cola": {"mcc": lambda y, p: matthews_corrcoef(y, p)},
+        "sst2": {"accuracy": accuracy_score},
+        "mrpc": {"accuracy": accuracy_score, "f1": lambda y, p: f1_score(y, p, zero_division=0)},
+        "qqp": {"accuracy": accuracy_score, "f1": lambda y, p: f1_score(y, p, zero_division=0)},
+        "stsb": {"pearson": lambda y, p: pearsonr(y, p)[0], "spearman": lambda y, p: spearmanr(y, p)[0]},
+        "rte": {"accuracy": accuracy_score},
+    }
+    for task, fns in checks.items():
+        [run] = [r for r in finetune_runs(tmp_path) if f"-{task}-" in r.name]
+        m = json.loads((run / "metrics.json").read_text())
+        rows = np.loadtxt(run / "predictions" / "validation.tsv", skiprows=1, ndmin=2)
+        y, p = rows[:, 1], rows[:, 2]
+        for metric, fn in fns.items():
+            expected = 100 * fn(y, p)
+            expected = 0.0 if np.isnan(expected) else expected
+            assert m["dev"]["validation"][metric] == pytest.approx(expected, abs=1e-3), (task, metric)
+    # the submission: the GLUE server's file names and columns
+    import zipfile
+
+    [glue_dir] = (tmp_path / "runs" / "glue").glob("*")
+    names = set(zipfile.ZipFile(glue_dir / "submission.zip").namelist())
+    assert {
+        "CoLA.tsv",
+        "SST-2.tsv",
+        "MRPC.tsv",
+        "STS-B.tsv",
+        "QQP.tsv",
+        "MNLI-m.tsv",
+        "MNLI-mm.tsv",
+        "QNLI.tsv",
+        "RTE.tsv",
+    } <= names
+    header, first = (glue_dir / "submission" / "RTE.tsv").read_text().splitlines()[:2]
+    assert header == "index\tprediction" and first.split("\t")[1] in ("entailment", "not_entailment")
+
+
+def test_seeds_are_aggregated(tmp_path, pretrained):
+    res = convexp(
+        "finetune", "glue", "task=sst2", f"init={pretrained}", *FAST, "seeds=[1,2,3]", outputs=tmp_path
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    t = summary_of(tmp_path)["tasks"]["sst2"]
+    scores = [r["score"] for r in t["runs"]]
+    assert len(scores) == 3 and sorted(r["seed"] for r in t["runs"]) == [1, 2, 3]
+    assert t["score"]["mean"] == pytest.approx(statistics.fmean(scores))
+    assert t["score"]["stderr"] == pytest.approx(statistics.stdev(scores) / 3**0.5)
+    assert t["score"]["median"] == pytest.approx(statistics.median(scores))
+    assert t["score"]["best"] == max(scores)
+
+
+def test_intermediate_task_starts_from_the_mnli_model(tmp_path, pretrained):
+    res = convexp(
+        "finetune", "glue", "task=rte", "protocol=chang", f"init={pretrained}", *FAST, outputs=tmp_path
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    runs = finetune_runs(tmp_path)
+    [mnli] = [r for r in runs if "-mnli-" in r.name]
+    [rte] = [r for r in runs if "-rte-" in r.name]
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.load(rte / "config.yaml")["from"] == mnli.name
+    from convexp.stages.finetune import _encoder_state
+    from convexp.runs import Run
+
+    state = _encoder_state(Run(mnli))
+    assert "embeddings.word.weight" in state and "layers.0.mixer.query.weight" in state
+
+
+def test_killed_finetune_resumes_to_the_same_result(tmp_path, pretrained):
+    args = [
+        "finetune",
+        "glue",
+        "task=sst2",
+        f"init={pretrained}",
+        "scale=smoke",
+        "glue.synthetic_size=1200",
+        "epochs=3",
+        "batch_size=16",
+        "task.max_len=48",
+    ]
+    ref = convexp(*args, outputs=tmp_path / "ref")
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    out = tmp_path / "killed"
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(out), "WANDB_MODE": "disabled"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "convexp.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("runs/finetune/*/checkpoints/last.ckpt")):
+        time.sleep(0.02)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    [run] = finetune_runs(out)
+    assert not (run / "metrics.json").exists(), "the run finished before it could be killed"
+    res = convexp(*args, outputs=out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    a = json.loads((finetune_runs(tmp_path / "ref")[0] / "metrics.json").read_text())
+    b = json.loads((run / "metrics.json").read_text())
+    assert b["dev"]["validation"] == pytest.approx(a["dev"]["validation"])
+
+
+def write_vocab(path: Path, words: list[str]) -> Path:
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    return path
+
+
+def test_hugging_face_bert_checkpoint_with_its_own_vocab(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    from convexp.data.synthetic import vocabulary_words
+
+    words = sorted(vocabulary_words())[:400]
+    ckpt = tmp_path / "bert"
+    ckpt.mkdir()
+    write_vocab(ckpt / "vocab.txt", words)
+    cfg = BertConfig(
+        vocab_size=405,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    BertModel(cfg).save_pretrained(ckpt)
+    res = convexp("finetune", "glue", "task=rte", f"init={ckpt}", *FAST, outputs=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert summary_of(tmp_path)["tasks"]["rte"]["runs"][0]["score"] >= 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["task=nope"], "unknown task 'nope'"),
+        (["glue.source=local", "glue.path=/no/such/glue"], "/no/such/glue"),
+        (["init=/no/such/run"], "init=/no/such/run does not exist"),
+    ],
+)
+def test_bad_input_one_line_exit_2(tmp_path, pretrained, args, message):
+    res = convexp("finetune", "glue", f"init={pretrained}", *FAST, *args, outputs=tmp_path)
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], res.stderr[-2000:]
+
+
+def test_wrong_columns_and_other_vocabulary(tmp_path, pretrained):
+    root = tmp_path / "glue"
+    (root / "SST-2").mkdir(parents=True)
+    (root / "SST-2" / "train.tsv").write_text("text\tlabel\na film\t1\n")
+    (root / "SST-2" / "dev.tsv").write_text("text\tlabel\na film\t1\n")
+    res = convexp(
+        "finetune",
+        "glue",
+        "task=sst2",
+        f"init={pretrained}",
+        *FAST,
+        "glue.source=local",
+        f"glue.path={root}",
+        outputs=tmp_path,
+    )
+    assert res.returncode == 2 and "train.tsv" in res.stderr, res.stderr[-2000:]
+    vocab = write_vocab(tmp_path / "vocab.txt", ["a", "b", "c"])
+    res = convexp(
+        "finetune",
+        "glue",
+        "task=sst2",
+        f"init={pretrained}",
+        f"tokenizer_path={vocab}",
+        *FAST,
+        outputs=tmp_path,
+    )
+    assert res.returncode == 2 and "vocabulary" in res.stderr, res.stderr[-2000:]
