@@ -1,4 +1,4 @@
-"""Data: corpora, tokenizers and packed pre-training blocks (``datasets`` + ``tokenizers``).
+"""Data: corpora, tokenizers, packed pre-training blocks and GLUE (``datasets`` + ``tokenizers``).
 
 Modules (import them directly; this package imports nothing so that ``import convexp.data.x``
 stays cheap):
@@ -8,6 +8,7 @@ stays cheap):
   tokenizer.py    build_tokenizer / Tokenizer: trained WordPiece or Unigram, or a pretrained file
   packing.py      pack token streams into fixed-length [CLS] A [SEP] B [SEP] blocks (pure Python)
   pretraining.py  prepare_pretraining_data: corpus -> tokenizer -> packed, cached train/val blocks
-  cache.py        config hashes and atomic cache directories
+  glue.py         GLUE: task registry, loading (hub, classic TSV, disk, synthetic), tokenising,
+                  metrics, GLUE scores, server submissions
   errors.py       DataError and its subclasses (all UserError)
 """

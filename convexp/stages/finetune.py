@@ -108,15 +108,16 @@ def hyperparameters(cfg: DictConfig, init: Init) -> list[dict]:
     if protocol not in ("convbert", "chang"):
         raise UserError(f"protocol={protocol!r}; use protocol=convbert or protocol=chang")
     base_size = init.model_cfg.hidden_size >= 768
-    if protocol == "chang":
+    if protocol == "chang":  # Table 5: no weight decay, no layer-wise decay
         lr = task.lr.chang_base if base_size else task.lr.chang_small
-        decay = cfg.layerwise_lr_decay
-    else:
+        decay, weight_decay = cfg.layerwise_lr_decay, 0.0
+    else:  # ELECTRA's fine-tuning settings
         lr = 1e-4 if base_size else 3e-4
         decay = 0.8 if cfg.layerwise_lr_decay is None else cfg.layerwise_lr_decay
+        weight_decay = cfg.optim.weight_decay
     hp = {
         "lr": cfg.lr or lr,
-        "weight_decay": cfg.optim.weight_decay,
+        "weight_decay": weight_decay,
         "epochs": cfg.epochs or task.epochs[protocol],
         "batch_size": cfg.batch_size or task.batch_size[protocol],
         "warmup_fraction": task.warmup_fraction,
