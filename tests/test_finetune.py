@@ -254,12 +254,27 @@ def test_protocol_hyperparameters_and_grid():
     base = Init(ModelConfig(hidden_size=768, num_heads=12), None, None, "x")
     cfg = compose_stage("finetune", ["init=x", "task=rte"])
     [hp] = hyperparameters(cfg, small)
-    assert (hp["lr"], hp["epochs"], hp["batch_size"], hp["layerwise_lr_decay"], hp["weight_decay"]) == (3e-4, 10, 32, 0.8, 0.01)
+    assert (hp["lr"], hp["epochs"], hp["batch_size"], hp["layerwise_lr_decay"], hp["weight_decay"]) == (
+        3e-4,
+        10,
+        32,
+        0.8,
+        0.01,
+    )
     assert hyperparameters(cfg, base)[0]["lr"] == 1e-4
     cfg = compose_stage("finetune", ["init=x", "task=mnli", "protocol=chang"])
     [hp] = hyperparameters(cfg, small)
-    assert (hp["lr"], hp["epochs"], hp["batch_size"], hp["layerwise_lr_decay"], hp["weight_decay"]) == (3e-4, 4, 128, None, 0.0)
-    assert hyperparameters(compose_stage("finetune", ["init=x", "task=qnli", "protocol=chang"]), small)[0]["lr"] == 1e-4
+    assert (hp["lr"], hp["epochs"], hp["batch_size"], hp["layerwise_lr_decay"], hp["weight_decay"]) == (
+        3e-4,
+        4,
+        128,
+        None,
+        0.0,
+    )
+    assert (
+        hyperparameters(compose_stage("finetune", ["init=x", "task=qnli", "protocol=chang"]), small)[0]["lr"]
+        == 1e-4
+    )
     grid = hyperparameters(compose_stage("finetune", ["init=x", "task=cola", "grid=true"]), small)
     assert len(grid) == 16
     assert {(g["lr"], g["weight_decay"], g["epochs"]) for g in grid} == {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import statistics
 import sys
@@ -452,19 +453,23 @@ def write_summary(cfg: DictConfig, init: Init, results: dict) -> Path:
     best_runs = {}
     for name, by_seed in results.items():
         task = glue.get_task(name)
-        runs = [r for rs in by_seed.values() for r in rs]
-        ms = [r.read_json("metrics.json") for r in runs]
-        best = max(range(len(ms)), key=lambda i: ms[i]["score"])  # best-dev run (grid and seeds)
-        best_runs[name] = runs[best]
-        seeds = [seed for seed, rs in by_seed.items() for _ in rs]
+        runs = [(seed, r, r.read_json("metrics.json")) for seed, rs in by_seed.items() for r in rs]
+        # with a grid: the setting with the best mean dev score over seeds is the task's result
+        by_hp: dict[str, list] = {}
+        for entry in runs:
+            by_hp.setdefault(json.dumps(entry[2]["hp"], sort_keys=True), []).append(entry)
+        chosen = max(by_hp.values(), key=lambda es: statistics.fmean(m["score"] for _, _, m in es))
+        best = max(chosen, key=lambda e: e[2]["score"])  # best-dev run
+        best_runs[name] = best[1]
         per_task[name] = {
-            "runs": [{"run": r.id, "seed": seed, **m} for r, m, seed in zip(runs, ms, seeds)],
-            "score": aggregate([m["score"] for m in ms]),
-            "best_run": runs[best].id,
+            "runs": [{"run": r.id, "seed": seed, **m} for seed, r, m in runs],
+            "hp": chosen[0][2]["hp"],
+            "settings_tried": len(by_hp),
+            "score": aggregate([m["score"] for _, _, m in chosen]),
+            "best_run": best[1].id,
         }
         for style in ("convbert", "chang"):
-            for col, value in _columns(task, ms, style).items():
-                columns[style][col] = value
+            columns[style].update(_columns(task, [m for _, _, m in chosen], style))
     glue_scores = {}
     for style, cols in columns.items():
         for stat in ("mean", "median", "best"):
@@ -511,7 +516,7 @@ def print_summary(summary: dict) -> None:
     for col in ("task", "metrics (mean over runs)", "score mean ± s.e.", "median", "best", "runs"):
         table.add_column(col, justify="left" if col in ("task", "metrics (mean over runs)") else "right")
     for name, t in summary["tasks"].items():
-        runs = t["runs"]
+        runs = [r for r in t["runs"] if r["hp"] == t["hp"]]  # the chosen setting's seeds
         keys = [(s, k) for s, d in runs[0]["dev"].items() for k in d]
         mets = ", ".join(
             f"{k}{'' if len(runs[0]['dev']) == 1 else '/' + s.split('_')[-1][:2]} {statistics.fmean(r['dev'][s][k] for r in runs):.1f}"
