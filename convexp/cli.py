@@ -34,23 +34,30 @@ OVERRIDES = typer.Argument(
 )
 
 
-@app.command()
-def pretrain(
-    overrides: Optional[List[str]] = OVERRIDES,
-    cfg: bool = typer.Option(False, "--cfg", help="Print the composed configuration and exit."),
-) -> None:
-    """Pre-train a model preset (MLM or ELECTRA) into outputs/runs/pretrain/<id>; re-running resumes."""
+PRINT_CFG = typer.Option(False, "--cfg", help="Print the composed configuration and exit.")
+
+
+def _composed(stage: str, overrides: list[str], print_cfg: bool):
+    """The stage's composed configuration, or None after printing it (--cfg)."""
     from omegaconf import OmegaConf
 
     from .config import compose_stage
 
-    composed = compose_stage("pretrain", overrides or [])
-    if cfg:
+    composed = compose_stage(stage, overrides)
+    if print_cfg:
         typer.echo(OmegaConf.to_yaml(composed))
-        return
-    from .stages.pretrain import run_pretrain
+        return None
+    return composed
 
-    run_pretrain(composed)
+
+@app.command()
+def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: bool = PRINT_CFG) -> None:
+    """Pre-train a model preset (MLM or ELECTRA) into outputs/runs/pretrain/<id>; re-running resumes."""
+    composed = _composed("pretrain", overrides or [], cfg)
+    if composed is not None:
+        from .stages.pretrain import run_pretrain
+
+        run_pretrain(composed)
 
 
 finetune_app = typer.Typer(no_args_is_help=True, help="Fine-tune and evaluate (GLUE).")
@@ -58,22 +65,15 @@ app.add_typer(finetune_app, name="finetune")
 
 
 @finetune_app.command("glue")
-def finetune_glue(
-    overrides: Optional[List[str]] = OVERRIDES,
-    cfg: bool = typer.Option(False, "--cfg", help="Print the composed configuration and exit."),
-) -> None:
+def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: bool = PRINT_CFG) -> None:
     """Fine-tune on GLUE: task=<name|all> init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]."""
-    from omegaconf import OmegaConf
+    overrides = overrides or []
+    composed = _composed("finetune", overrides, cfg)
+    if composed is not None:
+        from .config import compose_stage
+        from .stages.finetune import run_glue
 
-    from .config import compose_stage
-
-    composed = compose_stage("finetune", overrides or [])
-    if cfg:
-        typer.echo(OmegaConf.to_yaml(composed))
-        return
-    from .stages.finetune import run_glue
-
-    run_glue(composed, lambda task: compose_stage("finetune", [*(overrides or []), f"task={task}"]))
+        run_glue(composed, lambda task: compose_stage("finetune", [*overrides, f"task={task}"]))
 
 
 @app.command()

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +11,7 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from test_pretrain import TINY, convexp
+from test_pretrain import TINY, convexp, kill_when
 
 FAST = ["scale=smoke", "glue.synthetic_size=160", "epochs=1", "batch_size=16", "task.max_len=48"]
 
@@ -148,19 +143,7 @@ def test_killed_finetune_resumes_to_the_same_result(tmp_path, pretrained):
     ref = convexp(*args, outputs=tmp_path / "ref")
     assert ref.returncode == 0, ref.stderr[-3000:]
     out = tmp_path / "killed"
-    env = {**os.environ, "CONVEXP_OUTPUTS": str(out), "WANDB_MODE": "disabled"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "convexp.cli", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(out.glob("runs/finetune/*/checkpoints/last.ckpt")):
-        time.sleep(0.02)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_when(args, out, "runs/finetune/*/checkpoints/last.ckpt")
     [run] = finetune_runs(out)
     assert not (run / "metrics.json").exists(), "the run finished before it could be killed"
     res = convexp(*args, outputs=out)

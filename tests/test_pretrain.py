@@ -38,6 +38,23 @@ def convexp(
     )
 
 
+def kill_when(args: list[str], outputs: Path, pattern: str) -> None:
+    """Run `convexp ARGS` and SIGKILL it as soon as a file matching `pattern` exists under outputs."""
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "WANDB_MODE": "offline"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "convexp.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(outputs.glob(pattern)):
+        time.sleep(0.02)
+    time.sleep(0.3)  # let the checkpoint file be complete
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 def run_dirs(outputs: Path) -> list[Path]:
     return sorted((outputs / "runs" / "pretrain").glob("*"))
 
@@ -103,19 +120,7 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     assert ref.returncode == 0, ref.stderr[-3000:]
 
     out = tmp_path / "killed"
-    env = {**os.environ, "CONVEXP_OUTPUTS": str(out), "WANDB_MODE": "offline"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "convexp.cli", "pretrain", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(out.glob("runs/pretrain/*/checkpoints/step=40.ckpt")):
-        time.sleep(0.02)
-    time.sleep(0.3)  # let the checkpoint file be complete
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_when(["pretrain", *args], out, "runs/pretrain/*/checkpoints/step=40.ckpt")
     [run] = run_dirs(out)
     assert not (run / "metrics.json").exists(), "the run finished before it could be killed"
 
