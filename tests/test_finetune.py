@@ -230,13 +230,10 @@ def test_protocol_hyperparameters_and_grid():
     from omegaconf import OmegaConf
 
     from convexp.config import compose_stage
-    from convexp.models import ModelConfig
-    from convexp.stages.finetune import Init, hyperparameters
+    from convexp.stages.finetune import hyperparameters
 
-    small = Init(ModelConfig(hidden_size=256), None, None, "x")
-    base = Init(ModelConfig(hidden_size=768, num_heads=12), None, None, "x")
     cfg = compose_stage("finetune", ["init=x", "task=rte"])
-    [hp] = hyperparameters(cfg, small)
+    [hp] = hyperparameters(cfg, 256)
     assert (hp["lr"], hp["epochs"], hp["batch_size"], hp["layerwise_lr_decay"], hp["weight_decay"]) == (
         3e-4,
         10,
@@ -244,9 +241,9 @@ def test_protocol_hyperparameters_and_grid():
         0.8,
         0.01,
     )
-    assert hyperparameters(cfg, base)[0]["lr"] == 1e-4
+    assert hyperparameters(cfg, 768)[0]["lr"] == 1e-4
     cfg = compose_stage("finetune", ["init=x", "task=mnli", "protocol=chang"])
-    [hp] = hyperparameters(cfg, small)
+    [hp] = hyperparameters(cfg, 256)
     assert (hp["lr"], hp["epochs"], hp["batch_size"], hp["layerwise_lr_decay"], hp["weight_decay"]) == (
         3e-4,
         4,
@@ -255,10 +252,10 @@ def test_protocol_hyperparameters_and_grid():
         0.0,
     )
     assert (
-        hyperparameters(compose_stage("finetune", ["init=x", "task=qnli", "protocol=chang"]), small)[0]["lr"]
+        hyperparameters(compose_stage("finetune", ["init=x", "task=qnli", "protocol=chang"]), 256)[0]["lr"]
         == 1e-4
     )
-    grid = hyperparameters(compose_stage("finetune", ["init=x", "task=cola", "grid=true"]), small)
+    grid = hyperparameters(compose_stage("finetune", ["init=x", "task=cola", "grid=true"]), 256)
     assert len(grid) == 16
     assert {(g["lr"], g["weight_decay"], g["epochs"]) for g in grid} == {
         (lr, wd, ep) for lr in (5e-5, 1e-4, 2e-4, 3e-4) for wd in (0.01, 0.1) for ep in (3, 10)

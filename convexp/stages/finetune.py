@@ -103,12 +103,12 @@ def resolve_init(cfg: DictConfig) -> Init:
 # ----------------------------------------------------------------------------- hyper-parameters
 
 
-def hyperparameters(cfg: DictConfig, init: Init) -> list[dict]:
-    """The settings of one task's runs (one, or the ConvBERT grid)."""
+def hyperparameters(cfg: DictConfig, hidden_size: int) -> list[dict]:
+    """The settings of one task's runs (one, or the ConvBERT grid), for a model of ``hidden_size``."""
     task, protocol = cfg.task, cfg.protocol
     if protocol not in ("convbert", "chang"):
         raise UserError(f"protocol={protocol!r}; use protocol=convbert or protocol=chang")
-    base_size = init.model_cfg.hidden_size >= 768
+    base_size = hidden_size >= 768
     if protocol == "chang":  # Table 5: no weight decay, no layer-wise decay
         lr = task.lr.chang_base if base_size else task.lr.chang_small
         decay, weight_decay = cfg.layerwise_lr_decay, 0.0
@@ -230,25 +230,53 @@ def _save_predictions(path: Path, task: glue.GlueTask, idx, logits, labels) -> N
     atomic_write(path, "\n".join(lines) + "\n")
 
 
-def finetune_one(
-    cfg: DictConfig,
-    init: Init,
-    task_name: str,
-    seed: int,
-    hp: dict,
-    start: dict | None,
-    splits: dict,
-    start_slug: str = "",
-) -> Run:
-    """Fine-tune one (task, seed, hyper-parameters) run, or reuse it when it has finished."""
-    task = glue.get_task(task_name)
+@dataclasses.dataclass
+class Planned:
+    """One fine-tuning run of a plan: (task, seed, hyper-parameters), its run directory, and the
+    run it starts from (the same seed's MNLI run, for the intermediate tasks) or None."""
+
+    task: str
+    seed: int
+    hp: dict
+    run: Run
+    run_cfg: DictConfig
+    start: "Planned | None" = None
+
+
+def plan_glue(cfg: DictConfig, init_slug: str, hidden_size: int, compose_task) -> list[Planned]:
+    """Every run of a GLUE invocation, in execution order (MNLI before the tasks that start from it).
+
+    Needs only the init's name and width, not its weights: ``convexp ablate`` plans fine-tunes of
+    models that are not pre-trained yet, and ``convexp report`` finds them again."""
+    names = list(TASK_ORDER) if cfg.task.name == "all" else [cfg.task.name]
+    intermediate = cfg.intermediate if cfg.intermediate is not None else cfg.protocol == "chang"
+    if intermediate and "mnli" not in names and any(t in INTERMEDIATE for t in names):
+        names = ["mnli", *names]  # the intermediate task runs first
+    plan: list[Planned] = []
+    mnli: dict[int, Planned] = {}
+    for name in names:
+        tcfg = compose_task(name) if cfg.task.name != name else cfg
+        for hp in hyperparameters(tcfg, hidden_size):
+            for seed in cfg.seeds:
+                start = mnli.get(seed) if intermediate and name in INTERMEDIATE else None
+                run, run_cfg = finetune_run(tcfg, init_slug, name, seed, hp, start.run.id if start else "")
+                plan.append(Planned(name, seed, hp, run, run_cfg, start))
+                if name == "mnli":
+                    mnli.setdefault(seed, plan[-1])  # the first setting's run
+    return plan
+
+
+def finetune_run(
+    cfg: DictConfig, init_slug: str, task_name: str, seed: int, hp: dict, start_slug: str = ""
+) -> tuple[Run, DictConfig]:
+    """The run directory of one (task, seed, hyper-parameters) fine-tune, and what its id hashes."""
     run_cfg = OmegaConf.create(
         {
             "stage": "finetune",
             "task": task_name,
             "seed": seed,
             "hp": hp,
-            "init": init.slug,
+            "init": init_slug,
             "from": start_slug,
             "glue": OmegaConf.to_container(cfg.glue),
             "max_len": cfg.task.max_len,
@@ -269,9 +297,14 @@ def finetune_one(
             },
         }
     )
-    run = Run.for_config(
-        cfg.outputs, "finetune", "-".join(filter(None, [init.slug, task_name, f"s{seed}", cfg.name])), run_cfg
-    )
+    slug = "-".join(filter(None, [init_slug, task_name, f"s{seed}", cfg.name]))
+    return Run.for_config(cfg.outputs, "finetune", slug, run_cfg), run_cfg
+
+
+def finetune_one(cfg: DictConfig, init: Init, planned: Planned, splits: dict) -> Run:
+    """Fine-tune one planned run, or reuse it when it has finished."""
+    task_name, seed, hp, run, run_cfg = planned.task, planned.seed, planned.hp, planned.run, planned.run_cfg
+    task = glue.get_task(task_name)
     if run.finished:
         return run
     if run.last_checkpoint() and not cfg.resume:
@@ -281,7 +314,7 @@ def finetune_one(
     pl.seed_everything(seed, verbose=False)
 
     model = SequenceClassifier(init.model_cfg, task.num_labels)
-    state = start if start is not None else init.state
+    state = _encoder_state(planned.start.run) if planned.start else init.state
     if state is not None:
         missing, unexpected = model.encoder.load_state_dict(state, strict=False)
         # a BERT pooler missing from an ELECTRA-style checkpoint starts fresh; nothing else may
@@ -397,34 +430,35 @@ def _evaluate_and_save(
 # ----------------------------------------------------------------------------- a GLUE invocation
 
 
-def run_glue(cfg: DictConfig, compose_task) -> Path:
-    """Fine-tune every requested task and seed; aggregate; print the GLUE table.
+def run_glue(cfg: DictConfig, compose_task, summary: bool = True) -> Path | None:
+    """Fine-tune every requested task and seed (finished runs are reused); aggregate; print the
+    GLUE table. compose_task(name) composes the same command for another task (task=all, MNLI).
 
-    compose_task(name) composes the same command for another task (task=all)."""
+    summary=False (a sweep's single run) skips the invocation summary; returns its directory."""
     import datasets
 
     datasets.disable_progress_bars()
     init = resolve_init(cfg)
-    names = [t for t in TASK_ORDER] if cfg.task.name == "all" else [cfg.task.name]
-    intermediate = cfg.intermediate if cfg.intermediate is not None else cfg.protocol == "chang"
-    if intermediate and "mnli" not in names and any(t in INTERMEDIATE for t in names):
-        names = ["mnli", *names]  # the intermediate task runs first
-    results = {}
-    for name in names:
+    plan = plan_glue(cfg, init.slug, init.model_cfg.hidden_size, compose_task)
+    for name in dict.fromkeys(p.task for p in plan):
+        todo = [p for p in plan if p.task == name and not p.run.finished]
+        if not todo:
+            continue  # data is loaded only for tasks with work left
         tcfg = compose_task(name) if cfg.task.name != name else cfg
         task = glue.get_task(name)
         raw = glue.load_glue_task(task, tcfg.glue)
         splits = glue.tokenize_task(
             task, raw, init.tokenizer, tcfg.task.max_len, Path(cfg.outputs) / "cache" / "glue"
         )
-        for hp in hyperparameters(tcfg, init):
-            for seed in cfg.seeds:
-                start, start_slug = None, ""
-                if intermediate and name in INTERMEDIATE and "mnli" in results:
-                    mnli_run = results["mnli"][seed][0]
-                    start, start_slug = _encoder_state(mnli_run), mnli_run.id
-                run = finetune_one(tcfg, init, name, seed, hp, start, splits, start_slug)
-                results.setdefault(name, {}).setdefault(seed, []).append(run)
+        for planned in todo:
+            if planned.start and not planned.start.run.finished:
+                raise UserError(f"{planned.start.run.dir} has not finished; it must run before {name}")
+            finetune_one(tcfg, init, planned, splits)
+    if not summary:
+        return None
+    results: dict = {}
+    for p in plan:
+        results.setdefault(p.task, {}).setdefault(p.seed, []).append(p.run)
     return write_summary(cfg, init, results)
 
 

@@ -161,11 +161,16 @@ def resolve(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+def pretrain_run(cfg: DictConfig) -> Run:
+    """The run directory of a resolved pre-training config (known before it runs)."""
+    slug = "-".join(filter(None, [cfg.model.name, cfg.objective.name, cfg.name]))
+    return Run.for_config(cfg.outputs, "pretrain", slug, cfg)
+
+
 def run_pretrain(cfg: DictConfig) -> Run:
     """Pre-train as configured; returns the run. A finished run with the same config is reused."""
     cfg = resolve(cfg)
-    slug = "-".join(filter(None, [cfg.model.name, cfg.objective.name, cfg.name]))
-    run = Run.for_config(cfg.outputs, "pretrain", slug, cfg)
+    run = pretrain_run(cfg)
     if run.finished:
         print(f"already finished: {run.dir} (nothing to do)")
         return run
