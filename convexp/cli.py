@@ -77,6 +77,47 @@ def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: bool = PRINT_
 
 
 @app.command()
+def ablate(
+    name: Optional[str] = typer.Argument(
+        None, help="A sweep in sweeps/ (see --list) or a path to a sweep file."
+    ),
+    overrides: Optional[List[str]] = typer.Argument(
+        None,
+        help="scale=smoke|small|paper, variants=[..], tasks=[..], seeds=[..], launcher=local|submitit, "
+        "launcher.workers=N, pretrain.KEY=VALUE, finetune.KEY=VALUE, or KEY=VALUE for every stage.",
+    ),
+    list_sweeps: bool = typer.Option(False, "--list", help="List the named sweeps and their sources."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan (runs, cache, compute); run nothing."
+    ),
+    wandb_sweep: bool = typer.Option(
+        False, "--wandb-sweep", help="Write a W&B sweep file (one agent job per variant) instead of running."
+    ),
+) -> None:
+    """Run a named sweep: pre-train every variant, fine-tune each; finished runs are reused."""
+    from . import ablation
+
+    if list_sweeps:
+        ablation.print_sweeps()
+        return
+    if not name:
+        _fail("give a sweep name (convexp ablate --list shows them)")
+    plan = ablation.build_plan(ablation.load_sweep(name), overrides or [])
+    if dry_run:
+        ablation.print_plan(plan)
+        return
+    if wandb_sweep:
+        path = ablation.write_wandb_sweep(plan)
+        typer.echo(
+            f"wrote {path}\nstart it with `wandb sweep {path}`, then run `wandb agent <sweep id>` on each machine"
+        )
+        return
+    failed = ablation.print_outcomes(plan, ablation.run_plan(plan))
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
 def models(
     seq_len: int = typer.Option(128, help="Sequence length for the FLOPs count."),
     names: Optional[List[str]] = typer.Argument(None, help="Presets to show (default: all)."),

@@ -11,7 +11,6 @@ submission.zip (each task's best-dev run).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 import statistics
@@ -28,12 +27,10 @@ from ..data import glue
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..runs import Run
+from .plan import CONVBERT_GRID, INTERMEDIATE, TASK_ORDER, Planned, finetune_run, hyperparameters, plan_glue  # noqa: F401
 from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, step_seed
 from .streams import PermutedStream, StreamSampler
 
-TASK_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
-INTERMEDIATE = ("rte", "stsb", "mrpc")
-CONVBERT_GRID = {"lr": [5e-5, 1e-4, 2e-4, 3e-4], "weight_decay": [0.01, 0.1], "epochs": [3, 10]}
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
 
 
@@ -101,33 +98,6 @@ def resolve_init(cfg: DictConfig) -> Init:
 
 
 # ----------------------------------------------------------------------------- hyper-parameters
-
-
-def hyperparameters(cfg: DictConfig, hidden_size: int) -> list[dict]:
-    """The settings of one task's runs (one, or the ConvBERT grid), for a model of ``hidden_size``."""
-    task, protocol = cfg.task, cfg.protocol
-    if protocol not in ("convbert", "chang"):
-        raise UserError(f"protocol={protocol!r}; use protocol=convbert or protocol=chang")
-    base_size = hidden_size >= 768
-    if protocol == "chang":  # Table 5: no weight decay, no layer-wise decay
-        lr = task.lr.chang_base if base_size else task.lr.chang_small
-        decay, weight_decay = cfg.layerwise_lr_decay, 0.0
-    else:  # ELECTRA's fine-tuning settings
-        lr = 1e-4 if base_size else 3e-4
-        decay = 0.8 if cfg.layerwise_lr_decay is None else cfg.layerwise_lr_decay
-        weight_decay = cfg.optim.weight_decay
-    hp = {
-        "lr": cfg.lr or lr,
-        "weight_decay": weight_decay,
-        "epochs": cfg.epochs or task.epochs[protocol],
-        "batch_size": cfg.batch_size or task.batch_size[protocol],
-        "warmup_fraction": task.warmup_fraction,
-        "layerwise_lr_decay": decay,
-    }
-    if not cfg.grid:
-        return [hp]
-    keys = list(CONVBERT_GRID)
-    return [{**hp, **dict(zip(keys, values))} for values in itertools.product(*CONVBERT_GRID.values())]
 
 
 # ----------------------------------------------------------------------------- Lightning module
@@ -228,77 +198,6 @@ def _save_predictions(path: Path, task: glue.GlueTask, idx, logits, labels) -> N
         f"{int(i)}\t{float(y):.9g}\t{float(p):.9g}" for i, y, p in zip(idx, labels, pred)
     ]
     atomic_write(path, "\n".join(lines) + "\n")
-
-
-@dataclasses.dataclass
-class Planned:
-    """One fine-tuning run of a plan: (task, seed, hyper-parameters), its run directory, and the
-    run it starts from (the same seed's MNLI run, for the intermediate tasks) or None."""
-
-    task: str
-    seed: int
-    hp: dict
-    run: Run
-    run_cfg: DictConfig
-    start: "Planned | None" = None
-
-
-def plan_glue(cfg: DictConfig, init_slug: str, hidden_size: int, compose_task) -> list[Planned]:
-    """Every run of a GLUE invocation, in execution order (MNLI before the tasks that start from it).
-
-    Needs only the init's name and width, not its weights: ``convexp ablate`` plans fine-tunes of
-    models that are not pre-trained yet, and ``convexp report`` finds them again."""
-    names = list(TASK_ORDER) if cfg.task.name == "all" else [cfg.task.name]
-    intermediate = cfg.intermediate if cfg.intermediate is not None else cfg.protocol == "chang"
-    if intermediate and "mnli" not in names and any(t in INTERMEDIATE for t in names):
-        names = ["mnli", *names]  # the intermediate task runs first
-    plan: list[Planned] = []
-    mnli: dict[int, Planned] = {}
-    for name in names:
-        tcfg = compose_task(name) if cfg.task.name != name else cfg
-        for hp in hyperparameters(tcfg, hidden_size):
-            for seed in cfg.seeds:
-                start = mnli.get(seed) if intermediate and name in INTERMEDIATE else None
-                run, run_cfg = finetune_run(tcfg, init_slug, name, seed, hp, start.run.id if start else "")
-                plan.append(Planned(name, seed, hp, run, run_cfg, start))
-                if name == "mnli":
-                    mnli.setdefault(seed, plan[-1])  # the first setting's run
-    return plan
-
-
-def finetune_run(
-    cfg: DictConfig, init_slug: str, task_name: str, seed: int, hp: dict, start_slug: str = ""
-) -> tuple[Run, DictConfig]:
-    """The run directory of one (task, seed, hyper-parameters) fine-tune, and what its id hashes."""
-    run_cfg = OmegaConf.create(
-        {
-            "stage": "finetune",
-            "task": task_name,
-            "seed": seed,
-            "hp": hp,
-            "init": init_slug,
-            "from": start_slug,
-            "glue": OmegaConf.to_container(cfg.glue),
-            "max_len": cfg.task.max_len,
-            "protocol": cfg.protocol,
-            "precision": cfg.trainer.precision,
-            "name": cfg.name,
-            "logger": OmegaConf.to_container(cfg.logger),
-            "trainer": {
-                k: cfg.trainer[k]
-                for k in (
-                    "accelerator",
-                    "devices",
-                    "num_nodes",
-                    "strategy",
-                    "num_workers",
-                    "log_every_n_steps",
-                )
-            },
-        }
-    )
-    slug = "-".join(filter(None, [init_slug, task_name, f"s{seed}", cfg.name]))
-    return Run.for_config(cfg.outputs, "finetune", slug, run_cfg), run_cfg
 
 
 def finetune_one(cfg: DictConfig, init: Init, planned: Planned, splits: dict) -> Run:

@@ -10,16 +10,16 @@ from pathlib import Path
 import datasets
 import pytorch_lightning as pl
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-from ..config import model_config, to_model_config
+from ..config import to_model_config
 from ..data.pretraining import StreamingBlocks, prepare_pretraining_data
 from ..errors import UserError
 from ..models import ModelConfig, ReplacedTokenDetector
 from ..models.io import save_model_dir
 from ..runs import Run
-from . import recipes
+from .plan import pretrain_run, resolve  # noqa: F401
 from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, per_device_batch, step_seed
 from .objectives import ElectraObjective, MLMObjective, TokenInfo, mask_tokens
 from .streams import BlockStream, PermutedStream, StreamSampler
@@ -143,28 +143,6 @@ class _Rows(torch.utils.data.Dataset):
     def __getitem__(self, i):
         row = self.rows[i]
         return {c: torch.as_tensor(row[c]) for c in self.columns}
-
-
-def resolve(cfg: DictConfig) -> DictConfig:
-    """Fill the paper defaults (lr, steps, batch size) into ``cfg.resolved``."""
-    paper_size = model_config(cfg.choices.model).hidden_size  # the preset's, before scale= shrinks it
-    recipe = recipes.paper_recipe(cfg.choices.model, paper_size)
-    resolved = {
-        "lr": cfg.optim.lr or recipe.lr,
-        "max_steps": cfg.trainer.max_steps or recipe.max_steps,
-        "batch_size": cfg.trainer.batch_size or recipe.batch_size,
-        "generator_fraction": recipes.generator_fraction(paper_size),
-    }
-    OmegaConf.set_struct(cfg, False)
-    cfg.resolved = resolved
-    OmegaConf.set_struct(cfg, True)
-    return cfg
-
-
-def pretrain_run(cfg: DictConfig) -> Run:
-    """The run directory of a resolved pre-training config (known before it runs)."""
-    slug = "-".join(filter(None, [cfg.model.name, cfg.objective.name, cfg.name]))
-    return Run.for_config(cfg.outputs, "pretrain", slug, cfg)
 
 
 def run_pretrain(cfg: DictConfig) -> Run:

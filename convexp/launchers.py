@@ -1,0 +1,185 @@
+"""Launchers: run a sweep's plan here (in this process or N worker processes) or on SLURM.
+
+All three walk the same dependency graph with the same rules: a node runs once its dependencies
+are done or cached; a node whose dependency failed is blocked; a failure never stops the others.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from .ablation import Ledger, Node, Outcome, Plan, blocked_by, error_line, ready, run_node
+
+
+def _log_path(plan: Plan, node: Node) -> Path:
+    return plan.home / "logs" / (node.key.replace("/", "__") + ".log")
+
+
+def _announce(node: Node, i: int, n: int) -> None:
+    print(f"[{i}/{n}] {node.key}: {node.command}", flush=True)
+
+
+def _block(ledger: Ledger, node: Node, dep: str) -> None:
+    ledger.record(node.key, Outcome("blocked", error=f"{dep} did not finish"))
+    print(f"blocked: {node.key} ({dep} did not finish)", flush=True)
+
+
+def run_sequential(plan: Plan, ledger: Ledger) -> None:
+    """One node after another, in this process (progress bars in the terminal)."""
+    todo = [n for n in plan.order() if n.key not in ledger.outcomes]
+    for i, node in enumerate(todo, 1):
+        dep = blocked_by(node, ledger.outcomes)
+        if dep:
+            _block(ledger, node, dep)
+            continue
+        _announce(node, i, len(todo))
+        started = time.time()
+        try:
+            run_node(node.stage, node.overrides)
+            ledger.record(node.key, Outcome("done", time.time() - started))
+        except Exception as e:  # one run failing does not stop the sweep; Ctrl-C does
+            log = _log_path(plan, node)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(traceback.format_exc())
+            ledger.record(node.key, Outcome("failed", time.time() - started, error_line(e), str(log)))
+            print(f"failed: {node.key}: {error_line(e)} (traceback: {log})", flush=True)
+
+
+# ----------------------------------------------------------------------------- worker processes
+
+
+def _pool_job(stage: str, overrides: list[str], log: str, threads: int) -> str | None:
+    """In a fresh worker process: run one node with its output in ``log``; the error line or None."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", buffering=1) as f:
+        os.dup2(f.fileno(), 1)  # the Trainer's progress and prints go to the log
+        os.dup2(f.fileno(), 2)
+        import torch
+
+        torch.set_num_threads(threads)
+        try:
+            run_node(stage, overrides)
+            return None
+        except Exception as e:
+            f.write(traceback.format_exc())
+            return error_line(e)
+
+
+def run_pool(plan: Plan, ledger: Ledger, workers: int) -> None:
+    """Up to ``workers`` nodes at once, each in its own process with cores/workers threads."""
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    pending = [n for n in plan.order() if n.key not in ledger.outcomes]
+    running: dict = {}
+    n_total, n_started = len(pending), 0
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), max_tasks_per_child=1) as pool:
+        while pending or running:
+            for node in list(pending):
+                dep = blocked_by(node, ledger.outcomes)
+                if dep:
+                    pending.remove(node)
+                    _block(ledger, node, dep)
+                elif ready(node, ledger.outcomes) and len(running) < workers:
+                    pending.remove(node)
+                    n_started += 1
+                    _announce(node, n_started, n_total)
+                    log = _log_path(plan, node)
+                    future = pool.submit(_pool_job, node.stage, node.overrides, str(log), threads)
+                    running[future] = (node, time.time(), log)
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                node, started, log = running.pop(future)
+                try:
+                    error = future.result()
+                except Exception as e:  # the worker process died (killed, out of memory)
+                    error = error_line(e)
+                seconds = time.time() - started
+                if error is None:
+                    ledger.record(node.key, Outcome("done", seconds, log=str(log)))
+                    print(f"done: {node.key} ({seconds:.0f} s)", flush=True)
+                else:
+                    ledger.record(node.key, Outcome("failed", seconds, error, str(log)))
+                    print(f"failed: {node.key}: {error} (log: {log})", flush=True)
+
+
+# ----------------------------------------------------------------------------- SLURM (submitit)
+
+
+def _submitit_job(stage: str, overrides: list[str]) -> None:
+    run_node(stage, overrides)
+
+
+def make_executor(plan: Plan, cfg: DictConfig):
+    """A submitit executor from conf/launcher/submitit.yaml (cluster=local runs it here)."""
+    import submitit
+
+    folder = Path(cfg.folder) if cfg.folder else plan.home / "submitit"
+    executor = submitit.AutoExecutor(folder=str(folder / "%j"), cluster=cfg.cluster)
+    params = dict(
+        name=f"convexp-{plan.sweep.name}",
+        timeout_min=int(cfg.timeout_min),
+        nodes=int(cfg.nodes),
+        gpus_per_node=int(cfg.gpus_per_node),
+        tasks_per_node=int(cfg.tasks_per_node),
+        cpus_per_task=int(cfg.cpus_per_task),
+        mem_gb=float(cfg.mem_gb),
+        slurm_array_parallelism=int(cfg.array_parallelism),
+    )
+    if cfg.partition:
+        params["slurm_partition"] = cfg.partition
+    if cfg.additional:
+        params["slurm_additional_parameters"] = dict(cfg.additional)
+    executor.update_parameters(**params)
+    return executor
+
+
+def run_submitit(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
+    """Waves of job arrays: every node whose dependencies are done goes into the next array."""
+    executor = make_executor(plan, cfg)
+    pending = [n for n in plan.order() if n.key not in ledger.outcomes]
+    while pending:
+        wave = []
+        for node in list(pending):
+            dep = blocked_by(node, ledger.outcomes)
+            if dep:
+                pending.remove(node)
+                _block(ledger, node, dep)
+            elif ready(node, ledger.outcomes):
+                pending.remove(node)
+                wave.append(node)
+        if not wave:
+            break
+        started = time.time()
+        jobs = executor.map_array(_submitit_job, [n.stage for n in wave], [n.overrides for n in wave])
+        print(
+            f"submitted {len(jobs)} jobs (array {jobs[0].job_id.split('_')[0]}): "
+            + ", ".join(n.key for n in wave),
+            flush=True,
+        )
+        for node, job in zip(wave, jobs):
+            try:
+                job.result()
+                ledger.record(node.key, Outcome("done", time.time() - started, log=str(job.paths.stdout)))
+                print(f"done: {node.key}", flush=True)
+            except Exception as e:
+                error = _job_error(e)
+                ledger.record(
+                    node.key, Outcome("failed", time.time() - started, error, str(job.paths.stderr))
+                )
+                print(f"failed: {node.key}: {error} (log: {job.paths.stderr})", flush=True)
+
+
+def _job_error(e: Exception) -> str:
+    """submitit re-raises a job's failure with the remote traceback: keep its last line."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else error_line(e)

@@ -1,0 +1,1 @@
+"""Reports of finished runs: analysis figures (attention maps, concentration C, learned kernels)."""

@@ -1,0 +1,149 @@
+"""Which runs a command makes, known before any of them runs (and without importing Lightning).
+
+Run directories are named by hashes of what they compute, so the pre-training run of a config,
+and every fine-tuning run of a GLUE invocation, can be found from the config alone: ``convexp
+ablate`` plans whole sweeps this way (cached, to resume, new) and ``convexp report`` finds the
+results again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..config import model_config
+from ..errors import UserError
+from ..runs import Run
+from . import recipes
+
+TASK_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
+INTERMEDIATE = ("rte", "stsb", "mrpc")
+CONVBERT_GRID = {"lr": [5e-5, 1e-4, 2e-4, 3e-4], "weight_decay": [0.01, 0.1], "epochs": [3, 10]}
+
+
+@functools.lru_cache(maxsize=None)
+def _preset_width(preset: str) -> int:
+    return model_config(preset).hidden_size
+
+
+def resolve(cfg: DictConfig) -> DictConfig:
+    """Fill the paper defaults (lr, steps, batch size) into ``cfg.resolved``."""
+    paper_size = _preset_width(cfg.choices.model)  # the preset's, before scale= shrinks it
+    recipe = recipes.paper_recipe(cfg.choices.model, paper_size)
+    resolved = {
+        "lr": cfg.optim.lr or recipe.lr,
+        "max_steps": int((cfg.trainer.max_steps or recipe.max_steps) * cfg.trainer.steps_multiplier),
+        "batch_size": cfg.trainer.batch_size or recipe.batch_size,
+        "generator_fraction": recipes.generator_fraction(paper_size),
+    }
+    OmegaConf.set_struct(cfg, False)
+    cfg.resolved = resolved
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def pretrain_run(cfg: DictConfig) -> Run:
+    """The run directory of a resolved pre-training config (known before it runs)."""
+    slug = "-".join(filter(None, [cfg.model.name, cfg.objective.name, cfg.name]))
+    return Run.for_config(cfg.outputs, "pretrain", slug, cfg)
+
+
+def hyperparameters(cfg: DictConfig, hidden_size: int) -> list[dict]:
+    """The settings of one task's runs (one, or the ConvBERT grid), for a model of ``hidden_size``."""
+    task, protocol = cfg.task, cfg.protocol
+    if protocol not in ("convbert", "chang"):
+        raise UserError(f"protocol={protocol!r}; use protocol=convbert or protocol=chang")
+    base_size = hidden_size >= 768
+    if protocol == "chang":  # Table 5: no weight decay, no layer-wise decay
+        lr = task.lr.chang_base if base_size else task.lr.chang_small
+        decay, weight_decay = cfg.layerwise_lr_decay, 0.0
+    else:  # ELECTRA's fine-tuning settings
+        lr = 1e-4 if base_size else 3e-4
+        decay = 0.8 if cfg.layerwise_lr_decay is None else cfg.layerwise_lr_decay
+        weight_decay = cfg.optim.weight_decay
+    hp = {
+        "lr": cfg.lr or lr,
+        "weight_decay": weight_decay,
+        "epochs": cfg.epochs or task.epochs[protocol],
+        "batch_size": cfg.batch_size or task.batch_size[protocol],
+        "warmup_fraction": task.warmup_fraction,
+        "layerwise_lr_decay": decay,
+    }
+    if not cfg.grid:
+        return [hp]
+    keys = list(CONVBERT_GRID)
+    return [{**hp, **dict(zip(keys, values))} for values in itertools.product(*CONVBERT_GRID.values())]
+
+
+@dataclasses.dataclass
+class Planned:
+    """One fine-tuning run of a plan: (task, seed, hyper-parameters), its run directory, and the
+    run it starts from (the same seed's MNLI run, for the intermediate tasks) or None."""
+
+    task: str
+    seed: int
+    hp: dict
+    run: Run
+    run_cfg: DictConfig
+    start: "Planned | None" = None
+
+
+def plan_glue(cfg: DictConfig, init_slug: str, hidden_size: int, compose_task) -> list[Planned]:
+    """Every run of a GLUE invocation, in execution order (MNLI before the tasks that start from it).
+
+    Needs only the init's name and width, not its weights: ``convexp ablate`` plans fine-tunes of
+    models that are not pre-trained yet, and ``convexp report`` finds them again."""
+    names = list(TASK_ORDER) if cfg.task.name == "all" else [cfg.task.name]
+    intermediate = cfg.intermediate if cfg.intermediate is not None else cfg.protocol == "chang"
+    if intermediate and "mnli" not in names and any(t in INTERMEDIATE for t in names):
+        names = ["mnli", *names]  # the intermediate task runs first
+    plan: list[Planned] = []
+    mnli: dict[int, Planned] = {}
+    for name in names:
+        tcfg = compose_task(name) if cfg.task.name != name else cfg
+        for hp in hyperparameters(tcfg, hidden_size):
+            for seed in cfg.seeds:
+                start = mnli.get(seed) if intermediate and name in INTERMEDIATE else None
+                run, run_cfg = finetune_run(tcfg, init_slug, name, seed, hp, start.run.id if start else "")
+                plan.append(Planned(name, seed, hp, run, run_cfg, start))
+                if name == "mnli":
+                    mnli.setdefault(seed, plan[-1])  # the first setting's run
+    return plan
+
+
+def finetune_run(
+    cfg: DictConfig, init_slug: str, task_name: str, seed: int, hp: dict, start_slug: str = ""
+) -> tuple[Run, DictConfig]:
+    """The run directory of one (task, seed, hyper-parameters) fine-tune, and what its id hashes."""
+    run_cfg = OmegaConf.create(
+        {
+            "stage": "finetune",
+            "task": task_name,
+            "seed": seed,
+            "hp": hp,
+            "init": init_slug,
+            "from": start_slug,
+            "glue": OmegaConf.to_container(cfg.glue),
+            "max_len": cfg.task.max_len,
+            "protocol": cfg.protocol,
+            "precision": cfg.trainer.precision,
+            "name": cfg.name,
+            "logger": OmegaConf.to_container(cfg.logger),
+            "trainer": {
+                k: cfg.trainer[k]
+                for k in (
+                    "accelerator",
+                    "devices",
+                    "num_nodes",
+                    "strategy",
+                    "num_workers",
+                    "log_every_n_steps",
+                )
+            },
+        }
+    )
+    slug = "-".join(filter(None, [init_slug, task_name, f"s{seed}", cfg.name]))
+    return Run.for_config(cfg.outputs, "finetune", slug, run_cfg), run_cfg
