@@ -118,6 +118,24 @@ def ablate(
 
 
 @app.command()
+def report(
+    name: str = typer.Argument(..., help="The sweep (as given to convexp ablate)."),
+    overrides: Optional[List[str]] = typer.Argument(
+        None, help="The sweep's arguments (default: those of the last `convexp ablate NAME`)."
+    ),
+    fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
+    source: str = typer.Option("local", "--source", help="local (the run store) | wandb (the W&B API)"),
+    analyze: Optional[List[str]] = typer.Option(
+        None, "--analyze", help="Variant whose attention maps and kernels to plot (default: the sweep's)."
+    ),
+) -> None:
+    """Turn a sweep's runs into the paper's table (ours beside the paper's numbers) and figures."""
+    from .report.build import make_report
+
+    make_report(name, overrides or None, fmt, source, analyze)
+
+
+@app.command()
 def models(
     seq_len: int = typer.Option(128, help="Sequence length for the FLOPs count."),
     names: Optional[List[str]] = typer.Argument(None, help="Presets to show (default: all)."),

@@ -48,3 +48,16 @@ def config_and_history(path: Path) -> tuple[dict, list[dict]]:
                 {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
             )
     return config, history
+
+
+def run_info(path: Path) -> dict:
+    """The run's group, job type, tags and final summary (key -> decoded value)."""
+    info = {"group": None, "job_type": None, "tags": [], "summary": {}}
+    for rec in records(path):
+        kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            info.update(group=rec.run.run_group, job_type=rec.run.job_type, tags=list(rec.run.tags))
+        elif kind == "summary":
+            for item in rec.summary.update:
+                info["summary"][item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return info

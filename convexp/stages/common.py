@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import netrc
 import os
@@ -50,6 +51,17 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
             )
         )
     return loggers
+
+
+def log_result(metrics: dict) -> None:
+    """Put a run's metrics.json into its W&B summary as ``result`` (what `report --source wandb` reads)."""
+    import sys
+
+    if "wandb" in sys.modules:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.run.summary["result"] = json.loads(json.dumps(metrics, default=str))
 
 
 def finish_wandb() -> None:

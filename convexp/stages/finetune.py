@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..runs import Run
 from .plan import CONVBERT_GRID, INTERMEDIATE, TASK_ORDER, Planned, finetune_run, hyperparameters, plan_glue  # noqa: F401
-from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, step_seed
+from .common import adamw_with_linear_schedule, finish_wandb, log_result, make_loggers, step_seed
 from .streams import PermutedStream, StreamSampler
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
@@ -311,18 +311,17 @@ def _evaluate_and_save(
     if not run.model_dir.exists():
         save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir)
     score = glue.task_score(task, dev[task.dev_splits[0]])
-    run.write_json(
-        "metrics.json",
-        {
-            "task": task.name,
-            "dev": dev,
-            "score": score,
-            "convbert_score": glue.convbert_score(task, dev[task.dev_splits[0]]),
-            "hp": hp,
-            "wall_time_s": seconds,
-            "examples_per_s": examples / seconds if seconds else None,
-        },
-    )
+    metrics = {
+        "task": task.name,
+        "dev": dev,
+        "score": score,
+        "convbert_score": glue.convbert_score(task, dev[task.dev_splits[0]]),
+        "hp": hp,
+        "wall_time_s": seconds,
+        "examples_per_s": examples / seconds if seconds else None,
+    }
+    run.write_json("metrics.json", metrics)
+    log_result(metrics)
     run.set_status("finished")
 
 

@@ -20,7 +20,14 @@ from ..models import ModelConfig, ReplacedTokenDetector
 from ..models.io import save_model_dir
 from ..runs import Run
 from .plan import pretrain_run, resolve  # noqa: F401
-from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, per_device_batch, step_seed
+from .common import (
+    adamw_with_linear_schedule,
+    finish_wandb,
+    log_result,
+    make_loggers,
+    per_device_batch,
+    step_seed,
+)
 from .objectives import ElectraObjective, MLMObjective, TokenInfo, mask_tokens
 from .streams import BlockStream, PermutedStream, StreamSampler
 
@@ -291,6 +298,7 @@ def _finish(
         "data": {k: v for k, v in data.stats.items() if isinstance(v, (int, float, str, bool))},
     }
     run.write_json("metrics.json", metrics)
+    log_result(metrics)
     run.set_status("finished")
     print(f"finished: {run.dir}")
 

@@ -1,0 +1,196 @@
+"""`convexp report NAME`: a sweep's runs → outputs/reports/NAME/ (table, report.json, figures).
+
+The report rebuilds the sweep's plan with the same arguments as the last ``convexp ablate NAME``
+(or those given), so it reads exactly those runs: from the local run store (metrics.json) or,
+with ``source="wandb"``, from the W&B runs of the same ids (their summary's ``result``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..ablation import Plan, build_plan, last_args, load_sweep, model_flops, parameters
+from ..atomic import atomic_write
+from ..errors import UserError
+from . import tables
+
+FORMATS = {"md": "table.md", "csv": "table.csv", "latex": "table.tex"}
+
+
+class ReportError(UserError):
+    pass
+
+
+# ----------------------------------------------------------------------------- reading results
+
+
+def local_result(run) -> dict | None:
+    """A finished run's metrics.json, or None."""
+    return run.read_json("metrics.json") if run.finished else None
+
+
+def wandb_reader(plan: Plan):
+    """Results from W&B: the runs with the plan's run ids in the configured project."""
+    import wandb
+
+    cfg = next(iter(plan.pretrain_cfgs.values())).logger
+    api = wandb.Api()
+    path = f"{cfg.entity}/{cfg.project}" if cfg.entity else cfg.project
+
+    def read(run) -> dict | None:
+        try:
+            remote = api.run(f"{path}/{run.id}")
+        except Exception:  # not synced (yet), or no such run
+            return None
+        if remote.state != "finished":
+            return None
+        result = remote.summary.get("result")
+        return dict(result) if result else None
+
+    return read
+
+
+def collect(plan: Plan, read) -> tuple[dict, dict, list[str]]:
+    """({variant: pretrain info}, {variant: [fine-tuning results]}, [node keys without results])."""
+    from ..config import to_model_config
+
+    pretrain, finetune, missing = {}, {}, []
+    for node in plan.order():
+        if node.stage == "pretrain":
+            cfg = plan.pretrain_cfgs[node.variant]
+            pretrain[node.variant] = {
+                "metrics": read(node.runs[0]),
+                "params": parameters(to_model_config(cfg.model)),
+                "flops": model_flops(cfg),
+                "run": node.runs[0].id,
+            }
+            if pretrain[node.variant]["metrics"] is None:
+                missing.append(node.key)
+            continue
+        results = [(r, read(r)) for r in node.runs]
+        if any(m is None for _, m in results):
+            missing.append(node.key)
+        for r, m in results:
+            if m is not None:
+                finetune.setdefault(node.variant, []).append({**m, "seed": node.seed, "run": r.id})
+    return pretrain, finetune, missing
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def make_report(
+    name: str,
+    args: list[str] | None = None,
+    fmt: str = "md",
+    source: str = "local",
+    analyze: list[str] | None = None,
+    out: Path | None = None,
+) -> Path:
+    """Write outputs/reports/NAME/ and print the table; returns the directory."""
+    if fmt not in FORMATS:
+        raise ReportError(f"unknown format {fmt!r}; use md, csv or latex")
+    if source not in ("local", "wandb"):
+        raise ReportError(f"unknown source {source!r}; use local or wandb")
+    sweep = load_sweep(name)
+    if args is None:  # the last `convexp ablate NAME`'s arguments
+        args = last_args(Path(os.environ.get("CONVEXP_OUTPUTS", "outputs")), sweep.name) or []
+    plan = build_plan(sweep, args)
+    read = wandb_reader(plan) if source == "wandb" else local_result
+    pretrain, finetune, missing = collect(plan, read)
+    spec = sweep.report
+    columns = list(spec.columns)
+    rows = [
+        tables.variant_row(
+            sweep.variants[v],
+            spec.style,
+            spec.aggregate,
+            columns,
+            pretrain.get(v),
+            finetune.get(v, []),
+        )
+        for v in plan.pretrain_cfgs
+    ]
+    out = Path(out) if out else plan.outputs / "reports" / sweep.name
+    out.mkdir(parents=True, exist_ok=True)
+    title = f"{sweep.name}: {sweep.title}"
+    lines = _header_lines(plan, rows, finetune, missing)
+    text = {
+        "md": lambda: tables.to_markdown(rows, columns, title, lines),
+        "csv": lambda: tables.to_csv(rows, columns),
+        "latex": lambda: tables.to_latex(rows, columns, title),
+    }[fmt]()
+    atomic_write(out / FORMATS[fmt], text)
+    figures = []
+    if spec.figure:
+        from .figures import curve
+
+        figures.append(str(curve(sweep, rows, out / "figure.png")))
+    analyses = {}
+    for variant in analyze if analyze is not None else spec.analyze:
+        analyses[variant] = _analyze(plan, variant, out)
+    report = {
+        "sweep": sweep.name,
+        "source": sweep.source,
+        "args": args,
+        "results_from": source,
+        "aggregate": spec.aggregate,
+        "style": spec.style,
+        "paper_split": spec.paper_split,
+        "columns": columns,
+        "rows": tables.to_json(rows, columns),
+        "missing": missing,
+        "figures": figures,
+        "analysis": analyses,
+    }
+    atomic_write(out / "report.json", json.dumps(report, indent=2, default=str) + "\n")
+    print(text if fmt != "md" else text.replace("## ", "", 1))
+    for f in figures:
+        print(f"figure: {f}")
+    for v, a in analyses.items():
+        print(f"analysis of {v}: " + (", ".join(a["files"]) if "files" in a else a.get("error", "")))
+    print(f"report: {out}")
+    return out
+
+
+def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) -> list[str]:
+    spec, sweep = plan.sweep.report, plan.sweep
+    seeds = sorted({m["seed"] for ms in finetune.values() for m in ms})
+    lines = [
+        f"Source: {sweep.source.get('paper', '?')}, {sweep.source.get('ref', '?')}."
+        + (f" {sweep.source['note']}" if sweep.source.get("note") else ""),
+        f"Ours: scale={plan.settings.scale}"
+        + (f", arguments: {' '.join(plan.args)}" if plan.args else "")
+        + f"; GLUE dev, {spec.aggregate} over {len(seeds)} seed(s) per task"
+        + (" (± standard error)" if spec.aggregate == "mean" else "")
+        + f"; {spec.style} scoring.",
+    ]
+    if spec.paper_split:
+        lines.append(f"Paper: GLUE {spec.paper_split} numbers as printed.")
+    if any(m["task"] for ms in finetune.values() for m in ms) and "*" in "".join(
+        r.ours["glue"].note for r in rows if "glue" in r.ours
+    ):
+        lines.append("GLUE marked * averages only the tasks that were run.")
+    if missing:
+        lines.append(
+            f"Missing ({len(missing)} runs not finished): {', '.join(missing[:6])}"
+            + (" …" if len(missing) > 6 else "")
+        )
+    lines += list(spec.notes)
+    return lines
+
+
+def _analyze(plan: Plan, variant: str, out: Path) -> dict:
+    """Attention maps, concentration C and learned kernels of a variant's pre-trained model."""
+    if variant not in plan.pretrain_cfgs:
+        raise ReportError(
+            f"no variant {variant!r} in this sweep's plan; choose one of: {', '.join(plan.pretrain_cfgs)}"
+        )
+    run = plan.nodes[f"pretrain/{variant}"].runs[0]
+    if not run.finished:
+        return {"error": f"{run.dir} has not finished"}
+    from .analysis import analyze_model
+
+    return analyze_model(run.model_dir, out, variant)

@@ -1,0 +1,229 @@
+"""A sweep's results as the paper's table: rows = variants, columns = tasks, GLUE, params, FLOPs.
+
+Results come from the run store (or W&B) through the sweep's plan, so a report reads exactly
+the runs ``convexp ablate`` made with the same arguments. Fine-tuning seeds are aggregated as
+the paper did: ``median`` (ConvBERT: median of 9 runs), ``mean`` ± standard error (Chang et
+al. appendix, dev) or ``best`` (Chang et al.'s test tables: the best dev run of ten).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from ..data import glue
+
+GLUE_LABEL = {"convbert": "GLUE", "chang": "GLUE"}
+HEADERS = {
+    "params": "Params",
+    "flops": "Train FLOPs",
+    "glue": "GLUE",
+    "cola": "CoLA",
+    "sst2": "SST-2",
+    "mrpc": "MRPC",
+    "stsb": "STS-B",
+    "qqp": "QQP",
+    "mnli": "MNLI",
+    "mnli-m": "MNLI-m",
+    "mnli-mm": "MNLI-mm",
+    "qnli": "QNLI",
+    "rte": "RTE",
+    "wnli": "WNLI",
+}
+
+
+@dataclass
+class Cell:
+    """One aggregated number: the value, its standard error (mean only) and how many runs."""
+
+    value: float | None
+    stderr: float | None = None
+    n: int = 0
+    note: str = ""
+
+    def text(self, column: str) -> str:
+        if self.value is None:
+            return "–"
+        if column == "params":
+            return f"{self.value / 1e6:.2f}M"
+        if column == "flops":
+            return f"{self.value:.1e}"
+        if column.startswith("pretrain."):
+            return f"{self.value:.3g}"
+        s = f"{self.value:.1f}"
+        if self.stderr is not None and self.n > 1:
+            s += f" ± {self.stderr:.1f}"
+        return s + self.note
+
+
+@dataclass
+class Row:
+    variant: str
+    label: str
+    ours: dict[str, Cell]
+    paper: dict[str, object]
+    runs: dict[str, list[str]] = field(default_factory=dict)  # column -> run ids behind it
+
+
+def aggregate(values: list[float], how: str) -> Cell:
+    if not values:
+        return Cell(None)
+    n = len(values)
+    if how == "median":
+        return Cell(statistics.median(values), n=n)
+    if how == "best":
+        return Cell(max(values), n=n)
+    se = statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0
+    return Cell(statistics.fmean(values), se, n)
+
+
+def chosen_runs(finetunes: list[dict]) -> dict[str, list[dict]]:
+    """{task: the runs of its chosen setting}: with a hyper-parameter grid, the setting with the
+    best mean dev score over seeds (as the ConvBERT appendix selects); otherwise all runs."""
+    by_task: dict[str, dict[str, list[dict]]] = {}
+    for m in finetunes:
+        by_task.setdefault(m["task"], {}).setdefault(json.dumps(m["hp"], sort_keys=True), []).append(m)
+    return {
+        t: max(settings.values(), key=lambda ms: statistics.fmean(m["score"] for m in ms))
+        for t, settings in by_task.items()
+    }
+
+
+def variant_row(
+    variant, style: str, how: str, columns: list[str], pretrain: dict | None, finetunes: list[dict]
+) -> Row:
+    """One row: every column aggregated over the variant's fine-tuning seeds.
+
+    pretrain: {"metrics": metrics.json or None, "params": int, "flops": float}; finetunes: the
+    fine-tuning runs' metrics.json dicts (with "seed" and "run" added)."""
+    runs = chosen_runs(finetunes)
+    per_seed: dict[int, dict[str, float]] = {}  # seed -> {column: score}
+    per_column: dict[str, list[float]] = {}
+    ids: dict[str, list[str]] = {}
+    for task, ms in runs.items():
+        for m in ms:
+            for col, v in glue.score_columns({task: m["dev"]}, style).items():
+                per_column.setdefault(col, []).append(v)
+                per_seed.setdefault(m["seed"], {})[col] = v
+                ids.setdefault(col, []).append(m["run"])
+    ours: dict[str, Cell] = {}
+    for col in columns:
+        if col == "params":
+            ours[col] = Cell(pretrain["params"] if pretrain else None, n=1)
+        elif col == "flops":
+            ours[col] = Cell(pretrain["flops"] if pretrain else None, n=1)
+        elif col.startswith("pretrain."):
+            metrics = (pretrain or {}).get("metrics") or {}
+            ours[col] = Cell(metrics.get(col.split(".", 1)[1]), n=1)
+        elif col == "glue":
+            ours[col] = _glue_cell(per_seed, per_column, style, how)
+        else:
+            ours[col] = aggregate(per_column.get(col, []), how)
+    return Row(variant.name, variant.label, ours, dict(variant.paper), ids)
+
+
+def glue_columns(style: str) -> tuple[str, ...]:
+    return glue.CONVBERT_COLUMNS if style == "convbert" else glue.CHANG_COLUMNS
+
+
+def _glue_cell(per_seed: dict, per_column: dict, style: str, how: str) -> Cell:
+    """The GLUE average. median / mean: of the per-seed GLUE scores (Chang et al. A.2: "GLUE
+    score averages and standard errors over ten GLUE scores"); best: of the per-task best runs.
+    With some tasks not run, the average is over those that were, marked with *."""
+    wanted = [c for c in glue_columns(style) if c in per_column]
+    if not wanted:
+        return Cell(None)
+    note = "" if len(wanted) == len(glue_columns(style)) else "*"
+    if how == "best":
+        return Cell(statistics.fmean(max(per_column[c]) for c in wanted), n=1, note=note)
+    complete = [s for s in per_seed.values() if all(c in s for c in wanted)]
+    cell = aggregate([statistics.fmean(s[c] for c in wanted) for s in complete], how)
+    cell.note = note
+    return cell
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _paper_text(value, column: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if column == "params":
+        return f"{value}M"
+    if column == "flops":
+        return f"{value:.1e}"
+    return f"{value:.1f}"
+
+
+def _has_paper(rows: list[Row]) -> bool:
+    return any(r.paper for r in rows)
+
+
+def to_markdown(rows: list[Row], columns: list[str], title: str, lines: list[str]) -> str:
+    heads = ["Model", ""] + [HEADERS.get(c, c) for c in columns]
+    out = [f"## {title}", "", *lines, "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for r in rows:
+        out.append("| " + " | ".join([r.label, "ours", *(r.ours[c].text(c) for c in columns)]) + " |")
+        if r.paper:
+            out.append(
+                "| " + " | ".join(["", "paper", *(_paper_text(r.paper.get(c), c) for c in columns)]) + " |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def to_csv(rows: list[Row], columns: list[str]) -> str:
+    """Long format: one line per (variant, source, column)."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["variant", "label", "source", "column", "value", "stderr", "n"])
+    for r in rows:
+        for c in columns:
+            cell = r.ours[c]
+            w.writerow([r.variant, r.label, "ours", c, cell.value, cell.stderr, cell.n])
+            if c in r.paper:
+                w.writerow([r.variant, r.label, "paper", c, r.paper[c], None, None])
+    return buf.getvalue()
+
+
+def _tex(s: str) -> str:
+    return s.replace("\\", r"\textbackslash{}").replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$")
+
+
+def to_latex(rows: list[Row], columns: list[str], title: str) -> str:
+    heads = ["Model", ""] + [HEADERS.get(c, c) for c in columns]
+    out = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\begin{tabular}{ll" + "r" * len(columns) + "}",
+        r"\hline",
+        " & ".join(_tex(h) for h in heads) + r" \\",
+        r"\hline",
+    ]
+    for r in rows:
+        out.append(" & ".join([_tex(r.label), "ours", *(_tex(r.ours[c].text(c)) for c in columns)]) + r" \\")
+        if r.paper:
+            cells = [r"\textit{" + _tex(_paper_text(r.paper.get(c), c)) + "}" for c in columns]
+            out.append(" & ".join(["", r"\textit{paper}", *cells]) + r" \\")
+    out += [r"\hline", r"\end{tabular}", r"\caption{" + _tex(title) + "}", r"\end{table}"]
+    return "\n".join(out) + "\n"
+
+
+def to_json(rows: list[Row], columns: list[str]) -> list[dict]:
+    return [
+        {
+            "variant": r.variant,
+            "label": r.label,
+            "ours": {
+                c: {"value": r.ours[c].value, "stderr": r.ours[c].stderr, "n": r.ours[c].n} for c in columns
+            },
+            "paper": r.paper,
+            "runs": r.runs,
+        }
+        for r in rows
+    ]
