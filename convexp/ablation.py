@@ -165,7 +165,7 @@ def load_sweep(name: str) -> Sweep:
     report = ReportSpec(
         style=r.get("style", "convbert"),
         aggregate=r.get("aggregate", "median"),
-        columns=tuple(r.get("columns") or ReportSpec.columns),
+        columns=tuple(r.get("columns") or (ReportSpec.columns if finetune else ("params", "flops"))),
         paper_split=r.get("paper_split"),
         figure=r.get("figure"),
         analyze=tuple(r.get("analyze") or ()),
@@ -381,7 +381,11 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
         pre.append(f"outputs={outputs}")  # absolute: workers and cluster jobs may start elsewhere
         pretrain_cfgs[v.name] = cfg
         pkey = f"pretrain/{v.name}"
-        nodes[pkey] = Node(pkey, "pretrain", v.name, pre, [run], flops=_pretrain_flops(cfg, model_cfg))
+        try:
+            flops = _pretrain_flops(cfg, model_cfg)
+        except ValueError as e:  # e.g. seq_len beyond the position table
+            raise SweepError(f"{where}: {e}") from e
+        nodes[pkey] = Node(pkey, "pretrain", v.name, pre, [run], flops=flops)
         if sweep.finetune is None:
             continue
         ft = [
@@ -403,7 +407,10 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
             def compose_task(name, base=ft):
                 return _compose_cached(finetune_cfgs, where, [*base, f"task={name}"])
 
-            planned = plan_glue(tcfg, run.id, model_cfg.hidden_size, compose_task)
+            try:
+                planned = plan_glue(tcfg, run.id, model_cfg.hidden_size, compose_task)
+            except UserError as e:
+                raise SweepError(f"{where}: {e}") from e
             for p in planned:
                 key = f"finetune/{v.name}/{p.task}/s{p.seed}"
                 if key in nodes:
