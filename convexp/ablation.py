@@ -349,81 +349,110 @@ _MISSING = object()
 def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
     """Compose every node's configuration (so bad overrides fail here, before any training) and
     find every run directory."""
-    from .stages.plan import plan_glue
-    from .stages.plan import pretrain_run, resolve
-
     own, stage_args = split_args(list(args))
+    settings = _settings(own)
+    nodes: dict[str, Node] = {}
+    pretrain_cfgs: dict[str, DictConfig] = {}
+    cache: dict[tuple, DictConfig] = {}  # fine-tuning compositions shared by variants
+    for v in _selected(sweep, settings.variants):
+        pre, cfg, model_cfg = _pretrain_node(sweep, v, settings, stage_args["pretrain"])
+        nodes[pre.key], pretrain_cfgs[v.name] = pre, cfg
+        if sweep.finetune is not None:
+            for node in _finetune_nodes(sweep, v, settings, stage_args["finetune"], pre, model_cfg, cache):
+                if node.key in nodes:  # another grid setting of the same (task, seed)
+                    nodes[node.key].runs += [r for r in node.runs if r not in nodes[node.key].runs]
+                else:
+                    nodes[node.key] = node
+    return Plan(sweep, settings, list(args), _dependency_order(nodes), pretrain_cfgs)
+
+
+def _settings(own: list[str]) -> DictConfig:
+    """conf/ablate.yaml with the sweep's own arguments."""
     # `scale` names a config group too, so Hydra cannot take scale=... as a plain key: set it after
     scales = [a.split("=", 1)[1] for a in own if a.startswith("scale=")]
     settings = compose("ablate", [a for a in own if not a.startswith("scale=")])
     if scales:
         settings.scale = scales[-1]
-    scale = str(settings.scale)
-    if scale not in group_options("scale"):
-        raise SweepError(f"unknown scale {scale!r}; choose one of: {', '.join(group_options('scale'))}")
-    chosen = _selected(sweep, settings.variants)
-    nodes: dict[str, Node] = {}
-    pretrain_cfgs: dict[str, DictConfig] = {}
-    finetune_cfgs: dict[tuple, DictConfig] = {}
-    for v in chosen:
-        where = f"sweep {sweep.name}, variant {v.name}"
-        logging = [f"logger.group={sweep.name}", f"logger.tags=[{v.name}]"]
-        corpus = [f"data={sweep.data}"] if sweep.data and scale != "smoke" else []  # smoke: synthetic
-        pre = [f"scale={scale}", *corpus, *sweep.pretrain, *v.pretrain, *stage_args["pretrain"], *logging]
-        cfg = _compose(where, "pretrain", pre)
-        try:
-            model_cfg = to_model_config(cfg.model)
-        except ConfigError as e:
-            raise SweepError(f"{where}: {e}") from e
+    if settings.scale not in group_options("scale"):
+        raise SweepError(
+            f"unknown scale {settings.scale!r}; choose one of: {', '.join(group_options('scale'))}"
+        )
+    return settings
+
+
+def _pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]):
+    """(the variant's pre-training node, its resolved config, its ModelConfig)."""
+    from .stages.plan import pretrain_run, resolve
+
+    where = f"sweep {sweep.name}, variant {v.name}"
+    scale = settings.scale
+    corpus = [f"data={sweep.data}"] if sweep.data and scale != "smoke" else []  # smoke: synthetic
+    over = [f"scale={scale}", *corpus, *sweep.pretrain, *v.pretrain, *cli, *_logging(sweep, v)]
+    cfg = _compose(where, "pretrain", over)
+    try:
+        model_cfg = to_model_config(cfg.model)
         cfg = resolve(cfg)
-        run = pretrain_run(cfg)
-        outputs = str(Path(cfg.outputs).resolve())
-        pre.append(f"outputs={outputs}")  # absolute: workers and cluster jobs may start elsewhere
-        pretrain_cfgs[v.name] = cfg
-        pkey = f"pretrain/{v.name}"
+        flops = _pretrain_flops(cfg, model_cfg)
+    except (ConfigError, ValueError) as e:  # e.g. seq_len beyond the position table
+        raise SweepError(f"{where}: {e}") from e
+    run = pretrain_run(cfg)
+    over.append(
+        f"outputs={Path(cfg.outputs).resolve()}"
+    )  # absolute: workers and cluster jobs start elsewhere
+    return Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops), cfg, model_cfg
+
+
+def _logging(sweep: Sweep, v: Variant) -> list[str]:
+    """W&B: group = the sweep, tags = the variant (the job type is the stage)."""
+    return [f"logger.group={sweep.name}", f"logger.tags=[{v.name}]"]
+
+
+def _finetune_nodes(
+    sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str], pre: Node, model_cfg, cache: dict
+) -> list[Node]:
+    """One node per (task, seed) fine-tuning the variant's pre-trained model (MNLI included when
+    the protocol starts other tasks from it)."""
+    from .stages.plan import plan_glue
+
+    where = f"sweep {sweep.name}, variant {v.name}"
+    run = pre.runs[0]
+    outputs = next(o for o in pre.overrides if o.startswith("outputs="))
+    base = [
+        f"scale={settings.scale}",
+        *sweep.finetune.overrides,
+        *v.finetune,
+        *cli,
+        *_logging(sweep, v),
+        f"init={run.dir.resolve()}",
+        outputs,
+    ]
+
+    def compose_task(name: str) -> DictConfig:
+        return _compose_cached(cache, where, [*base, *_seeds_override(sweep, settings), f"task={name}"])
+
+    nodes: dict[str, Node] = {}
+    tasks = list(settings.tasks) if settings.tasks is not None else list(sweep.finetune.tasks)
+    for t in tasks:
         try:
-            flops = _pretrain_flops(cfg, model_cfg)
-        except ValueError as e:  # e.g. seq_len beyond the position table
+            planned = plan_glue(compose_task(t), run.id, model_cfg.hidden_size, compose_task)
+        except UserError as e:
             raise SweepError(f"{where}: {e}") from e
-        nodes[pkey] = Node(pkey, "pretrain", v.name, pre, [run], flops=flops)
-        if sweep.finetune is None:
-            continue
-        ft = [
-            f"scale={scale}",
-            *sweep.finetune.overrides,
-            *v.finetune,
-            *stage_args["finetune"],
-            *logging,
-            f"init={run.dir.resolve()}",
-            f"outputs={outputs}",
-        ]
-        seeds = _seeds(sweep, settings, scale)
-        if seeds is not None:
-            ft.append(f"seeds=[{','.join(map(str, seeds))}]")
-        tasks = list(settings.tasks) if settings.tasks is not None else list(sweep.finetune.tasks)
-        for t in tasks:
-            tcfg = _compose_cached(finetune_cfgs, where, [*ft, f"task={t}"])
+        for p in planned:
+            key = f"finetune/{v.name}/{p.task}/s{p.seed}"
+            if key not in nodes:
+                deps = [pre.key] + ([f"finetune/{v.name}/{p.start.task}/s{p.start.seed}"] if p.start else [])
+                over = [*base, f"task={p.task}", f"seeds=[{p.seed}]"]
+                nodes[key] = Node(key, "finetune", v.name, over, [], deps, p.task, p.seed)
+            if p.run not in nodes[key].runs:
+                nodes[key].runs.append(p.run)
+    for node in nodes.values():
+        node.flops = _finetune_flops(compose_task(node.task), model_cfg, node)
+    return list(nodes.values())
 
-            def compose_task(name, base=ft):
-                return _compose_cached(finetune_cfgs, where, [*base, f"task={name}"])
 
-            try:
-                planned = plan_glue(tcfg, run.id, model_cfg.hidden_size, compose_task)
-            except UserError as e:
-                raise SweepError(f"{where}: {e}") from e
-            for p in planned:
-                key = f"finetune/{v.name}/{p.task}/s{p.seed}"
-                if key in nodes:
-                    if p.run not in nodes[key].runs:
-                        nodes[key].runs.append(p.run)  # another grid setting
-                    continue
-                deps = [pkey] + ([f"finetune/{v.name}/{p.start.task}/s{p.start.seed}"] if p.start else [])
-                over = [o for o in ft if not o.startswith("seeds=")] + [f"task={p.task}", f"seeds=[{p.seed}]"]
-                nodes[key] = Node(key, "finetune", v.name, over, [p.run], deps, p.task, p.seed)
-            for p in planned:
-                key = f"finetune/{v.name}/{p.task}/s{p.seed}"
-                nodes[key].flops = _finetune_flops(compose_task(p.task), model_cfg, nodes[key])
-    return Plan(sweep, settings, list(args), _dependency_order(nodes), pretrain_cfgs)
+def _seeds_override(sweep: Sweep, settings: DictConfig) -> list[str]:
+    seeds = _seeds(sweep, settings, settings.scale)
+    return [] if seeds is None else [f"seeds=[{','.join(map(str, seeds))}]"]
 
 
 def _compose(where: str, stage: str, overrides: list[str]) -> DictConfig:
@@ -715,8 +744,13 @@ def print_plan(plan: Plan) -> None:
     hours = todo / (plan.settings.tflops * 1e12) / 3600
     counts = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))
     console.print(
-        f"{len(plan.nodes)} runs ({counts}); to do: {_flops(todo)} FLOPs "
-        f"≈ {hours:.3g} h at {plan.settings.tflops} TFLOP/s sustained (set tflops=...)"
+        f"{len(plan.nodes)} runs ({counts}); "
+        + (
+            f"to do: {_flops(todo)} training FLOPs ≈ {hours:.3g} h at {plan.settings.tflops} TFLOP/s "
+            "sustained (set tflops=...)"
+            if todo
+            else "nothing to do"
+        )
     )
     console.print(
         f"launcher: {plan.settings.launcher.name}; first command: {plan.order()[0].command}",

@@ -167,7 +167,7 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) ->
         + (" (± standard error)" if spec.aggregate == "mean" else "")
         + f"; {spec.style} scoring.",
     ]
-    if spec.paper_split:
+    if spec.paper_split and any(v.paper for v in sweep.variants.values()):
         lines.append(f"Paper: GLUE {spec.paper_split} numbers as printed.")
     if any(m["task"] for ms in finetune.values() for m in ms) and "*" in "".join(
         r.ours["glue"].note for r in rows if "glue" in r.ours

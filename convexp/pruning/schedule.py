@@ -1,0 +1,51 @@
+"""Cubic sparsity schedule (Zhu & Gupta 2017), in the form of Sanh et al.'s ``schedule_threshold``.
+
+With W = ``warmup_steps`` (the *learning-rate* warm-up of the fine-tuning run; the pruning phases are
+counted in units of it), T = ``total_steps``, t_i / t_f = initial / final threshold and
+w_i / w_f = ``initial_warmup`` / ``final_warmup``:
+
+    step ≤ w_i·W                 ->  t = t_i
+    step > T − w_f·W             ->  t = t_f
+    otherwise                    ->  p = (step − w_i·W) / (T − (w_i + w_f)·W)
+                                     t = t_f + (t_i − t_f)·(1 − p)³
+
+and the regularisation weight follows the threshold: λ = λ_final · t / t_f (the multiplier t / t_f
+is what :func:`cubic_threshold` returns; multiply it by ``final_lambda``).
+
+Checked against ``masked_run_glue.py`` of the HF movement-pruning project: same branch order
+(``<=`` for the initial plateau, ``>`` for the final one), ``step`` = the global optimizer step
+counted from 0, and ``regu_lambda = final_lambda * threshold / final_threshold``. The reference
+divides by zero when t_f = 0; here the multiplier is then 1 (λ = λ_final throughout).
+
+Meaning of the threshold per method: ``topk`` / ``magnitude``: fraction of entries kept (1 -> 0.1
+for "10 % remaining"); ``sigmoid_threshold``: τ in σ(S) > τ (BERMO Table 10: 0 -> 0.1, λ ramping
+0 -> λ_final); ``l0``: unused by the mask (t_i = t_f = 1, so λ = λ_final constant).
+"""
+
+from __future__ import annotations
+
+
+def cubic_threshold(
+    step: int,
+    total_steps: int,
+    warmup_steps: int,
+    initial_threshold: float,
+    final_threshold: float,
+    initial_warmup: float = 1,
+    final_warmup: float = 2,
+) -> tuple[float, float]:
+    """Returns (threshold, λ multiplier) at optimizer step ``step`` (defaults as the reference)."""
+    start = initial_warmup * warmup_steps  # last step of the initial plateau
+    end = total_steps - final_warmup * warmup_steps  # last step of the cubic ramp
+    if step <= start:
+        t = initial_threshold
+    elif step > end:
+        t = final_threshold
+    else:
+        progress = (step - start) / (end - start)
+        t = final_threshold + (initial_threshold - final_threshold) * (1 - progress) ** 3
+    multiplier = t / final_threshold if final_threshold != 0 else 1.0
+    return float(t), float(multiplier)
+
+
+threshold = cubic_threshold  # the name used in REFERENCE.md
