@@ -129,7 +129,9 @@ def make_report(
 
         figures.append(str(curve(sweep, rows, out / "figure.png")))
     analyses = {}
-    for variant in analyze if analyze is not None else spec.analyze:
+    # the sweep's default analyses cover the variants that were run; --analyze names must exist
+    wanted = analyze if analyze is not None else [v for v in spec.analyze if v in plan.pretrain_cfgs]
+    for variant in wanted:
         analyses[variant] = _analyze(plan, variant, out)
     report = {
         "sweep": sweep.name,
