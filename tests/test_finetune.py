@@ -261,3 +261,85 @@ def test_protocol_hyperparameters_and_grid():
         (lr, wd, ep) for lr in (5e-5, 1e-4, 2e-4, 3e-4) for wd in (0.01, 0.1) for ep in (3, 10)
     }
     assert OmegaConf.select(cfg, "task.name") == "mnli"
+
+
+@pytest.mark.parametrize("method", ["movement", "l0"])
+def test_fine_pruning_saves_the_masked_model_it_evaluated(tmp_path, pretrained, method):
+    """pruning=movement keeps 10% of every masked matrix; the saved (folded) model reproduces the
+    masked model's dev predictions, and the remaining weights are counted as Sanh et al. do."""
+    from safetensors.torch import load_file
+
+    from convexp import pruning
+    from convexp.data import glue
+    from convexp.models import SequenceClassifier
+    from convexp.models.io import read_model_config
+
+    res = convexp(
+        "finetune",
+        "glue",
+        "task=sst2",
+        f"init={pretrained}",
+        *FAST,
+        "epochs=2",
+        f"pruning={method}",
+        outputs=tmp_path,
+        env={"WANDB_MODE": "disabled"},
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = finetune_runs(tmp_path)
+    m = json.loads((run / "metrics.json").read_text())
+    model = SequenceClassifier(read_model_config(run / "model"), 2)
+    model.load_state_dict(load_file(str(run / "model" / "model.safetensors")))
+    assert m["remaining_weights"] == pytest.approx(100 * pruning.remaining_weights(model))
+    if method == "movement":
+        for name, layer in pruning.prunable_layers(model):
+            kept = (layer.weight != 0).sum().item()
+            assert kept == int(0.1 * layer.weight.numel() + 1e-6), name  # top-k: exactly 10%
+        assert m["remaining_weights"] < 30
+    # the dev predictions were made with the masks; the saved model gives the same ones
+    from convexp.data.tokenizer import Tokenizer
+
+    tok = Tokenizer.load(pretrained / "model")
+    task = glue.get_task("sst2")
+    raw = glue.load_glue_task(task, {"source": "synthetic", "synthetic_size": 160, "seed": 0, "path": None})
+    splits = glue.tokenize_task(task, raw, tok, 48, tmp_path / "cache")
+    from convexp.stages.finetune import _predict
+
+    logits, _, idx = _predict(model, splits["validation"], tok.pad_id)
+    again = dict(zip(idx.tolist(), logits.argmax(-1).tolist()))
+    saved = [
+        line.split("\t") for line in (run / "predictions" / "validation.tsv").read_text().splitlines()[1:]
+    ]
+    assert len(saved) == len(again) and all(again[int(i)] == int(p) for i, _, p in saved)
+
+
+def test_distillation_from_a_fine_tuned_teacher(tmp_path, pretrained):
+    base = ["finetune", "glue", "task=sst2", f"init={pretrained}", *FAST]
+    res = convexp(*base, outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    [teacher] = finetune_runs(tmp_path)
+    res = convexp(
+        *base,
+        f"distill.teacher={teacher}",
+        "distill.alpha_ce=0.1",
+        "distill.alpha_distil=0.9",
+        outputs=tmp_path,
+        env={"WANDB_MODE": "disabled"},
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    [student] = [r for r in finetune_runs(tmp_path) if r != teacher]  # a new run: distillation is in its id
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(student / "config.yaml")
+    assert cfg.distill.teacher == teacher.name and cfg.distill.alpha_distil == 0.9
+    bad = convexp(
+        "finetune",
+        "glue",
+        "task=mnli",
+        f"init={pretrained}",
+        *FAST,
+        f"distill.teacher={teacher}",
+        outputs=tmp_path,
+        env={"WANDB_MODE": "disabled"},
+    )
+    assert bad.returncode == 2 and "is not a mnli classifier" in bad.stderr, bad.stderr[-2000:]

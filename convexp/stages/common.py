@@ -102,7 +102,7 @@ def adamw_with_linear_schedule(
     for g in groups:
         decay = [p for n, p in g["params"] if p.requires_grad and p.ndim >= 2]
         no_decay = [p for n, p in g["params"] if p.requires_grad and p.ndim < 2]
-        flat.append({"params": decay, "lr": g["lr"], "weight_decay": weight_decay})
+        flat.append({"params": decay, "lr": g["lr"], "weight_decay": g.get("weight_decay", weight_decay)})
         flat.append({"params": no_decay, "lr": g["lr"], "weight_decay": 0.0})
     opt = torch.optim.AdamW([g for g in flat if g["params"]], lr=lr, betas=tuple(betas), eps=eps)
 

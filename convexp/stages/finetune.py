@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader
 from ..data import glue
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
+from .. import pruning as pruner
 from ..runs import Run
 from .plan import CONVBERT_GRID, INTERMEDIATE, TASK_ORDER, Planned, finetune_run, hyperparameters, plan_glue  # noqa: F401
 from .common import adamw_with_linear_schedule, finish_wandb, log_result, make_loggers, step_seed
@@ -104,18 +105,68 @@ def resolve_init(cfg: DictConfig) -> Init:
 
 
 class FinetuneModule(pl.LightningModule):
-    def __init__(self, model: SequenceClassifier, task: glue.GlueTask, hp: dict, total_steps: int, seed: int):
+    """Fine-tuning, optionally with fine-pruning (cfg.pruning: masks on the encoder's matrices,
+    their threshold on the cubic schedule) and distillation from a frozen teacher."""
+
+    def __init__(
+        self,
+        model: SequenceClassifier,
+        task: glue.GlueTask,
+        hp: dict,
+        total_steps: int,
+        seed: int,
+        pruning: DictConfig | None = None,
+        prune_warmup: int = 0,
+        teacher: SequenceClassifier | None = None,
+        distill: DictConfig | None = None,
+    ):
         super().__init__()
         self.model, self.task, self.hp, self.total_steps, self.seed = model, task, hp, total_steps, seed
+        self.pruning, self.prune_warmup, self.distill = pruning, prune_warmup, distill
+        self._teacher = [teacher.eval().requires_grad_(False)] if teacher is not None else []  # not saved
+        if pruning is not None:  # after the start weights are loaded, before the optimiser
+            pruner.prune(model, pruning.method, mask_scale=pruning.mask_scale, mask_init=pruning.mask_init)
         self._val: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def threshold(self) -> tuple[float, float]:
+        """(mask threshold, regularisation multiplier) at this step (Sanh et al.'s cubic schedule)."""
+        p = self.pruning
+        return pruner.cubic_threshold(
+            self.global_step,
+            self.total_steps,
+            self.prune_warmup,
+            p.initial_threshold,
+            p.final_threshold,
+            p.initial_warmup,
+            p.final_warmup,
+        )
 
     def training_step(self, batch, batch_idx):
         torch.manual_seed(step_seed(self.seed, int(batch["position"][0])))  # dropout, resumable
-        out = self.model(
-            batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["labels"]
-        )
-        self.log("train/loss", out.loss, prog_bar=True)
-        return out.loss
+        if self.pruning is not None:
+            t, multiplier = self.threshold()
+            pruner.set_threshold(self.model, t)
+            self.log("train/threshold", t)
+        inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        out = self.model(*inputs, batch["labels"])
+        loss = out.loss
+        if self._teacher:
+            with torch.no_grad():
+                teacher_logits = self._teacher[0](*inputs).logits
+            d = self.distill
+            loss = pruner.distillation_loss(
+                out.logits, teacher_logits, out.loss, d.alpha_ce, d.alpha_distil, d.temperature
+            )
+        if self.pruning is not None and self.pruning.regularization:
+            reg = pruner.regularization(self.model, self.pruning.regularization)
+            loss = loss + self.pruning.final_lambda * multiplier * reg
+            self.log("train/regularization", reg)
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        if self.pruning is not None:  # evaluated at the final threshold, as the reference does
+            pruner.set_threshold(self.model, self.pruning.final_threshold)
 
     def validation_step(self, batch, batch_idx):
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
@@ -127,18 +178,32 @@ class FinetuneModule(pl.LightningModule):
             self._val = []
             for k, v in glue.compute_metrics(self.task, logits, labels).items():
                 self.log(f"val/{k}", v, prog_bar=True)
+            if self.pruning is not None:
+                self.log("val/remaining_weights", 100 * pruner.remaining_weights(self.model))
 
     def configure_optimizers(self):
         hp = self.hp
+        groups = layerwise_groups(self.model, hp["lr"], hp["layerwise_lr_decay"]) or [
+            {"params": list(self.model.named_parameters()), "lr": hp["lr"]}
+        ]
+        warmup = int(hp["warmup_fraction"] * self.total_steps)
+        if self.pruning is not None:  # the scores: their own learning rate, no weight decay
+            scores = {id(p) for p in pruner.score_parameters(self.model)}
+            groups = [
+                {**g, "params": [(n, p) for n, p in g["params"] if id(p) not in scores]} for g in groups
+            ]
+            named = [(n, p) for n, p in self.model.named_parameters() if id(p) in scores]
+            groups.append({"params": named, "lr": self.pruning.score_lr, "weight_decay": 0.0})
+            warmup = self.prune_warmup  # Sanh et al.: one warm-up for the LR and the schedule
         return adamw_with_linear_schedule(
             self.model,
             hp["lr"],
             (0.9, 0.999),
             1e-6,
             hp["weight_decay"],
-            int(hp["warmup_fraction"] * self.total_steps),
+            warmup,
             self.total_steps,
-            param_groups=layerwise_groups(self.model, hp["lr"], hp["layerwise_lr_decay"]),
+            param_groups=groups,
         )
 
 
@@ -175,6 +240,38 @@ class _Padded:
 
 
 # ----------------------------------------------------------------------------- one run
+
+
+def load_teacher(path: str, task: glue.GlueTask, init: Init) -> SequenceClassifier:
+    """A fine-tuned teacher: a convexp fine-tuning run (or its model/) or a HF checkpoint."""
+    from ..models.io import is_model_dir, read_model_config
+
+    d = Path(path) / "model" if (Path(path) / "model").is_dir() else Path(path)
+    if is_model_dir(d):
+        from safetensors.torch import load_file
+
+        teacher = SequenceClassifier(read_model_config(d), task.num_labels)
+        try:
+            missing, unexpected = teacher.load_state_dict(
+                load_file(str(d / "model.safetensors")), strict=False
+            )
+        except RuntimeError:  # e.g. a head with another number of labels
+            missing, unexpected = ["head (shape)"], []
+        if missing or unexpected:
+            raise UserError(
+                f"distill.teacher={path} is not a {task.name} classifier (missing {missing[:2]}, "
+                f"unexpected {unexpected[:2]}); give a fine-tuning run of the same task"
+            )
+    else:
+        from ..models.hf import load_pretrained
+
+        teacher, _ = load_pretrained(path, task="classification", num_labels=task.num_labels)
+    if teacher.encoder.cfg.vocab_size != init.model_cfg.vocab_size:
+        raise UserError(
+            f"distill.teacher={path} has a vocabulary of {teacher.encoder.cfg.vocab_size} tokens, the student "
+            f"{init.model_cfg.vocab_size}; teacher and student must share the tokenizer"
+        )
+    return teacher
 
 
 def _predict(model: SequenceClassifier, rows, pad_id: int, batch_size: int = 64):
@@ -224,7 +321,10 @@ def finetune_one(cfg: DictConfig, init: Init, planned: Planned, splits: dict) ->
     train = splits["train"]
     steps_per_epoch = math.ceil(len(train) / hp["batch_size"])
     total = steps_per_epoch * hp["epochs"]
-    module = FinetuneModule(model, task, hp, total, seed)
+    pruning = cfg.pruning if cfg.pruning.method != "none" else None
+    teacher = load_teacher(cfg.distill.teacher, task, init) if cfg.distill.teacher else None
+    prune_warmup = (pruning.warmup_steps or steps_per_epoch) if pruning is not None else 0
+    module = FinetuneModule(model, task, hp, total, seed, pruning, prune_warmup, teacher, cfg.distill)
     pad = init.tokenizer.pad_id
 
     class Data(pl.LightningDataModule):
@@ -276,7 +376,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: Planned, splits: dict) ->
             module, datamodule=Data(), ckpt_path=str(run.last_checkpoint()) if run.last_checkpoint() else None
         )
         _evaluate_and_save(
-            run, model, task, splits, pad, hp, time.time() - started, len(train) * hp["epochs"]
+            run, model, task, splits, pad, hp, time.time() - started, len(train) * hp["epochs"], pruning
         )
     except BaseException as e:
         run.set_status("failed", error=f"{type(e).__name__}: {e}".splitlines()[0])
@@ -294,10 +394,24 @@ def _logged_config(cfg: DictConfig, task: str, seed: int, hp: dict) -> DictConfi
 
 
 def _evaluate_and_save(
-    run: Run, model, task: glue.GlueTask, splits: dict, pad: int, hp: dict, seconds: float, examples: int
+    run: Run,
+    model,
+    task: glue.GlueTask,
+    splits: dict,
+    pad: int,
+    hp: dict,
+    seconds: float,
+    examples: int,
+    pruning: DictConfig | None = None,
 ) -> None:
     from ..models.io import save_model_dir
 
+    remaining = None
+    if pruning is not None:  # the final masks; the saved model is an ordinary one with W ⊙ M
+        pruner.set_threshold(model, pruning.final_threshold)
+        model.eval()
+        remaining = 100 * pruner.remaining_weights(model)
+        pruner.fold_masks(model)
     dev = {}
     for split in task.dev_splits:
         logits, labels, idx = _predict(model, splits[split], pad)
@@ -319,6 +433,7 @@ def _evaluate_and_save(
         "hp": hp,
         "wall_time_s": seconds,
         "examples_per_s": examples / seconds if seconds else None,
+        **({"remaining_weights": remaining, "pruning": pruning.method} if pruning is not None else {}),
     }
     run.write_json("metrics.json", metrics)
     log_result(metrics)

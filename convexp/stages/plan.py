@@ -145,5 +145,20 @@ def finetune_run(
             },
         }
     )
+    # pruning and distillation change a run only when they are on (older runs keep their ids)
+    if cfg.pruning.method != "none":
+        run_cfg.pruning = OmegaConf.to_container(cfg.pruning)
+    if cfg.distill.teacher:
+        run_cfg.distill = {**OmegaConf.to_container(cfg.distill), "teacher": _identity(cfg.distill.teacher)}
     slug = "-".join(filter(None, [init_slug, task_name, f"s{seed}", cfg.name]))
     return Run.for_config(cfg.outputs, "finetune", slug, run_cfg), run_cfg
+
+
+def _identity(path: str) -> str:
+    """A teacher by what it is: a run's id, or the checkpoint's absolute path (or hub name)."""
+    from pathlib import Path
+
+    p = Path(path)
+    if (p / "model").is_dir() or (p / "metrics.json").exists():
+        return p.resolve().name
+    return str(p.resolve()) if p.exists() else path
