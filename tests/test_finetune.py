@@ -343,3 +343,25 @@ def test_distillation_from_a_fine_tuned_teacher(tmp_path, pretrained):
         env={"WANDB_MODE": "disabled"},
     )
     assert bad.returncode == 2 and "is not a mnli classifier" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_bermo_layer_mixing_on_any_init(tmp_path, pretrained):
+    """scalar_mix=true fine-tunes the init model with BERMO's combine block (eq. 1), as its own run."""
+    from safetensors.torch import load_file
+
+    res = convexp(
+        "finetune",
+        "glue",
+        "task=sst2",
+        f"init={pretrained}",
+        *FAST,
+        "scalar_mix=true",
+        outputs=tmp_path,
+        env={"WANDB_MODE": "disabled"},
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = finetune_runs(tmp_path)
+    assert "-bermo-sst2-" in run.name
+    state = load_file(str(run / "model" / "model.safetensors"))
+    assert state["encoder.scalar_mix.alpha"].shape == (3,)  # embeddings + 2 layers
+    assert json.loads((run / "model" / "model_config.json").read_text())["scalar_mix"] is True

@@ -90,6 +90,8 @@ def resolve_init(cfg: DictConfig) -> Init:
         state = encoder.state_dict()
         tok = Tokenizer.load(tok_path or resolve_checkpoint(init))
         slug = Path(init).name
+    if cfg.get("scalar_mix") is not None and bool(cfg.scalar_mix) != mc.scalar_mix:  # BERMO on any model
+        mc = dataclasses.replace(mc, scalar_mix=bool(cfg.scalar_mix))
     if tok.vocab_size != mc.vocab_size:
         raise UserError(
             f"the tokenizer has {tok.vocab_size} tokens but init={init} has a vocabulary of {mc.vocab_size}; "
@@ -314,7 +316,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: Planned, splits: dict) ->
     if state is not None:
         missing, unexpected = model.encoder.load_state_dict(state, strict=False)
         # a BERT pooler missing from an ELECTRA-style checkpoint starts fresh; nothing else may
-        if unexpected or [k for k in missing if not k.startswith("pooler.")]:
+        if unexpected or [k for k in missing if not k.startswith(("pooler.", "scalar_mix."))]:
             raise UserError(
                 f"init weights do not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
             )

@@ -150,7 +150,11 @@ def finetune_run(
         run_cfg.pruning = OmegaConf.to_container(cfg.pruning)
     if cfg.distill.teacher:
         run_cfg.distill = {**OmegaConf.to_container(cfg.distill), "teacher": _identity(cfg.distill.teacher)}
-    slug = "-".join(filter(None, [init_slug, task_name, f"s{seed}", cfg.name]))
+    mix = cfg.get("scalar_mix")
+    if mix is not None:  # BERMO's layer mixing added to (or removed from) the init model
+        run_cfg.scalar_mix = bool(mix)
+    bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
+    slug = "-".join(filter(None, [init_slug, bermo, task_name, f"s{seed}", cfg.name]))
     return Run.for_config(cfg.outputs, "finetune", slug, run_cfg), run_cfg
 
 
