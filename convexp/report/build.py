@@ -36,7 +36,13 @@ def wandb_reader(plan: Plan):
     import wandb
 
     cfg = next(iter(plan.pretrain_cfgs.values())).logger
-    api = wandb.Api()
+    try:
+        api = wandb.Api()
+    except Exception as e:  # no key, no network
+        raise ReportError(
+            f"cannot use the W&B API ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}); "
+            "run `wandb login` (and `wandb sync` offline runs) or use --source local"
+        ) from e
     path = f"{cfg.entity}/{cfg.project}" if cfg.entity else cfg.project
 
     def read(run) -> dict | None:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 from ..data import glue
 
-GLUE_LABEL = {"convbert": "GLUE", "chang": "GLUE"}
 HEADERS = {
     "params": "Params",
     "flops": "Train FLOPs",
