@@ -29,7 +29,8 @@ from .runs import Run
 SWEEPS_DIR = ROOT / "sweeps"
 STAGES = ("pretrain", "finetune")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-# GLUE training-set sizes, for the compute estimate of fine-tuning on the real data
+# GLUE training-set sizes, for the compute estimate of fine-tuning on the real data (SentEval's
+# probing tasks: 100k each)
 GLUE_TRAIN = {
     "cola": 8551,
     "sst2": 67349,
@@ -331,7 +332,7 @@ def split_args(args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
 
 
 # the sweep sets these on the fine-tuning stage itself
-_FINETUNE_RESERVED = {"init", "model", "task", "seeds"}
+_FINETUNE_RESERVED = {"init", "model", "init_model", "task", "seeds"}
 
 
 def _has_key(cfg: DictConfig, key: str, stage: str) -> bool:
@@ -528,7 +529,7 @@ def _pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float
 
 def _finetune_flops(cfg: DictConfig, model_cfg, node: Node) -> float:
     """An upper bound: every example padded to the task's max_len."""
-    n = cfg.glue.synthetic_size if cfg.glue.source == "synthetic" else GLUE_TRAIN[node.task]
+    n = cfg.glue.synthetic_size if cfg.glue.source == "synthetic" else GLUE_TRAIN.get(node.task, 100_000)
     per_token = _flops_per_token(model_cfg, cfg.task.max_len)
     from .stages.plan import hyperparameters
 

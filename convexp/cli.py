@@ -60,7 +60,7 @@ def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: bool = PRINT_CFG) 
         run_pretrain(composed)
 
 
-finetune_app = typer.Typer(no_args_is_help=True, help="Fine-tune and evaluate (GLUE).")
+finetune_app = typer.Typer(no_args_is_help=True, help="Fine-tune and evaluate (GLUE, SentEval probing).")
 app.add_typer(finetune_app, name="finetune")
 
 
@@ -68,6 +68,21 @@ app.add_typer(finetune_app, name="finetune")
 def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: bool = PRINT_CFG) -> None:
     """Fine-tune on GLUE: task=<name|all> init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]."""
     overrides = overrides or []
+    composed = _composed("finetune", overrides, cfg)
+    if composed is not None:
+        from .config import compose_stage
+        from .stages.finetune import run_glue
+
+        run_glue(composed, lambda task: compose_stage("finetune", [*overrides, f"task={task}"]))
+
+
+@finetune_app.command("probing")
+def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: bool = PRINT_CFG) -> None:
+    """Fine-tune on BERMO's SentEval probing tasks: task=<name|all> init=<run dir | HF dir | none> [KEY=VALUE ...]
+    (protocol=bermo; data: glue.source=local glue.path=<SentEval data/probing> or glue.source=synthetic)."""
+    from .stages.plan import probing_overrides
+
+    overrides = probing_overrides(overrides or [])
     composed = _composed("finetune", overrides, cfg)
     if composed is not None:
         from .config import compose_stage

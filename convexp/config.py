@@ -82,9 +82,13 @@ SCALE_GROUP = {"pretrain": "scale", "finetune": "finetune_scale"}
 
 
 def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
-    """Compose ``conf/<stage>.yaml`` with command-line overrides (``scale=`` is the stage's)."""
+    """Compose ``conf/<stage>.yaml`` with command-line overrides (``scale=`` is the stage's;
+    fine-tuning's ``model=<preset>``, the random-init baseline, is its key ``init_model``)."""
     group = SCALE_GROUP[stage]
     overrides = [f"{group}={o.split('=', 1)[1]}" if o.startswith("scale=") else o for o in overrides]
+    if stage == "finetune":
+        _check_group_choices([o for o in overrides if o.startswith("model=")])
+        overrides = [f"init_model={o.split('=', 1)[1]}" if o.startswith("model=") else o for o in overrides]
     return compose(stage, overrides, choices=True)
 
 

@@ -365,3 +365,21 @@ def test_bermo_layer_mixing_on_any_init(tmp_path, pretrained):
     state = load_file(str(run / "model" / "model.safetensors"))
     assert state["encoder.scalar_mix.alpha"].shape == (3,)  # embeddings + 2 layers
     assert json.loads((run / "model" / "model_config.json").read_text())["scalar_mix"] is True
+
+
+def test_random_init_baseline(tmp_path, pretrained):
+    """init=none model=<preset>: the same architecture without pre-training (tokenizer given)."""
+    res = convexp(
+        "finetune",
+        "glue",
+        "task=sst2",
+        "init=none",
+        "model=bert_small",
+        f"tokenizer_path={pretrained}/model",
+        *FAST,
+        outputs=tmp_path,
+        env={"WANDB_MODE": "disabled"},
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = finetune_runs(tmp_path)
+    assert run.name.startswith("bert_small-random-sst2-s42-")

@@ -10,5 +10,7 @@ stays cheap):
   pretraining.py  prepare_pretraining_data: corpus -> tokenizer -> packed, cached train/val blocks
   glue.py         GLUE: task registry, loading (hub, classic TSV, disk, synthetic), tokenising,
                   metrics, GLUE scores, server submissions
+  probing.py      SentEval's ten probing tasks (BERMO Table 1) in GLUE's registry: SentEval
+                  files, synthetic stand-ins
   errors.py       DataError and its subclasses (all UserError)
 """

@@ -3,7 +3,9 @@
 Sections of this module (each usable alone):
 
   registry      ``TASKS`` / ``get_task``: fields, labels (the ``nyu-mll/glue`` integer order),
-                splits, metrics and submission format of the nine tasks
+                splits, metrics and submission format of the nine tasks; ``get_task`` also knows
+                the ten SentEval probing tasks of ``probing.py`` (``benchmark="probing"``, never
+                in ``TASKS`` nor in a GLUE average), which ``load_glue_task`` hands to that module
   loading       ``load_glue_task(task, source_cfg)`` -> {split: Dataset} from the synthetic
                 tasks, the hub, a classic local TSV folder or a ``save_to_disk`` folder
   synthetic     GLUE-shaped tasks generated from the synthetic language (no download)
@@ -98,8 +100,9 @@ class GlueTask:
                      "float" (clipped to [0, 5])
     int_file_labels  classic TSV files write the label as a class id (0/1); label names are
                      accepted as well
-    folder           the task's folder in the classic layout
+    folder           the task's folder in the classic layout (probing: the SentEval file's stem)
     optional_splits  splits that may be absent from a source (MNLI's diagnostic test_ax)
+    benchmark        "glue", or "probing" for the SentEval tasks of ``probing.py``
     """
 
     name: str
@@ -116,6 +119,7 @@ class GlueTask:
     int_file_labels: bool
     in_average: bool = True
     optional_splits: tuple[str, ...] = ()
+    benchmark: str = "glue"
 
     @property
     def is_regression(self) -> bool:
@@ -263,31 +267,36 @@ SUBMISSION_FILES = tuple(name for t in TASKS.values() for _, name in t.submissio
 
 
 def get_task(task: str | GlueTask) -> GlueTask:
-    """The registry entry of a task name (case-insensitive; "sst-2"/"sts-b" accepted)."""
+    """The registry entry of a task name (case-insensitive; "sst-2"/"sts-b" accepted): one of
+    ``TASKS`` or of the SentEval probing tasks (``probing.PROBING_TASKS``)."""
     if isinstance(task, GlueTask):
         return task
+    from .probing import PROBING_TASKS  # here, not at the top: probing.py imports this module
+
     key = str(task).lower().replace("-", "")
-    if key not in TASKS:
-        raise UnknownTaskError(f"unknown GLUE task {task!r}; use one of: {', '.join(TASKS)}")
-    return TASKS[key]
+    if key not in TASKS and key not in PROBING_TASKS:
+        raise UnknownTaskError(
+            f"unknown GLUE task {task!r}; use one of: {', '.join(TASKS)} "
+            f"(or a SentEval probing task: {', '.join(PROBING_TASKS)})"
+        )
+    return TASKS.get(key) or PROBING_TASKS[key]
 
 
 # ============================================================================ loading
 
 
-def glue_source_settings(source_cfg) -> dict:
+def glue_source_settings(source_cfg, task: GlueTask | None = None) -> dict:
     """The source config with defaults, validated (unknown key or source -> GlueError)."""
     s = with_defaults(source_cfg, GLUE_SOURCE_DEFAULTS, "GLUE source", GlueError)
     if s["source"] not in SOURCES:
         raise GlueError(f"unknown GLUE source {s['source']!r}; use one of: {', '.join(SOURCES)}")
     if s["source"] in ("local", "disk") and not s["path"]:
+        local = "classic GLUE root folder (CoLA/, SST-2/, ...)"
+        if task is not None and task.benchmark == "probing":
+            local = "SentEval probing folder (SentEval's data/probing: sentence_length.txt, ...)"
         raise GlueFileError(
             f"GLUE source {s['source']!r} needs a path; set path to the "
-            + (
-                "classic GLUE root folder (CoLA/, SST-2/, ...)"
-                if s["source"] == "local"
-                else "save_to_disk folder"
-            )
+            + (local if s["source"] == "local" else "save_to_disk folder")
         )
     if s["source"] == "synthetic" and not (isinstance(s["synthetic_size"], int) and s["synthetic_size"] > 0):
         raise GlueError(f"synthetic_size must be a positive integer, not {s['synthetic_size']!r}")
@@ -299,7 +308,12 @@ def load_glue_task(task: str | GlueTask, source_cfg=None) -> dict:
 
     Raises GlueError subclasses (one line) for an unknown task or source, a missing file, a
     file with the wrong columns and an unknown label."""
-    t, s = get_task(task), glue_source_settings(source_cfg)
+    t = get_task(task)
+    s = glue_source_settings(source_cfg, t)
+    if t.benchmark == "probing" and s["source"] != "disk":  # SentEval files, synthetic stand-ins
+        from .probing import load_probing_task
+
+        return load_probing_task(t, s)
     if s["source"] == "synthetic":
         rows = synthetic_task(t, int(s["synthetic_size"]), int(s["seed"]))
     elif s["source"] == "local":

@@ -23,7 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.utils.data import DataLoader
 
-from ..data import glue
+from ..data import glue, probing
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from .. import pruning as pruner
@@ -56,15 +56,17 @@ def resolve_init(cfg: DictConfig) -> Init:
     init = str(cfg.init)
     tok_path = cfg.tokenizer_path
     if init == "none":
-        if not cfg.model:
+        if not cfg.init_model:
             raise UserError(
                 "init=none needs model=<preset> (a randomly initialised baseline); see `convexp models`"
             )
         if not tok_path:
             raise UserError("init=none needs tokenizer_path=<tokenizer.json or vocab.txt>")
         tok = Tokenizer.load(tok_path)
-        mc = dataclasses.replace(model_config(cfg.model), vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
-        return Init(mc, None, tok, f"{cfg.model}-random")
+        mc = dataclasses.replace(
+            model_config(cfg.init_model), vocab_size=tok.vocab_size, pad_token_id=tok.pad_id
+        )
+        return Init(mc, None, tok, f"{cfg.init_model}-random")
     path = Path(init)
     if (path / "model").is_dir():  # a convexp pretrain / finetune run directory
         path = path / "model"
@@ -189,6 +191,11 @@ class FinetuneModule(pl.LightningModule):
             {"params": list(self.model.named_parameters()), "lr": hp["lr"]}
         ]
         warmup = int(hp["warmup_fraction"] * self.total_steps)
+        if hp.get("scalar_mix_lr"):  # protocol=bermo: the layer-mixing scalars have their own rate
+            is_mix = lambda name: name.startswith("encoder.scalar_mix.")  # noqa: E731
+            groups = [{**g, "params": [(n, p) for n, p in g["params"] if not is_mix(n)]} for g in groups]
+            mix = [(n, p) for n, p in self.model.named_parameters() if is_mix(n)]
+            groups.append({"params": mix, "lr": hp["scalar_mix_lr"]})
         if self.pruning is not None:  # the scores: their own learning rate, no weight decay
             scores = {id(p) for p in pruner.score_parameters(self.model)}
             groups = [
@@ -201,7 +208,7 @@ class FinetuneModule(pl.LightningModule):
             self.model,
             hp["lr"],
             (0.9, 0.999),
-            1e-6,
+            hp.get("adam_epsilon", 1e-6),
             hp["weight_decay"],
             warmup,
             self.total_steps,
@@ -414,7 +421,7 @@ def _evaluate_and_save(
         model.eval()
         remaining = 100 * pruner.remaining_weights(model)
         pruner.fold_masks(model)
-    dev = {}
+    dev, test = {}, {}
     for split in task.dev_splits:
         logits, labels, idx = _predict(model, splits[split], pad)
         dev[split] = glue.compute_metrics(task, logits, labels)
@@ -423,13 +430,17 @@ def _evaluate_and_save(
         if split in splits:
             logits, labels, idx = _predict(model, splits[split], pad)
             _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
-            glue.write_submission(task, split, idx, logits, run.dir / "submission")
+            if task.submission:
+                glue.write_submission(task, split, idx, logits, run.dir / "submission")
+            if len(labels) and (labels >= 0).all():  # labelled test rows (SentEval's): scored too
+                test[split] = glue.compute_metrics(task, logits, labels)
     if not run.model_dir.exists():
         save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir)
     score = glue.task_score(task, dev[task.dev_splits[0]])
     metrics = {
         "task": task.name,
         "dev": dev,
+        **({"test": test} if test else {}),
         "score": score,
         "convbert_score": glue.convbert_score(task, dev[task.dev_splits[0]]),
         "hp": hp,
@@ -517,6 +528,11 @@ def write_summary(cfg: DictConfig, init: Init, results: dict) -> Path:
             "score": aggregate([m["score"] for _, _, m in chosen]),
             "best_run": best[1].id,
         }
+        tests = [
+            m["test"][task.test_splits[0]] for _, _, m in chosen if task.test_splits[0] in m.get("test", {})
+        ]
+        if tests and len(tests) == len(chosen):  # labelled test rows (the probing tasks)
+            per_task[name]["test_score"] = aggregate([glue.task_score(task, t) for t in tests])
         for style in ("convbert", "chang"):
             columns[style].update(_columns(task, [m for _, _, m in chosen], style))
     glue_scores = {}
@@ -527,15 +543,18 @@ def write_summary(cfg: DictConfig, init: Init, results: dict) -> Path:
                 glue_scores[f"{style}_{stat}"] = glue.glue_average(vals, style)
             except Exception:
                 glue_scores[f"{style}_{stat}"] = None  # not every task was run
+    is_probing = all(glue.get_task(name).benchmark == "probing" for name in results)
     slug = "-".join(filter(None, [init.slug, cfg.task.name, cfg.protocol, cfg.name]))
     every_run = sorted(r.id for by_seed in results.values() for rs in by_seed.values() for r in rs)
-    out = Path(cfg.outputs) / "runs" / "glue" / f"{slug}-{config_hash(every_run, length=10)}"
+    kind = "probing" if is_probing else "glue"
+    out = Path(cfg.outputs) / "runs" / kind / f"{slug}-{config_hash(every_run, length=10)}"
     summary = {
         "init": init.slug,
         "protocol": cfg.protocol,
         "tasks": per_task,
         "columns": columns,
         "glue": glue_scores,
+        **({"probing": probing_averages(per_task)} if is_probing else {}),
     }
     out.mkdir(parents=True, exist_ok=True)
     Run(out).write_json("summary.json", summary)
@@ -546,8 +565,21 @@ def write_summary(cfg: DictConfig, init: Init, results: dict) -> Path:
             (sub / f.name).write_bytes(f.read_bytes())
     if any(sub.iterdir()):
         glue.zip_submission(sub, out / "submission.zip")
-    print_summary(summary)
+    (print_probing_summary if is_probing else print_summary)(summary)
     print(f"summary: {out / 'summary.json'}")
+    return out
+
+
+def probing_averages(per_task: dict) -> dict:
+    """BERMO Table 1's averages of the mean accuracies: over all ten tasks and per group (surface,
+    syntactic, semantic), for every complete set: {set: {"dev": .., "test": .. or None}}."""
+    out = {}
+    for group, names in {"all": probing.PROBING_ORDER, **probing.GROUPS}.items():
+        if all(n in per_task for n in names):
+            dev = statistics.fmean(per_task[n]["score"]["mean"] for n in names)
+            has_test = all("test_score" in per_task[n] for n in names)
+            test = statistics.fmean(per_task[n]["test_score"]["mean"] for n in names) if has_test else None
+            out[group] = {"dev": dev, "test": test}
     return out
 
 
@@ -555,6 +587,36 @@ def _columns(task: glue.GlueTask, ms: list[dict], style: str) -> dict:
     """{column: aggregate over runs} for one task in one style."""
     per_run = [glue.score_columns({task.name: m["dev"]}, style) for m in ms]
     return {c: aggregate([pr[c] for pr in per_run]) for c in per_run[0]}
+
+
+def print_probing_summary(summary: dict) -> None:
+    """The accuracies of a probing invocation, in BERMO Table 1's column order."""
+    from rich.console import Console
+    from rich.table import Table
+
+    def cell(agg: dict | None) -> str:
+        return f"{agg['mean']:.2f} ± {agg['stderr']:.2f}" if agg else "-"
+
+    table = Table(title=f"SentEval probing accuracy ({summary['protocol']} protocol), init {summary['init']}")
+    for col in ("task", "SentEval file", "dev mean ± s.e.", "test mean ± s.e.", "best dev", "runs"):
+        table.add_column(col, justify="left" if col in ("task", "SentEval file") else "right")
+    tasks = summary["tasks"]
+    for name in [n for n in probing.PROBING_ORDER if n in tasks]:
+        t = tasks[name]
+        file = f"{glue.get_task(name).folder}.txt"
+        table.add_row(
+            f"{probing.COLUMNS[name]} ({name})",
+            file,
+            cell(t["score"]),
+            cell(t.get("test_score")),
+            f"{t['score']['best']:.2f}",
+            str(t["score"]["n"]),
+        )
+    for group, avg in summary.get("probing", {}).items():
+        test = "-" if avg["test"] is None else f"{avg['test']:.2f}"
+        label = "average, all ten tasks" if group == "all" else f"average, {group} tasks"
+        table.add_row(label, "", f"{avg['dev']:.2f}", test, "", "")
+    Console(width=None if sys.stdout.isatty() else 140).print(table)
 
 
 def print_summary(summary: dict) -> None:

@@ -15,13 +15,17 @@ import itertools
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import model_config
+from ..data.probing import PROBING_ORDER
 from ..errors import UserError
 from ..runs import Run
 from . import recipes
 
 TASK_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
+TASK_SETS = {"all": TASK_ORDER, "probing_all": PROBING_ORDER}  # task=<set>: these tasks in turn
 INTERMEDIATE = ("rte", "stsb", "mrpc")
 CONVBERT_GRID = {"lr": [5e-5, 1e-4, 2e-4, 3e-4], "weight_decay": [0.01, 0.1], "epochs": [3, 10]}
+PROTOCOLS = ("convbert", "chang", "bermo")
+BERMO_PROBING_SEEDS = (63, 77, 9, 96, 39)  # BERMO Table 12
 
 
 @functools.lru_cache(maxsize=None)
@@ -54,12 +58,17 @@ def pretrain_run(cfg: DictConfig) -> Run:
 def hyperparameters(cfg: DictConfig, hidden_size: int) -> list[dict]:
     """The settings of one task's runs (one, or the ConvBERT grid), for a model of ``hidden_size``."""
     task, protocol = cfg.task, cfg.protocol
-    if protocol not in ("convbert", "chang"):
-        raise UserError(f"protocol={protocol!r}; use protocol=convbert or protocol=chang")
+    if protocol not in PROTOCOLS:
+        raise UserError(f"protocol={protocol!r}; use protocol=convbert, chang or bermo")
     base_size = hidden_size >= 768
+    extra = {}
     if protocol == "chang":  # Table 5: no weight decay, no layer-wise decay
         lr = task.lr.chang_base if base_size else task.lr.chang_small
         decay, weight_decay = cfg.layerwise_lr_decay, 0.0
+    elif protocol == "bermo":  # A.1.1 (probing, SST-2, MNLI, QQP), else Sanh et al.'s script defaults
+        lr, decay, weight_decay = 5e-5, cfg.layerwise_lr_decay, 0.0
+        # no warm-up, Adam eps 1e-8; §4: the layer-mixing scalars learn at the mask scores' rate
+        extra = {"warmup_fraction": 0.0, "adam_epsilon": 1e-8, "scalar_mix_lr": 1e-2}
     else:  # ELECTRA's fine-tuning settings
         lr = 1e-4 if base_size else 3e-4
         decay = 0.8 if cfg.layerwise_lr_decay is None else cfg.layerwise_lr_decay
@@ -71,6 +80,7 @@ def hyperparameters(cfg: DictConfig, hidden_size: int) -> list[dict]:
         "batch_size": cfg.batch_size or task.batch_size[protocol],
         "warmup_fraction": task.warmup_fraction,
         "layerwise_lr_decay": decay,
+        **extra,
     }
     if not cfg.grid:
         return [hp]
@@ -96,7 +106,7 @@ def plan_glue(cfg: DictConfig, init_slug: str, hidden_size: int, compose_task) -
 
     Needs only the init's name and width, not its weights: ``convexp ablate`` plans fine-tunes of
     models that are not pre-trained yet, and ``convexp report`` finds them again."""
-    names = list(TASK_ORDER) if cfg.task.name == "all" else [cfg.task.name]
+    names = list(TASK_SETS.get(cfg.task.name, [cfg.task.name]))
     intermediate = cfg.intermediate if cfg.intermediate is not None else cfg.protocol == "chang"
     if intermediate and "mnli" not in names and any(t in INTERMEDIATE for t in names):
         names = ["mnli", *names]  # the intermediate task runs first
@@ -112,6 +122,26 @@ def plan_glue(cfg: DictConfig, init_slug: str, hidden_size: int, compose_task) -
                 if name == "mnli":
                     mnli.setdefault(seed, plan[-1])  # the first setting's run
     return plan
+
+
+def probing_overrides(overrides: list[str]) -> list[str]:
+    """`convexp finetune probing ARGS` as finetune overrides: task=all (the default) is the ten
+    probing tasks (task=probing_all), protocol=bermo unless given, and at scale=paper BERMO's five
+    seeds unless seeds= is given. A task that is not a probing task is refused."""
+    given = {o.lstrip("+~").split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "=" in o}
+    task = given.get("task", "all")
+    if task not in ("all", "probing_all", *PROBING_ORDER):
+        raise UserError(
+            f"task={task} is not a probing task; use task=all or one of: {', '.join(PROBING_ORDER)} "
+            "(GLUE tasks: convexp finetune glue)"
+        )
+    out = [o for o in overrides if not o.startswith("task=")]
+    out.append(f"task={'probing_all' if task == 'all' else task}")
+    if "protocol" not in given:
+        out.insert(0, "protocol=bermo")
+    if "seeds" not in given and given.get("scale", given.get("finetune_scale", "paper")) == "paper":
+        out.append(f"seeds=[{','.join(map(str, BERMO_PROBING_SEEDS))}]")
+    return out
 
 
 def finetune_run(
