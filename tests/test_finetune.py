@@ -288,6 +288,7 @@ def test_fine_pruning_saves_the_masked_model_it_evaluated(tmp_path, pretrained, 
     assert res.returncode == 0, res.stderr[-3000:]
     [run] = finetune_runs(tmp_path)
     m = json.loads((run / "metrics.json").read_text())
+    assert isinstance(m["diverged"], bool)  # collapse detection is recorded with every run
     model = SequenceClassifier(read_model_config(run / "model"), 2)
     model.load_state_dict(load_file(str(run / "model" / "model.safetensors")))
     assert m["remaining_weights"] == pytest.approx(100 * pruning.remaining_weights(model))

@@ -595,3 +595,18 @@ def test_tokenize_single_sentence_regression_and_collate(tokenizer):
         assert batch["input_ids"][i, :n].tolist() == r["input_ids"]
         assert batch["input_ids"][i, n:].eq(tokenizer.pad_id).all() and batch["attention_mask"][i].sum() == n
     assert collate(rows, pad_id=0, pad_to=16)["input_ids"].shape == (5, 16)
+
+
+def test_collapsed_runs_are_detected():
+    """BERMO's "Diverges": every prediction the same class (or score), or non-finite outputs."""
+    import numpy as np
+
+    from convexp.data.glue import collapsed
+
+    assert collapsed("sst2", np.array([[0.1, 2.0], [0.3, 1.0], [-1.0, 0.5]]))  # always class 1
+    assert not collapsed("sst2", np.array([[0.1, 2.0], [3.0, 1.0]]))
+    assert collapsed("mnli", np.array([2, 2, 2, 2]))
+    assert not collapsed("mnli", np.array([2, 0, 2, 1]))
+    assert collapsed("stsb", np.array([2.5, 2.5, 2.5]))
+    assert not collapsed("stsb", np.array([2.5, 1.0, 4.0]))
+    assert collapsed("sst2", np.array([[np.nan, 1.0], [0.0, 1.0]]))

@@ -1051,6 +1051,22 @@ def compute_metrics(task: str | GlueTask, predictions, labels) -> dict[str, floa
     return out
 
 
+def collapsed(task: str | GlueTask, predictions) -> bool:
+    """Did a fine-tuning run diverge (BERMO Table 3's "Diverges")? It collapsed when every
+    prediction is the same class (logits [N, C] or class ids [N]) or, for STS-B, the same score,
+    or when any output is not finite."""
+    import numpy as np
+
+    t = get_task(task)
+    p = np.asarray(predictions, dtype=float)
+    if not np.isfinite(p).all():
+        return True
+    if t.is_regression:
+        return bool(np.ptp(p.reshape(-1)) < 1e-6)
+    ids = p.argmax(-1) if p.ndim == 2 else p
+    return len(np.unique(ids)) == 1
+
+
 def task_score(task: str | GlueTask, metrics: Mapping[str, float]) -> float:
     """The GLUE-leaderboard score of one task: the mean of its metrics (MRPC and QQP: (F1 + acc)/2,
     STS-B: (Pearson + Spearman)/2, CoLA: MCC, others: accuracy). Used for Chang et al.'s averages."""

@@ -422,9 +422,11 @@ def _evaluate_and_save(
         remaining = 100 * pruner.remaining_weights(model)
         pruner.fold_masks(model)
     dev, test = {}, {}
+    diverged = False
     for split in task.dev_splits:
         logits, labels, idx = _predict(model, splits[split], pad)
         dev[split] = glue.compute_metrics(task, logits, labels)
+        diverged = diverged or glue.collapsed(task, logits)
         _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
     for split in task.test_splits:
         if split in splits:
@@ -440,6 +442,7 @@ def _evaluate_and_save(
     metrics = {
         "task": task.name,
         "dev": dev,
+        "diverged": diverged,  # every dev prediction the same: the run collapsed
         **({"test": test} if test else {}),
         "score": score,
         "convbert_score": glue.convbert_score(task, dev[task.dev_splits[0]]),
