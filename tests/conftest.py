@@ -10,3 +10,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # pytest -n 2 runs two workers on two cores: one thread each (and in the convexp subprocesses the
 # tests start), or torch's thread pools oversubscribe the CPU and everything runs several times slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny pre-trained model (4 steps): the init of the fine-tuning and probing tests."""
+    from test_pretrain import TINY, convexp
+
+    out = tmp_path_factory.mktemp("pre")
+    res = convexp("pretrain", *TINY, "trainer.max_steps=4", "trainer.val_every_n_steps=4", outputs=out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = (out / "runs" / "pretrain").glob("*")
+    return run

@@ -11,18 +11,9 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from test_pretrain import TINY, convexp, kill_when
+from test_pretrain import convexp, kill_when
 
 FAST = ["scale=smoke", "glue.synthetic_size=160", "epochs=1", "batch_size=16", "task.max_len=48"]
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pre")
-    res = convexp("pretrain", *TINY, "trainer.max_steps=4", "trainer.val_every_n_steps=4", outputs=out)
-    assert res.returncode == 0, res.stderr[-3000:]
-    [run] = (out / "runs" / "pretrain").glob("*")
-    return run
 
 
 def summary_of(outputs: Path) -> dict:

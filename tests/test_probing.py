@@ -17,7 +17,7 @@ from convexp.data import glue
 from convexp.data.glue import GlueFileError, GlueLabelError, load_glue_task
 from convexp.data.probing import PROBING_ORDER, PROBING_TASKS, synthetic_probing_task, wc_label_names
 from convexp.errors import UserError
-from test_pretrain import TINY, convexp
+from test_pretrain import convexp
 
 FAST = ["scale=smoke", "glue.synthetic_size=96", "epochs=1", "batch_size=16", "task.max_len=64"]
 NO_WANDB = {"WANDB_MODE": "disabled"}
@@ -29,15 +29,6 @@ def hf_cache(tmp_path, monkeypatch):
     import datasets
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("pre")
-    res = convexp("pretrain", *TINY, "trainer.max_steps=4", "trainer.val_every_n_steps=4", outputs=out)
-    assert res.returncode == 0, res.stderr[-3000:]
-    [run] = (out / "runs" / "pretrain").glob("*")
-    return run
 
 
 def write_senteval(folder: Path, file: str, rows: list[tuple[str, str, str]]) -> Path:
