@@ -60,6 +60,8 @@ class Variant:
     finetune: tuple[str, ...] = ()
     x: float | None = None
     paper: dict = dataclasses.field(default_factory=dict)
+    teacher: str | None = None  # distil from this variant's fine-tuned run of the same task
+    series: str | None = None  # the figure's series (a line) this variant belongs to
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +80,8 @@ class ReportSpec:
     figure: dict | None = None
     analyze: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    split: str = "dev"  # our numbers: dev, or test (labelled test splits: SentEval's)
+    exclude_diverged: bool = False  # leave collapsed runs out of the aggregates (as BERMO does)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +91,8 @@ class Sweep:
     source: dict
     data: str | None  # the paper's pre-training corpus (conf/data/), used at scales above smoke
     pretrain: tuple[str, ...]
+    init: str | None  # fine-tune this checkpoint instead of pre-training, at scales above smoke
+    smoke: tuple[str, ...]  # arguments added at scale=smoke (before the command line's)
     finetune: FinetuneSpec | None
     variants: dict[str, Variant]
     report: ReportSpec
@@ -119,7 +125,9 @@ def load_sweep(name: str) -> Sweep:
         raise SweepError(
             f"{where}: not valid YAML{at}: {getattr(e, 'problem', e)}; fix the file's syntax"
         ) from e
-    d = _mapping(raw, where, {"source", "data", "pretrain", "finetune", "variants", "report"})
+    d = _mapping(
+        raw, where, {"source", "data", "init", "smoke", "pretrain", "finetune", "variants", "report"}
+    )
     data = d.get("data")
     if data is not None and data not in group_options("data"):
         raise SweepError(
@@ -133,7 +141,7 @@ def load_sweep(name: str) -> Sweep:
         vwhere = f"{where}: variant {vname!r}"
         if not NAME.match(str(vname)):
             raise SweepError(f"{vwhere}: variant names may use letters, digits, _ . - only")
-        v = _mapping(v or {}, vwhere, {"label", "pretrain", "finetune", "x", "paper"})
+        v = _mapping(v or {}, vwhere, {"label", "pretrain", "finetune", "x", "paper", "teacher", "series"})
         paper = _mapping(v.get("paper") or {}, f"{vwhere}: paper")
         variants[str(vname)] = Variant(
             name=str(vname),
@@ -142,7 +150,16 @@ def load_sweep(name: str) -> Sweep:
             finetune=_overrides(v.get("finetune"), f"{vwhere}: finetune"),
             x=v.get("x"),
             paper={str(k): val for k, val in paper.items()},
+            teacher=v.get("teacher"),
+            series=None if v.get("series") is None else str(v["series"]),
         )
+    for v in variants.values():
+        if v.teacher is not None and (v.teacher not in variants or v.teacher == v.name):
+            raise SweepError(
+                f"{where}: variant {v.name!r}: teacher must name another variant, not {v.teacher!r}"
+            )
+        if v.teacher is not None and variants[v.teacher].teacher is not None:
+            raise SweepError(f"{where}: variant {v.name!r}: its teacher {v.teacher!r} has a teacher itself")
     finetune = None
     if d.get("finetune") is not None:
         f = _mapping(d["finetune"], f"{where}: finetune", {"tasks", "seeds", "overrides"})
@@ -158,10 +175,26 @@ def load_sweep(name: str) -> Sweep:
             seeds=tuple(seeds) if isinstance(seeds, list) else seeds,
             overrides=_overrides(f.get("overrides"), f"{where}: finetune.overrides"),
         )
+    if d.get("init") is not None and not (isinstance(d["init"], str) and finetune is not None):
+        raise SweepError(
+            f"{where}: init must be a checkpoint (HF hub name or directory) to fine-tune (needs `finetune:`)"
+        )
+    if any(v.teacher for v in variants.values()) and finetune is None:
+        raise SweepError(f"{where}: a variant's teacher is a fine-tuned run: the sweep needs `finetune:`")
     r = _mapping(
         d.get("report") or {},
         f"{where}: report",
-        {"style", "aggregate", "columns", "paper_split", "figure", "analyze", "notes"},
+        {
+            "style",
+            "aggregate",
+            "columns",
+            "paper_split",
+            "figure",
+            "analyze",
+            "notes",
+            "split",
+            "exclude_diverged",
+        },
     )
     report = ReportSpec(
         style=r.get("style", "convbert"),
@@ -171,6 +204,8 @@ def load_sweep(name: str) -> Sweep:
         figure=r.get("figure"),
         analyze=tuple(r.get("analyze") or ()),
         notes=tuple(r.get("notes") or ()),
+        split=r.get("split", "dev"),
+        exclude_diverged=bool(r.get("exclude_diverged", False)),
     )
     _check_report(report, variants, finetune, where)
     return Sweep(
@@ -179,6 +214,8 @@ def load_sweep(name: str) -> Sweep:
         source=source,
         data=data,
         pretrain=_overrides(d.get("pretrain"), f"{where}: pretrain"),
+        init=d.get("init"),
+        smoke=_overrides(d.get("smoke"), f"{where}: smoke"),
         finetune=finetune,
         variants=variants,
         report=report,
@@ -212,18 +249,26 @@ def _names(x, where: str) -> tuple[str, ...]:
 
 def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, where: str) -> None:
     from .data import glue
+    from .data.probing import GROUPS, PROBING_ORDER
 
-    if r.style not in ("convbert", "chang"):
-        raise SweepError(f"{where}: report.style must be convbert or chang, not {r.style!r}")
+    if r.style not in ("convbert", "chang", "probing"):
+        raise SweepError(f"{where}: report.style must be convbert, chang or probing, not {r.style!r}")
     if r.aggregate not in ("median", "mean", "best"):
         raise SweepError(f"{where}: report.aggregate must be median, mean or best, not {r.aggregate!r}")
+    if r.split not in ("dev", "test"):
+        raise SweepError(f"{where}: report.split must be dev or test, not {r.split!r}")
     task_columns = set(glue.CONVBERT_COLUMNS) | set(glue.CHANG_COLUMNS) | {"mnli-m", "mnli-mm", "wnli"}
+    task_columns |= set(PROBING_ORDER) | set(GROUPS) | {"probing", "seeds", "diverged"}
     for c in r.columns:
-        if c not in REPORT_COLUMNS | task_columns and not c.startswith("pretrain."):
+        head = c.split(".", 1)[0]
+        if not (
+            c in REPORT_COLUMNS | task_columns or head == "pretrain" or ("." in c and head in task_columns)
+        ):
             raise SweepError(
-                f"{where}: unknown report column {c!r}; use params, flops, glue, pretrain.<metric> or a GLUE column"
+                f"{where}: unknown report column {c!r}; use params, flops, glue, pretrain.<metric>, a task "
+                "column (sst2, mnli-m, sentlen...), <task>.<metric>, seeds or diverged (see sweeps/README.md)"
             )
-        if c in task_columns | {"glue"} and finetune is None:
+        if (c in task_columns | {"glue"} or head in task_columns) and finetune is None:
             raise SweepError(f"{where}: report column {c!r} needs a `finetune:` stage")
     for a in r.analyze:
         if a not in variants:
@@ -231,9 +276,13 @@ def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, 
     if r.figure is not None:
         f = _mapping(r.figure, f"{where}: report.figure", {"kind", "x", "y"})
         if f.get("kind", "curve") != "curve" or "y" not in f:
-            raise SweepError(f"{where}: report.figure must be {{kind: curve, x: <axis label>, y: <column>}}")
-        if any(v.x is None for v in variants.values()):
-            raise SweepError(f"{where}: a curve figure needs `x:` on every variant")
+            raise SweepError(
+                f"{where}: report.figure must be {{kind: curve, x: <axis label>, y: <column or list of columns>}}"
+            )
+        if all(v.x is None for v in variants.values()):
+            raise SweepError(
+                f"{where}: a curve figure needs `x:` on its variants (those without are reference lines)"
+            )
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -267,7 +316,10 @@ class Node:
 
     @property
     def command(self) -> str:
-        head = "convexp pretrain" if self.stage == "pretrain" else "convexp finetune glue"
+        from .data.probing import PROBING_ORDER
+
+        kind = "probing" if self.task in PROBING_ORDER else "glue"
+        head = "convexp pretrain" if self.stage == "pretrain" else f"convexp finetune {kind}"
         return " ".join([head, *(_quote(o) for o in self.overrides)])
 
 
@@ -276,17 +328,30 @@ def _quote(o: str) -> str:
 
 
 @dataclasses.dataclass
+class Start:
+    """Where a variant's fine-tuning starts: its pre-training run, or a checkpoint (``init:``)."""
+
+    init: str  # the fine-tuning stage's init= (a run directory, a checkpoint dir or hub name)
+    slug: str  # the init's name in fine-tuning run ids
+    width: int  # hidden size (the protocols' learning rates depend on it)
+    node: str | None = None  # the pre-training node, None for a checkpoint
+    model_cfg: object = None  # its ModelConfig (None: a hub checkpoint that is not on disk)
+
+
+@dataclasses.dataclass
 class Plan:
     sweep: Sweep
     settings: DictConfig  # conf/ablate.yaml as composed
     args: list[str]  # the command line's KEY=VALUE arguments
     nodes: dict[str, Node]
-    pretrain_cfgs: dict[str, DictConfig]  # variant -> resolved pre-training config
-    ft_style: dict[str, str] = dataclasses.field(default_factory=dict)
+    starts: dict[str, Start]  # every planned variant -> where its fine-tuning starts
+    pretrain_cfgs: dict[str, DictConfig]  # pre-trained variant -> resolved pre-training config
+    outputs: Path
+    logger: DictConfig  # the W&B settings the runs log with
 
     @property
-    def outputs(self) -> Path:
-        return Path(next(iter(self.pretrain_cfgs.values())).outputs)
+    def variants(self) -> list[str]:
+        return list(self.starts)
 
     @property
     def home(self) -> Path:
@@ -352,19 +417,96 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
     find every run directory."""
     own, stage_args = split_args(list(args))
     settings = _settings(own)
+    if settings.scale == "smoke" and sweep.smoke:  # the sweep's smoke arguments, then the user's
+        own, stage_args = split_args([*sweep.smoke, *args])
+        settings = _settings(own)
+    checkpoint = _checkpoint(sweep, settings)
     nodes: dict[str, Node] = {}
+    starts: dict[str, Start] = {}
     pretrain_cfgs: dict[str, DictConfig] = {}
+    by_run: dict[str, str] = {}  # pre-training run id -> its node (variants may share one)
     cache: dict[tuple, DictConfig] = {}  # fine-tuning compositions shared by variants
     for v in _selected(sweep, settings.variants):
-        pre, cfg, model_cfg = _pretrain_node(sweep, v, settings, stage_args["pretrain"])
-        nodes[pre.key], pretrain_cfgs[v.name] = pre, cfg
+        if checkpoint is not None:
+            starts[v.name] = _checkpoint_start(checkpoint)
+        else:
+            pre, cfg, model_cfg = _pretrain_node(sweep, v, settings, stage_args["pretrain"])
+            key = by_run.setdefault(pre.runs[0].id, pre.key)
+            if key == pre.key:
+                nodes[key] = pre
+            pretrain_cfgs[v.name] = cfg
+            run = pre.runs[0]
+            starts[v.name] = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, key, model_cfg)
         if sweep.finetune is not None:
-            for node in _finetune_nodes(sweep, v, settings, stage_args["finetune"], pre, model_cfg, cache):
+            ft = _finetune_nodes(sweep, v, settings, stage_args["finetune"], starts, nodes, cache)
+            for node in ft:
                 if node.key in nodes:  # another grid setting of the same (task, seed)
                     nodes[node.key].runs += [r for r in node.runs if r not in nodes[node.key].runs]
                 else:
                     nodes[node.key] = node
-    return Plan(sweep, settings, list(args), _dependency_order(nodes), pretrain_cfgs)
+    if pretrain_cfgs:
+        first = next(iter(pretrain_cfgs.values()))
+    else:
+        first = _compose_cached(cache, sweep.name, [f"scale={settings.scale}", *stage_args["finetune"]])
+    return Plan(
+        sweep,
+        settings,
+        list(args),
+        _dependency_order(nodes),
+        starts,
+        pretrain_cfgs,
+        Path(first.outputs),
+        first.logger,
+    )
+
+
+def _checkpoint(sweep: Sweep, settings: DictConfig) -> str | None:
+    """The checkpoint every variant fine-tunes, or None to pre-train: ``init=`` on the command line
+    (``init=pretrain``: pre-train even at scales above smoke), else the sweep's ``init:`` above smoke."""
+    if settings.init is not None:
+        return None if settings.init == "pretrain" else str(settings.init)
+    return sweep.init if settings.scale != "smoke" else None
+
+
+def _checkpoint_start(init: str) -> Start:
+    """A checkpoint's name and width, from its config when it is on disk (a directory, a convexp
+    run, or the HF cache); a hub checkpoint not downloaded yet is assumed base-sized (768: only
+    the convbert / chang protocols' learning rates depend on it)."""
+    from .models.io import is_model_dir, read_model_config
+
+    p = Path(init).expanduser()
+    model_dir = p / "model" if (p / "model").is_dir() else p
+    if is_model_dir(model_dir):
+        mc = read_model_config(model_dir)
+        slug = model_dir.parent.name if model_dir.name == "model" else model_dir.name
+        return Start(str(p.resolve()), slug, mc.hidden_size, None, mc)
+    config = p / "config.json" if p.is_dir() else _hub_cached(init)
+    if p.is_dir() and not config.exists():
+        raise SweepError(
+            f"init={init}: no config.json there; give a HF checkpoint directory or a convexp run"
+        )
+    if config is None:
+        return Start(init, Path(init).name, 768)
+    import json
+
+    from .models.hf import model_config_from_hf
+
+    hf = json.loads(Path(config).read_text())
+    try:
+        mc = model_config_from_hf(hf, name=init)
+    except UserError as e:
+        raise SweepError(f"init={init}: {e}") from e
+    return Start(str(p.resolve()) if p.is_dir() else init, Path(init).name, mc.hidden_size, None, mc)
+
+
+def _hub_cached(name: str) -> Path | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(name, "config.json")
+    except Exception:  # noqa: BLE001 - not a valid repo id, no cache: unknown
+        return None
+    return Path(found) if isinstance(found, str) else None
 
 
 def _settings(own: list[str]) -> DictConfig:
@@ -409,46 +551,81 @@ def _logging(sweep: Sweep, v: Variant) -> list[str]:
 
 
 def _finetune_nodes(
-    sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str], pre: Node, model_cfg, cache: dict
+    sweep: Sweep,
+    v: Variant,
+    settings: DictConfig,
+    cli: list[str],
+    starts: dict[str, Start],
+    planned_nodes: dict[str, Node],
+    cache: dict,
 ) -> list[Node]:
-    """One node per (task, seed) fine-tuning the variant's pre-trained model (MNLI included when
-    the protocol starts other tasks from it)."""
+    """One node per (task, seed) fine-tuning the variant's start (MNLI included when the protocol
+    starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
+    run of that task (its first seed), which must be planned first."""
+    from .data.probing import PROBING_ORDER
     from .stages.plan import plan_glue
 
     where = f"sweep {sweep.name}, variant {v.name}"
-    run = pre.runs[0]
-    outputs = next(o for o in pre.overrides if o.startswith("outputs="))
+    start = starts[v.name]
+    outputs = (
+        f"outputs={Path(_compose_cached(cache, where, [f'scale={settings.scale}', *cli]).outputs).resolve()}"
+    )
     base = [
         f"scale={settings.scale}",
         *sweep.finetune.overrides,
         *v.finetune,
         *cli,
         *_logging(sweep, v),
-        f"init={run.dir.resolve()}",
+        f"init={start.init}",
         outputs,
     ]
+    tasks = list(settings.tasks) if settings.tasks is not None else list(sweep.finetune.tasks)
+    teachers = {t: _teacher_node(sweep, v, t, planned_nodes) for t in tasks} if v.teacher else {}
+
+    def task_overrides(name: str) -> list[str]:
+        teacher = teachers.get(name)
+        return [f"distill.teacher={teacher.runs[0].dir.resolve()}"] if teacher else []
 
     def compose_task(name: str) -> DictConfig:
-        return _compose_cached(cache, where, [*base, *_seeds_override(sweep, settings), f"task={name}"])
+        over = [*base, *_seeds_override(sweep, settings), f"task={name}", *task_overrides(name)]
+        return _compose_cached(cache, where, over)
 
     nodes: dict[str, Node] = {}
-    tasks = list(settings.tasks) if settings.tasks is not None else list(sweep.finetune.tasks)
     for t in tasks:
+        tcfg = compose_task(t)
+        if t in PROBING_ORDER and tcfg.glue.source not in ("local", "synthetic"):
+            raise SweepError(
+                f"{where}: probing task {t} needs SentEval's files: finetune.glue.source=local "
+                "finetune.glue.path=<SentEval data/probing> (or scale=smoke: synthetic stand-ins)"
+            )
         try:
-            planned = plan_glue(compose_task(t), run.id, model_cfg.hidden_size, compose_task)
+            planned = plan_glue(tcfg, start.slug, start.width, compose_task)
         except UserError as e:
             raise SweepError(f"{where}: {e}") from e
         for p in planned:
             key = f"finetune/{v.name}/{p.task}/s{p.seed}"
             if key not in nodes:
-                deps = [pre.key] + ([f"finetune/{v.name}/{p.start.task}/s{p.start.seed}"] if p.start else [])
-                over = [*base, f"task={p.task}", f"seeds=[{p.seed}]"]
+                deps = [start.node] if start.node else []
+                deps += [f"finetune/{v.name}/{p.start.task}/s{p.start.seed}"] if p.start else []
+                deps += [teachers[p.task].key] if p.task in teachers else []
+                over = [*base, f"task={p.task}", f"seeds=[{p.seed}]", *task_overrides(p.task)]
                 nodes[key] = Node(key, "finetune", v.name, over, [], deps, p.task, p.seed)
             if p.run not in nodes[key].runs:
                 nodes[key].runs.append(p.run)
     for node in nodes.values():
-        node.flops = _finetune_flops(compose_task(node.task), model_cfg, node)
+        node.flops = _finetune_flops(compose_task(node.task), start.model_cfg, node)
     return list(nodes.values())
+
+
+def _teacher_node(sweep: Sweep, v: Variant, task: str, planned: dict[str, Node]) -> Node:
+    """The teacher variant's fine-tuning node of ``task`` (the first seed's)."""
+    found = [n for n in planned.values() if n.variant == v.teacher and n.task == task]
+    if not found:
+        raise SweepError(
+            f"sweep {sweep.name}, variant {v.name}: its teacher {v.teacher!r} has no {task} run in this plan; "
+            f"list {v.teacher!r} before {v.name!r} in the sweep (and keep it in variants=)"
+        )
+    return found[0]
 
 
 def _seeds_override(sweep: Sweep, settings: DictConfig) -> list[str]:
@@ -473,6 +650,7 @@ def _compose_cached(cache: dict, where: str, overrides: list[str]) -> DictConfig
 
 
 def _selected(sweep: Sweep, wanted) -> list[Variant]:
+    """The variants to plan, in the sweep's order; a selected variant's teacher is planned too."""
     if wanted is None:
         return list(sweep.variants.values())
     names = [wanted] if isinstance(wanted, str) else list(wanted)
@@ -481,7 +659,8 @@ def _selected(sweep: Sweep, wanted) -> list[Variant]:
             raise SweepError(
                 f"sweep {sweep.name} has no variant {n!r}; its variants: {', '.join(sweep.variants)}"
             )
-    return [sweep.variants[n] for n in names]
+    names += [sweep.variants[n].teacher for n in names if sweep.variants[n].teacher]
+    return [v for v in sweep.variants.values() if v.name in names]
 
 
 def _seeds(sweep: Sweep, settings: DictConfig, scale: str) -> list[int] | None:
@@ -489,6 +668,8 @@ def _seeds(sweep: Sweep, settings: DictConfig, scale: str) -> list[int] | None:
     if settings.seeds is not None:
         return [int(s) for s in (settings.seeds if not isinstance(settings.seeds, int) else [settings.seeds])]
     s = sweep.finetune.seeds
+    if isinstance(s, tuple):  # the experiment's own seeds (e.g. BERMO Table 3): at every scale
+        return list(s)
     if s is None or scale != "paper":
         return None
     if isinstance(s, int):
@@ -528,7 +709,9 @@ def _pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float
 
 
 def _finetune_flops(cfg: DictConfig, model_cfg, node: Node) -> float:
-    """An upper bound: every example padded to the task's max_len."""
+    """An upper bound: every example padded to the task's max_len (0 when the model is unknown)."""
+    if model_cfg is None:
+        return 0.0
     n = cfg.glue.synthetic_size if cfg.glue.source == "synthetic" else GLUE_TRAIN.get(node.task, 100_000)
     per_token = _flops_per_token(model_cfg, cfg.task.max_len)
     from .stages.plan import hyperparameters
@@ -684,7 +867,7 @@ def wandb_sweep_spec(plan: Plan) -> dict:
         "description": f"convexp ablate {sweep.name}: {sweep.title}",
         "program": "convexp",
         "method": "grid",
-        "parameters": {"variants": {"values": [v for v in plan.pretrain_cfgs]}, **fixed},
+        "parameters": {"variants": {"values": plan.variants}, **fixed},
         "command": ["convexp", "ablate", sweep.name, "${args_no_hyphens}"],
     }
 
@@ -734,25 +917,28 @@ def print_plan(plan: Plan) -> None:
     for col in ("node", "state", "run", "train FLOPs"):
         table.add_column(col, justify="right" if col == "train FLOPs" else "left")
     states: dict[str, int] = {}
-    todo = 0.0
+    todo, unknown = 0.0, 0
     for n in plan.order():
         state = n.state
         states[state] = states.get(state, 0) + 1
         todo += 0 if state == "cached" else n.flops
+        unknown += state != "cached" and not n.flops
         table.add_row(n.key, state, ", ".join(r.id for r in n.runs), _flops(n.flops))
     console = _console()
     console.print(table)
-    hours = todo / (plan.settings.tflops * 1e12) / 3600
     counts = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))
-    console.print(
-        f"{len(plan.nodes)} runs ({counts}); "
-        + (
+    parts = [f"{len(plan.nodes)} runs ({counts})"]
+    if todo:
+        hours = todo / (plan.settings.tflops * 1e12) / 3600
+        parts.append(
             f"to do: {_flops(todo)} training FLOPs ≈ {hours:.3g} h at {plan.settings.tflops} TFLOP/s "
             "sustained (set tflops=...)"
-            if todo
-            else "nothing to do"
         )
-    )
+    if unknown:
+        parts.append(f"{unknown} runs of unknown compute (their checkpoint's config is not on disk)")
+    elif not todo:
+        parts.append("nothing to do")
+    console.print("; ".join(parts))
     console.print(
         f"launcher: {plan.settings.launcher.name}; first command: {plan.order()[0].command}",
         markup=False,

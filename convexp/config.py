@@ -89,7 +89,28 @@ def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
     if stage == "finetune":
         _check_group_choices([o for o in overrides if o.startswith("model=")])
         overrides = [f"init_model={o.split('=', 1)[1]}" if o.startswith("model=") else o for o in overrides]
+        cfg = compose(stage, overrides, choices=True)
+        _task_pruning(cfg, overrides)
+        return cfg
     return compose(stage, overrides, choices=True)
+
+
+def _task_pruning(cfg: DictConfig, overrides: list[str]) -> None:
+    """Merge ``pruning.tasks[<task>]`` (settings that differ per task, e.g. BERMO Table 7's QQP
+    warm-ups) into ``pruning``, except keys given on the command line; then drop the map."""
+    tasks = cfg.pruning.get("tasks")
+    if tasks is None:
+        return
+    given = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    extra = {k: v for k, v in (tasks.get(cfg.task.name) or {}).items() if f"pruning.{k}" not in given}
+    with open_dict(cfg):
+        del cfg.pruning["tasks"]
+    for k, v in extra.items():
+        if k not in cfg.pruning:
+            raise ConfigError(
+                f"pruning.tasks.{cfg.task.name}.{k}: no such pruning setting; check conf/pruning/"
+            )
+        cfg.pruning[k] = v
 
 
 def model_config(name: str, overrides: list[str] = ()):

@@ -70,7 +70,10 @@ def test_every_sweep_plans_at_every_scale():
         assert sweep.source["paper"] and sweep.source["ref"]
         plan = build_plan(sweep, ["scale=smoke"])
         pre = [n for n in plan.nodes.values() if n.stage == "pretrain"]
-        assert len(pre) == len(sweep.variants)
+        assert len({n.runs[0].id for n in pre}) == len(pre)  # variants that pre-train alike share a node
+        assert set(plan.starts) == set(sweep.variants) and {s.node for s in plan.starts.values()} == {
+            n.key for n in pre
+        }
         if sweep.finetune:
             tasks = set(sweep.finetune.tasks)
             for v in sweep.variants:
@@ -123,7 +126,7 @@ def test_list_dry_run_and_wandb_sweep(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["no-such-sweep"], "unknown sweep 'no-such-sweep'; choose one of: conv-injection"),
+        (["no-such-sweep"], "unknown sweep 'no-such-sweep'; choose one of: bermo-distill, bermo-glue"),
         (["convbert-conv-type", "variants=[nope]"], "has no variant 'nope'"),
         (["convbert-conv-type", "scale=huge"], "unknown scale 'huge'"),
         (["convbert-conv-type", "bogus.key=1"], "unknown key 'bogus.key'"),
@@ -163,6 +166,16 @@ def test_bad_command_lines_fail_before_training(tmp_path, args, message):
         (
             "variants: {a: {finetune: [protocol=nope]}}\nfinetune: {tasks: [rte]}\n",
             "variant a: protocol='nope'",
+        ),
+        ("variants: {a: {teacher: b}}\n", "teacher must name another variant"),
+        ("init: 3\nfinetune: {tasks: [rte]}\nvariants: {a: {}}\n", "init must be a checkpoint"),
+        (
+            "finetune: {tasks: [rte]}\nvariants: {a: {}}\nreport: {split: train}\n",
+            "report.split must be dev or test",
+        ),
+        (
+            "finetune: {tasks: [rte]}\nvariants: {a: {}}\nreport: {columns: [rte.f2x, nope.acc]}\n",
+            "unknown report column 'nope.acc'",
         ),
     ],
 )

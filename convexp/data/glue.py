@@ -993,6 +993,11 @@ CHANG_COLUMNS = ("cola", "mnli-m", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sst
 _DEV_COLUMNS = {"validation_matched": "mnli-m", "validation_mismatched": "mnli-mm"}
 
 
+def column_of(task: str, split: str) -> str:
+    """A split's score column: ``mnli-m`` / ``mnli-mm`` for MNLI's dev splits, else the task."""
+    return _DEV_COLUMNS.get(split, task)
+
+
 def compute_metrics(task: str | GlueTask, predictions, labels) -> dict[str, float]:
     """The task's metrics in percent (x100), computed with torchmetrics' functional API.
 

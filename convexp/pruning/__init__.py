@@ -83,7 +83,7 @@ from .masked import (
     score_parameters,
     set_threshold,
 )
-from .schedule import cubic_threshold
+from .schedule import cubic_threshold, default_warmup
 from .structured import (
     StructuredSummary,
     layer_sizes,
@@ -101,6 +101,7 @@ __all__ = [
     "WeightMask",
     "canonical_method",
     "cubic_threshold",
+    "default_warmup",
     "distillation_loss",
     "expected_l0",
     "fold_masks",

@@ -35,7 +35,7 @@ def wandb_reader(plan: Plan):
     """Results from W&B: the runs with the plan's run ids in the configured project."""
     import wandb
 
-    cfg = next(iter(plan.pretrain_cfgs.values())).logger
+    cfg = plan.logger
     try:
         api = wandb.Api()
     except Exception as e:  # no key, no network
@@ -59,21 +59,24 @@ def wandb_reader(plan: Plan):
 
 
 def collect(plan: Plan, read) -> tuple[dict, dict, list[str]]:
-    """({variant: pretrain info}, {variant: [fine-tuning results]}, [node keys without results])."""
-    from ..config import to_model_config
+    """({variant: pretrain info}, {variant: [fine-tuning results]}, [node keys without results]).
 
+    A variant that fine-tunes a checkpoint has no pre-training metrics or FLOPs (its parameters are
+    counted when the checkpoint's config is on disk)."""
     pretrain, finetune, missing = {}, {}, []
+    for v, start in plan.starts.items():
+        cfg = plan.pretrain_cfgs.get(v)
+        metrics = read(plan.nodes[start.node].runs[0]) if start.node else None
+        if start.node and metrics is None and start.node not in missing:
+            missing.append(start.node)
+        pretrain[v] = {
+            "metrics": metrics,
+            "params": parameters(start.model_cfg) if start.model_cfg is not None else None,
+            "flops": model_flops(cfg) if cfg is not None else None,
+            "run": start.slug,
+        }
     for node in plan.order():
         if node.stage == "pretrain":
-            cfg = plan.pretrain_cfgs[node.variant]
-            pretrain[node.variant] = {
-                "metrics": read(node.runs[0]),
-                "params": parameters(to_model_config(cfg.model)),
-                "flops": model_flops(cfg),
-                "run": node.runs[0].id,
-            }
-            if pretrain[node.variant]["metrics"] is None:
-                missing.append(node.key)
             continue
         results = [(r, read(r)) for r in node.runs]
         if any(m is None for _, m in results):
@@ -107,7 +110,7 @@ def make_report(
     read = wandb_reader(plan) if source == "wandb" else local_result
     pretrain, finetune, missing = collect(plan, read)
     spec = sweep.report
-    columns = list(spec.columns)
+    columns = _columns(plan)
     rows = [
         tables.variant_row(
             sweep.variants[v],
@@ -116,8 +119,10 @@ def make_report(
             columns,
             pretrain.get(v),
             finetune.get(v, []),
+            spec.split,
+            spec.exclude_diverged,
         )
-        for v in plan.pretrain_cfgs
+        for v in plan.variants
     ]
     out = Path(out) if out else plan.outputs / "reports" / sweep.name
     out.mkdir(parents=True, exist_ok=True)
@@ -163,6 +168,15 @@ def make_report(
     return out
 
 
+def _columns(plan: Plan) -> list[str]:
+    """The report's columns, ``seeds`` expanded to one column per planned seed (``s<SEED>``)."""
+    seeds = list(dict.fromkeys(n.seed for n in plan.order() if n.stage == "finetune"))
+    out = []
+    for c in plan.sweep.report.columns:
+        out += [f"s{s}" for s in seeds] if c == "seeds" else [c]
+    return out
+
+
 def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) -> list[str]:
     spec, sweep = plan.sweep.report, plan.sweep
     seeds = sorted({m["seed"] for ms in finetune.values() for m in ms})
@@ -171,12 +185,17 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) ->
         + (f" {sweep.source['note']}" if sweep.source.get("note") else ""),
         f"Ours: scale={plan.settings.scale}"
         + (f", arguments: {' '.join(plan.args)}" if plan.args else "")
-        + f"; GLUE dev, {spec.aggregate} over {len(seeds)} seed(s) per task"
+        + f"; {'probing' if spec.style == 'probing' else 'GLUE'} {spec.split}, "
+        + f"{spec.aggregate} over {len(seeds)} seed(s) per task"
         + (" (± standard error)" if spec.aggregate == "mean" else "")
+        + (", collapsed runs left out" if spec.exclude_diverged else "")
         + f"; {spec.style} scoring.",
     ]
     if spec.paper_split and any(v.paper for v in sweep.variants.values()):
-        lines.append(f"Paper: GLUE {spec.paper_split} numbers as printed.")
+        lines.append(f"Paper: {spec.paper_split} numbers as printed.")
+    start = next(iter(plan.starts.values()))
+    if start.node is None:
+        lines.append(f"Every variant fine-tunes the checkpoint {start.init} (no pre-training).")
     if any(m["task"] for ms in finetune.values() for m in ms) and "*" in "".join(
         r.ours["glue"].note for r in rows if "glue" in r.ours
     ):
@@ -192,11 +211,15 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) ->
 
 def _analyze(plan: Plan, variant: str, out: Path) -> dict:
     """Attention maps, concentration C and learned kernels of a variant's pre-trained model."""
-    if variant not in plan.pretrain_cfgs:
+    if variant not in plan.starts:
         raise ReportError(
-            f"no variant {variant!r} in this sweep's plan; choose one of: {', '.join(plan.pretrain_cfgs)}"
+            f"no variant {variant!r} in this sweep's plan; choose one of: {', '.join(plan.variants)}"
         )
-    run = plan.nodes[f"pretrain/{variant}"].runs[0]
+    if plan.starts[variant].node is None:
+        return {
+            "error": f"{variant} fine-tunes a checkpoint ({plan.starts[variant].init}); analyse that directly"
+        }
+    run = plan.nodes[plan.starts[variant].node].runs[0]
     if not run.finished:
         return {"error": f"{run.dir} has not finished"}
     from .analysis import analyze_model

@@ -4,6 +4,13 @@ Results come from the run store (or W&B) through the sweep's plan, so a report r
 the runs ``convexp ablate`` made with the same arguments. Fine-tuning seeds are aggregated as
 the paper did: ``median`` (ConvBERT: median of 9 runs), ``mean`` ± standard error (Chang et
 al. appendix, dev) or ``best`` (Chang et al.'s test tables: the best dev run of ten).
+
+Columns: ``params``, ``flops``, ``pretrain.KEY``; a task's score column (``sst2``, ``mnli-m``,
+``sentlen``...) and ``glue``; ``TASK.METRIC`` (one metric of a task's runs, e.g. ``qqp.f1``,
+``mnli-mm.accuracy``, ``mnli.remaining_weights``); the probing groups ``surface``, ``syntactic``,
+``semantic`` and ``probing`` (means of their task cells, as BERMO Table 1 averages); ``s<SEED>``
+(that seed's run of the sweep's single task, "diverges" when it collapsed: BERMO Table 3) and
+``diverged`` (collapsed runs / runs).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..data import glue
+from ..data.probing import GROUPS, PROBING_ORDER
 
 HEADERS = {
     "params": "Params",
@@ -32,7 +40,33 @@ HEADERS = {
     "qnli": "QNLI",
     "rte": "RTE",
     "wnli": "WNLI",
+    "sentlen": "SentLen",
+    "wc": "WC",
+    "treedepth": "TreeDepth",
+    "topconst": "TopConst",
+    "bshift": "BShift",
+    "tense": "Tense",
+    "subjnum": "SubjNum",
+    "objnum": "ObjNum",
+    "somo": "SOMO",
+    "coordinv": "CoordInv",
+    "surface": "Surface",
+    "syntactic": "Syntactic",
+    "semantic": "Semantic",
+    "probing": "Probing avg",
+    "diverged": "Diverged",
 }
+METRICS = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "remaining_weights": "remaining %"}
+PROBING_GROUPS = {**{g: tuple(ts) for g, ts in GROUPS.items()}, "probing": tuple(PROBING_ORDER)}
+
+
+def header(column: str) -> str:
+    if column.startswith("s") and column[1:].isdigit():
+        return f"Seed {column[1:]}"
+    if "." in column and not column.startswith("pretrain."):
+        task, metric = column.split(".", 1)
+        return f"{HEADERS.get(task, task)} {METRICS.get(metric, metric)}"
+    return HEADERS.get(column, column)
 
 
 @dataclass
@@ -43,10 +77,15 @@ class Cell:
     stderr: float | None = None
     n: int = 0
     note: str = ""
+    diverged: bool = False  # a single run that collapsed (per-seed columns)
 
     def text(self, column: str) -> str:
+        if self.diverged:
+            return "diverges"
         if self.value is None:
             return "–"
+        if column == "diverged":
+            return f"{int(self.value)}/{self.n}"
         if column == "params":
             return f"{self.value / 1e6:.2f}M"
         if column == "flops":
@@ -92,20 +131,60 @@ def chosen_runs(finetunes: list[dict]) -> dict[str, list[dict]]:
     }
 
 
+def run_values(m: dict, style: str, split: str = "dev") -> dict[str, float]:
+    """Every column one fine-tuning run gives (its metrics.json ``m``): its task's score column(s)
+    and ``COLUMN.METRIC`` for each metric (``mnli``'s: of the matched split; ``mnli-m.*``, ``mnli-mm.*``
+    per split), plus ``TASK.remaining_weights`` etc. The scores are on ``split`` (dev or test)."""
+    task = m["task"]
+    results = m.get(split) or {}
+    out = (
+        dict(glue.score_columns({task: results}, "chang" if style == "probing" else style)) if results else {}
+    )
+    for i, (sp, metrics) in enumerate(results.items()):
+        column = glue.column_of(task, sp)
+        names = [column, task] if i == 0 and column != task else [column]
+        for name in names:
+            out.update({f"{name}.{k}": float(v) for k, v in metrics.items()})
+    for k in ("remaining_weights", "wall_time_s", "examples_per_s"):
+        if isinstance(m.get(k), (int, float)):
+            out[f"{task}.{k}"] = float(m[k])
+    return out
+
+
 def variant_row(
-    variant, style: str, how: str, columns: list[str], pretrain: dict | None, finetunes: list[dict]
+    variant,
+    style: str,
+    how: str,
+    columns: list[str],
+    pretrain: dict | None,
+    finetunes: list[dict],
+    split: str = "dev",
+    exclude_diverged: bool = False,
 ) -> Row:
     """One row: every column aggregated over the variant's fine-tuning seeds.
 
     pretrain: {"metrics": metrics.json or None, "params": int, "flops": float}; finetunes: the
-    fine-tuning runs' metrics.json dicts (with "seed" and "run" added)."""
+    fine-tuning runs' metrics.json dicts (with "seed" and "run" added). With ``exclude_diverged``
+    collapsed runs are left out of the aggregates (BERMO: "averaged over three runs")."""
     runs = chosen_runs(finetunes)
     per_seed: dict[int, dict[str, float]] = {}  # seed -> {column: score}
     per_column: dict[str, list[float]] = {}
+    seed_cells: dict[str, Cell] = {}
     ids: dict[str, list[str]] = {}
+    diverged = [m.get("diverged", False) for ms in runs.values() for m in ms]
     for task, ms in runs.items():
         for m in ms:
-            for col, v in glue.score_columns({task: m["dev"]}, style).items():
+            values = run_values(m, style, split)
+            first = next(iter((m.get(split) or {}).values()), None)  # the task's main split
+            score = (
+                (glue.convbert_score if style == "convbert" else glue.task_score)(task, first)
+                if first
+                else None
+            )
+            seed_cells[f"s{m['seed']}"] = Cell(score, n=1, diverged=bool(m.get("diverged")))
+            if exclude_diverged and m.get("diverged"):
+                continue
+            for col, v in values.items():
                 per_column.setdefault(col, []).append(v)
                 per_seed.setdefault(m["seed"], {})[col] = v
                 ids.setdefault(col, []).append(m["run"])
@@ -120,6 +199,14 @@ def variant_row(
             ours[col] = Cell(metrics.get(col.split(".", 1)[1]), n=1)
         elif col == "glue":
             ours[col] = _glue_cell(per_seed, per_column, style, how)
+        elif col in PROBING_GROUPS:
+            cells = [aggregate(per_column[t], how).value for t in PROBING_GROUPS[col] if t in per_column]
+            note = "" if len(cells) == len(PROBING_GROUPS[col]) else "*"
+            ours[col] = Cell(statistics.fmean(cells) if cells else None, n=1, note=note)
+        elif col == "diverged":
+            ours[col] = Cell(sum(diverged), n=len(diverged)) if diverged else Cell(None)
+        elif col.startswith("s") and col[1:].isdigit():
+            ours[col] = seed_cells.get(col, Cell(None))
         else:
             ours[col] = aggregate(per_column.get(col, []), how)
     return Row(variant.name, variant.label, ours, dict(variant.paper), ids)
@@ -153,6 +240,8 @@ def _paper_text(value, column: str) -> str:
         return ""
     if isinstance(value, str):
         return value
+    if column.endswith(".remaining_weights"):
+        return f"{value}%"
     if column == "params":
         return f"{value}M"
     if column == "flops":
@@ -165,7 +254,7 @@ def _has_paper(rows: list[Row]) -> bool:
 
 
 def to_markdown(rows: list[Row], columns: list[str], title: str, lines: list[str]) -> str:
-    heads = ["Model", ""] + [HEADERS.get(c, c) for c in columns]
+    heads = ["Model", ""] + [header(c) for c in columns]
     out = [f"## {title}", "", *lines, "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for r in rows:
         out.append("| " + " | ".join([r.label, "ours", *(r.ours[c].text(c) for c in columns)]) + " |")
@@ -195,7 +284,7 @@ def _tex(s: str) -> str:
 
 
 def to_latex(rows: list[Row], columns: list[str], title: str) -> str:
-    heads = ["Model", ""] + [HEADERS.get(c, c) for c in columns]
+    heads = ["Model", ""] + [header(c) for c in columns]
     out = [
         r"\begin{table}[t]",
         r"\centering",

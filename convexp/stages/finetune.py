@@ -332,7 +332,11 @@ def finetune_one(cfg: DictConfig, init: Init, planned: Planned, splits: dict) ->
     total = steps_per_epoch * hp["epochs"]
     pruning = cfg.pruning if cfg.pruning.method != "none" else None
     teacher = load_teacher(cfg.distill.teacher, task, init) if cfg.distill.teacher else None
-    prune_warmup = (pruning.warmup_steps or steps_per_epoch) if pruning is not None else 0
+    prune_warmup = 0
+    if pruning is not None:
+        prune_warmup = pruning.warmup_steps or pruner.default_warmup(
+            steps_per_epoch, total, pruning.initial_warmup, pruning.final_warmup
+        )
     module = FinetuneModule(model, task, hp, total, seed, pruning, prune_warmup, teacher, cfg.distill)
     pad = init.tokenizer.pad_id
 

@@ -1,0 +1,310 @@
+"""BERMO's experiments as named sweeps: plans (checkpoint init, shared pre-training, per-task pruning
+settings, teachers, seeds), report columns (per seed, "diverges", remaining weights, probing
+groups), and tiny end-to-end runs of the sweep files themselves."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from test_ablation import QUIET, ledger
+from test_pretrain import TINY, convexp
+
+from convexp.ablation import SweepError, build_plan, load_sweep
+
+BERMO = [
+    "bermo-probing",
+    "bermo-glue",
+    "bermo-prune-stability",
+    "bermo-prune-convergence",
+    "bermo-prune-methods",
+    "bermo-distill",
+]
+TINY_BERMO = [
+    "scale=smoke",
+    *[f"pretrain.{o}" for o in TINY if not o.startswith("scale=")],
+    "pretrain.trainer.max_steps=6",
+    "pretrain.trainer.val_every_n_steps=3",
+    "pretrain.trainer.checkpoint_every_n_steps=3",
+    "finetune.glue.synthetic_size=96",
+    "finetune.epochs=2",
+    "finetune.batch_size=16",
+    "finetune.task.max_len=32",
+]
+LOCAL_PROBING = ["finetune.glue.source=local", "finetune.glue.path=/nonexistent/probing"]
+
+
+def ft_nodes(plan, variant=None):
+    return [n for n in plan.order() if n.stage == "finetune" and variant in (None, n.variant)]
+
+
+# ----------------------------------------------------------------------------- plans
+
+
+@pytest.mark.parametrize("name", BERMO)
+def test_bermo_sweeps_share_one_pretraining_at_smoke_and_use_bert_base_above(name):
+    sweep = load_sweep(name)
+    assert sweep.init == "bert-base-uncased"
+    smoke = build_plan(sweep, ["scale=smoke"])
+    pre = [n for n in smoke.order() if n.stage == "pretrain"]
+    assert len(pre) == 1  # BERT and BERMo start from the same tiny BERT
+    assert {s.node for s in smoke.starts.values()} == {pre[0].key}
+    assert all(pre[0].key in n.deps for n in ft_nodes(smoke))
+    paper = build_plan(sweep, ["scale=paper", *(LOCAL_PROBING if name == "bermo-probing" else [])])
+    assert not [n for n in paper.order() if n.stage == "pretrain"]
+    assert all("init=bert-base-uncased" in n.overrides for n in ft_nodes(paper))
+    # BERMo = the same checkpoint with layer mixing added at fine-tuning
+    for n in ft_nodes(paper):
+        assert ("scalar_mix=true" in n.overrides) == n.variant.startswith("bermo"), n.key
+        assert ("-bermo-" in n.runs[0].id) == n.variant.startswith("bermo")
+
+
+def test_init_on_the_command_line(tmp_path):
+    """init=<HF dir> fine-tunes that checkpoint at any scale (its width and size read from config.json);
+    init=pretrain pre-trains even at scale=paper."""
+    ckpt = tmp_path / "my-bert"
+    ckpt.mkdir()
+    hf = {
+        "model_type": "bert",
+        "vocab_size": 1000,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 128,
+        "max_position_embeddings": 128,
+        "type_vocab_size": 2,
+    }
+    (ckpt / "config.json").write_text(json.dumps(hf))
+    plan = build_plan(load_sweep("bermo-glue"), ["scale=smoke", f"init={ckpt}"])
+    assert not [n for n in plan.order() if n.stage == "pretrain"]
+    start = plan.starts["bert"]
+    assert (start.slug, start.width, start.init) == ("my-bert", 64, str(ckpt.resolve()))
+    assert all(n.runs[0].id.startswith("my-bert-") for n in ft_nodes(plan))
+    assert all(n.flops > 0 for n in ft_nodes(plan))  # the size is known: compute is estimated
+    plan = build_plan(load_sweep("bermo-glue"), ["scale=paper", "init=pretrain", "variants=bert"])
+    assert [n.key for n in plan.order() if n.stage == "pretrain"] == ["pretrain/bert"]
+    assert plan.pretrain_cfgs["bert"].model.hidden_size == 768  # BERT-base, pre-trained here
+    with pytest.raises(SweepError, match="no config.json"):
+        build_plan(load_sweep("bermo-glue"), ["scale=smoke", f"init={tmp_path}"])
+
+
+def test_probing_sweep_needs_senteval_files_above_smoke(tmp_path):
+    res = convexp("ablate", "bermo-probing", "--dry-run", outputs=tmp_path, env=QUIET)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "finetune.glue.source=local finetune.glue.path=" in res.stderr
+    plan = build_plan(load_sweep("bermo-probing"), ["scale=paper", *LOCAL_PROBING])
+    assert {n.seed for n in ft_nodes(plan)} == {63, 77, 9, 96, 39}  # Table 12's seeds
+    assert len(ft_nodes(plan)) == 2 * 10 * 5
+    assert ft_nodes(plan)[0].command.startswith("convexp finetune probing ")
+    smoke = build_plan(load_sweep("bermo-probing"), ["scale=smoke"])
+    assert {n.seed for n in ft_nodes(smoke)} == {63}  # the sweep's smoke: arguments
+    smoke = build_plan(load_sweep("bermo-probing"), ["scale=smoke", "seeds=[77,9]"])
+    assert {n.seed for n in ft_nodes(smoke)} == {77, 9}  # the command line wins
+
+
+def test_stability_sweep_runs_the_papers_ten_seeds_at_every_scale():
+    seeds = [9, 25, 39, 52, 59, 63, 77, 87, 91, 96]
+    for scale in ("smoke", "paper"):
+        plan = build_plan(load_sweep("bermo-prune-stability"), [f"scale={scale}"])
+        assert [n.seed for n in ft_nodes(plan, "bert")] == seeds
+        assert all("pruning=movement" in n.overrides for n in ft_nodes(plan))
+
+
+def test_bermo_pruning_hyperparameters_per_task():
+    """protocol=bermo with pruning: lr 3e-5, epochs 25 / 6 / 10 (SST-2 / MNLI / QQP), and the pruning
+    group's per-task settings (Tables 7-10), unless the command line sets them."""
+    from convexp.config import compose_stage
+    from convexp.stages.plan import hyperparameters
+
+    def cfg(*o):
+        return compose_stage("finetune", ["init=x", "protocol=bermo", *o])
+
+    for task, epochs in (("sst2", 25), ("mnli", 6), ("qqp", 10), ("rte", 10)):
+        [hp] = hyperparameters(cfg(f"task={task}", "pruning=movement"), 768)
+        assert (hp["lr"], hp["epochs"]) == (3e-5, epochs)
+    [hp] = hyperparameters(cfg("task=mnli"), 768)
+    assert (hp["lr"], hp["epochs"], hp["warmup_fraction"]) == (5e-5, 3, 0.0)  # no pruning: A.1.1
+    qqp, mnli = cfg("task=qqp", "pruning=movement").pruning, cfg("task=mnli", "pruning=movement").pruning
+    assert (qqp.initial_warmup, qqp.final_warmup, mnli.initial_warmup, mnli.final_warmup) == (2, 3, 1, 1)
+    assert "tasks" not in qqp
+    l0 = cfg("task=qqp", "pruning=l0").pruning
+    assert (l0.score_lr, l0.initial_warmup, l0.final_warmup) == (1e-2, 1, 1)
+    assert cfg("task=mnli", "pruning=l0").pruning.score_lr == 0.1
+    assert cfg("task=qqp", "pruning=soft_movement").pruning.final_lambda == 150
+    assert cfg("task=mnli", "pruning=soft_movement").pruning.final_lambda == 200
+    assert cfg("task=qqp", "pruning=movement", "pruning.final_warmup=5").pruning.final_warmup == 5
+
+
+def test_default_pruning_warmup_is_one_epoch_unless_the_run_is_too_short():
+    from convexp.pruning import cubic_threshold, default_warmup
+
+    assert default_warmup(12000, 6 * 12000, 1, 1) == 12000  # BERMO MNLI: one epoch
+    w = default_warmup(47, 94, 1, 1)  # two epochs: a third of the run each
+    assert w == 31
+    ts = [cubic_threshold(s, 94, w, 1.0, 0.1, 1, 1)[0] for s in range(94)]
+    assert ts[0] == 1.0 and ts[-1] == pytest.approx(0.1) and 0.1 < ts[47] < 1.0  # a real ramp
+
+
+def test_distillation_teacher_is_a_planned_dependency():
+    plan = build_plan(load_sweep("bermo-distill"), ["scale=smoke"])
+    glue = build_plan(load_sweep("bermo-glue"), ["scale=smoke"])
+    for task in ("mnli", "qqp"):
+        teacher = plan.nodes[f"finetune/teacher/{task}/s42"]
+        # the teacher is bermo-glue's BERT run (one run store, ids by content)
+        assert teacher.runs[0].id == glue.nodes[f"finetune/bert/{task}/s42"].runs[0].id
+        for v in ("bert", "bermo"):
+            n = plan.nodes[f"finetune/{v}/{task}/s42"]
+            assert teacher.key in n.deps
+            assert f"distill.teacher={teacher.runs[0].dir.resolve()}" in n.overrides
+    keys = list(plan.nodes)
+    assert keys.index("finetune/teacher/mnli/s42") < keys.index("finetune/bert/mnli/s42")
+    # selecting a student plans its teacher too
+    only = build_plan(load_sweep("bermo-distill"), ["scale=smoke", "variants=[bermo]"])
+    assert only.variants == ["teacher", "bermo"]
+
+
+# ----------------------------------------------------------------------------- report columns
+
+
+def _m(task, seed, dev, diverged=False, **extra):
+    score = next(iter(next(iter(dev.values())).values()))
+    return {
+        "task": task,
+        "seed": seed,
+        "run": f"r{seed}",
+        "hp": {},
+        "dev": dev,
+        "score": score,
+        "diverged": diverged,
+        **extra,
+    }
+
+
+def test_per_seed_columns_show_diverges_and_averages_leave_them_out():
+    from convexp.ablation import Variant
+    from convexp.report.tables import variant_row
+
+    runs = [
+        _m("sst2", 9, {"validation": {"accuracy": 80.0}}, remaining_weights=10.0),
+        _m("sst2", 25, {"validation": {"accuracy": 50.9}}, diverged=True, remaining_weights=10.0),
+        _m("sst2", 39, {"validation": {"accuracy": 84.0}}, remaining_weights=12.0),
+    ]
+    cols = ["s9", "s25", "s39", "s52", "diverged", "sst2", "sst2.remaining_weights"]
+    row = variant_row(Variant("bert", "BERT"), "chang", "mean", cols, None, runs, exclude_diverged=True)
+    text = {c: row.ours[c].text(c) for c in cols}
+    assert text["s9"] == "80.0" and text["s25"] == "diverges" and text["s52"] == "–"
+    assert text["diverged"] == "1/3"
+    assert row.ours["sst2"].value == pytest.approx(82.0) and row.ours["sst2"].n == 2
+    assert row.ours["sst2.remaining_weights"].value == pytest.approx(11.0)
+    kept = variant_row(Variant("bert", "BERT"), "chang", "mean", ["sst2"], None, runs)
+    assert kept.ours["sst2"].value == pytest.approx(statistics.fmean([80.0, 50.9, 84.0]))
+
+
+def test_metric_columns_and_probing_groups():
+    from convexp.ablation import Variant
+    from convexp.data.probing import PROBING_ORDER
+    from convexp.report.tables import variant_row
+
+    mnli = _m(
+        "mnli", 1, {"validation_matched": {"accuracy": 70.0}, "validation_mismatched": {"accuracy": 72.0}}
+    )
+    qqp = _m("qqp", 1, {"validation": {"accuracy": 86.0, "f1": 80.0}}, remaining_weights=9.5)
+    cols = [
+        "mnli-m",
+        "mnli-mm",
+        "mnli.accuracy",
+        "mnli-mm.accuracy",
+        "qqp.accuracy",
+        "qqp.f1",
+        "qqp.remaining_weights",
+        "qqp",
+    ]
+    row = variant_row(Variant("v", "v"), "chang", "mean", cols, None, [mnli, qqp])
+    got = {c: row.ours[c].value for c in cols}
+    assert got == {
+        "mnli-m": 70.0,
+        "mnli-mm": 72.0,
+        "mnli.accuracy": 70.0,
+        "mnli-mm.accuracy": 72.0,
+        "qqp.accuracy": 86.0,
+        "qqp.f1": 80.0,
+        "qqp.remaining_weights": 9.5,
+        "qqp": 83.0,  # the GLUE score: (acc + F1) / 2
+    }
+    # probing: test accuracy (split=test), group averages of the task cells
+    runs = []
+    for i, t in enumerate(PROBING_ORDER):
+        for seed, delta in ((1, 0.0), (2, 2.0)):
+            runs.append(
+                _m(t, seed, {"validation": {"accuracy": 0.0}}, test={"test": {"accuracy": 60.0 + i + delta}})
+            )
+    cols = [*PROBING_ORDER, "surface", "syntactic", "semantic", "probing"]
+    row = variant_row(Variant("v", "v"), "probing", "mean", cols, None, runs, split="test")
+    assert row.ours["sentlen"].value == pytest.approx(61.0) and row.ours["wc"].value == pytest.approx(62.0)
+    assert row.ours["surface"].value == pytest.approx(61.5)
+    assert row.ours["semantic"].value == pytest.approx(statistics.fmean(61.0 + i for i in range(5, 10)))
+    assert row.ours["probing"].value == pytest.approx(statistics.fmean(61.0 + i for i in range(10)))
+
+
+# ----------------------------------------------------------------------------- end to end, tiny
+
+
+def test_stability_sweep_end_to_end_with_per_seed_report(tmp_path):
+    args = ["bermo-prune-stability", *TINY_BERMO, "seeds=[9,25]"]
+    res = convexp("ablate", *args, outputs=tmp_path, env=QUIET)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    nodes = ledger(tmp_path, "bermo-prune-stability")["nodes"]
+    assert len(nodes) == 1 + 2 * 2 and {n["status"] for n in nodes.values()} == {"done"}
+    res = convexp("report", "bermo-prune-stability", outputs=tmp_path, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((tmp_path / "reports" / "bermo-prune-stability" / "report.json").read_text())
+    assert report["columns"] == ["s9", "s25", "diverged", "sst2", "sst2.remaining_weights"]
+    for row in report["rows"]:
+        ms = [
+            json.loads((Path(r) / "metrics.json").read_text())
+            for k, n in nodes.items()
+            if k.startswith(f"finetune/{row['variant']}/")
+            for r in n["runs"]
+        ]
+        assert row["ours"]["diverged"]["value"] == sum(m["diverged"] for m in ms)
+        # 10% of each masked matrix; biases and LayerNorms count as remaining (Sanh et al.'s rule), which
+        # is a few points in a 32-wide model; top-k keeps exactly the same count in every run
+        assert {m["pruning"] for m in ms} == {"topk"} and len({m["remaining_weights"] for m in ms}) == 1
+        assert 10.0 <= ms[0]["remaining_weights"] < 15.0
+        kept = [m["dev"]["validation"]["accuracy"] for m in ms if not m["diverged"]]  # "diverges" left out
+        assert row["ours"]["sst2"]["value"] == (pytest.approx(statistics.fmean(kept)) if kept else None)
+    table = (tmp_path / "reports" / "bermo-prune-stability" / "table.md").read_text()
+    assert "Seed 9" in table and "Diverges" in table  # the paper's cells as printed
+
+
+def test_distill_and_convergence_sweeps_end_to_end(tmp_path):
+    res = convexp(
+        "ablate",
+        "bermo-distill",
+        *TINY_BERMO,
+        "tasks=[mnli]",
+        "variants=[bermo]",
+        outputs=tmp_path,
+        env=QUIET,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    nodes = ledger(tmp_path, "bermo-distill")["nodes"]
+    assert set(nodes) == {"pretrain/teacher", "finetune/teacher/mnli/s42", "finetune/bermo/mnli/s42"}
+    [student] = nodes["finetune/bermo/mnli/s42"]["runs"]
+    config = (Path(student) / "config.yaml").read_text()
+    assert Path(nodes["finetune/teacher/mnli/s42"]["runs"][0]).name in config  # distilled from it
+    res = convexp("report", "bermo-distill", outputs=tmp_path, env=QUIET)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+    args = ["bermo-prune-convergence", *TINY_BERMO, "tasks=[mnli]", "variants=[bert_e2,bermo_e2,baseline]"]
+    res = convexp("ablate", *args, outputs=tmp_path, env=QUIET)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = convexp("report", "bermo-prune-convergence", outputs=tmp_path, env=QUIET)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = tmp_path / "reports" / "bermo-prune-convergence"
+    assert (out / "figure.png").stat().st_size > 10_000
+    rows = {r["variant"]: r for r in json.loads((out / "report.json").read_text())["rows"]}
+    assert rows["baseline"]["ours"]["mnli.remaining_weights"]["value"] is None  # not pruned
+    assert 10.0 <= rows["bert_e2"]["ours"]["mnli.remaining_weights"]["value"] < 15.0
