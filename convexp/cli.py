@@ -184,6 +184,36 @@ def bench(
     run_benchmarks(steps=steps, batch_size=batch_size, seq_len=seq_len, lengths=sizes, hf=not skip_hf)
 
 
+@app.command()
+def export(
+    run: str = typer.Argument(
+        ..., help="A fine-tuning (or pre-training) run directory, or a model directory."
+    ),
+    out: Optional[str] = typer.Option(None, "--out", help="Where to write the export (default: RUN/export)."),
+    no_structured: bool = typer.Option(
+        False, "--no-structured", help="Keep every head and FFN unit (re-save, check and time only)."
+    ),
+    batch: int = typer.Option(32, "--batch", help="Batch size of the speed measurement."),
+    seq_len: int = typer.Option(128, "--seq-len", help="Sequence length of the speed measurement."),
+    tokenizer: Optional[str] = typer.Option(
+        None,
+        "--tokenizer",
+        help="tokenizer.json / vocab.txt (or its folder) to ship; default: the run's model dir's.",
+    ),
+) -> None:
+    """Export a fine-pruned run: cut dead heads and FFN units, check and time it, save a loadable model."""
+    from .errors import UserError
+    from .export import export_model, print_export
+
+    try:
+        info = export_model(run, out, not no_structured, batch, seq_len, tokenizer)
+    except UserError as e:  # mapped here too, so that typer's CliRunner sees exit code 2
+        if _state["debug"]:
+            raise
+        _fail(str(e))
+    print_export(info)
+
+
 def main() -> None:
     """Entry point: user errors become one red line and exit code 2 (``--debug``: traceback)."""
     from .errors import UserError

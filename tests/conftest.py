@@ -25,3 +25,15 @@ def pretrained(tmp_path_factory):
     assert res.returncode == 0, res.stderr[-3000:]
     [run] = (out / "runs" / "pretrain").glob("*")
     return run
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """Tiny tensors: intra-op threads only add synchronisation cost (badly so on a busy machine).
+    Use with ``pytestmark = pytest.mark.usefixtures("single_thread")``."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -310,6 +310,10 @@ def test_export_rejects_non_convbert_architectures(tmp_path):
         (dict(scalar_mix=True), "scalar_mix"),
         (dict(pooler=True), "pooler"),
         (dict(head_size=8), "head size"),
+        (
+            dict(layer_sizes=[{"heads": convbert_cfg(num_layers=1).attn_heads, "intermediate": 16}]),
+            "layer_sizes",
+        ),
     ]:
         cfg = convbert_cfg(num_layers=1, **bad)
         with pytest.raises(ExportError, match=why):

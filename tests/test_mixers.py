@@ -100,13 +100,7 @@ ENCODER_VARIANTS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """These tensors are tiny: intra-op threads only add synchronisation cost (badly so on a busy machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def make_cfg(**kw) -> ModelConfig:

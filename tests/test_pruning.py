@@ -37,12 +37,7 @@ from convexp.pruning.structured import layers_parameters
 D, N_HEADS, K_SIZE, VOCAB = 32, 4, 5, 50
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def make_cfg(**kw) -> ModelConfig:

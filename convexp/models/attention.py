@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -70,13 +71,19 @@ class Projection(nn.Module):
     """Q, K or V projection D -> H·d. With ``conv_kernel`` the first half of the heads use a
     depthwise-separable convolution (depthwise with bias, then pointwise; no activation, the
     "convolution_depth_mixed_no_act" form their README uses) instead of a linear
-    map (Chang et al. §5); it reads the input with padding tokens zeroed."""
+    map (Chang et al. §5); it reads the input with padding tokens zeroed.
 
-    def __init__(self, D: int, out: int, conv_kernel: int | None = None):
+    ``conv_out`` overrides the convolutional part's width (default out // 2): a structurally pruned
+    layer may keep any number of convolution heads, including none (then ``conv`` is None) or all
+    (then ``linear`` has no output features)."""
+
+    def __init__(self, D: int, out: int, conv_kernel: int | None = None, conv_out: int | None = None):
         super().__init__()
-        half = out // 2 if conv_kernel else 0
-        self.conv = SeparableConv1d(D, half, conv_kernel, depthwise_bias=True) if conv_kernel else None
-        self.linear = nn.Linear(D, out - half)
+        half = (out // 2 if conv_out is None else conv_out) if conv_kernel else 0
+        self.conv = SeparableConv1d(D, half, conv_kernel, depthwise_bias=True) if half else None
+        with warnings.catch_warnings():  # nn.Linear(D, 0) is valid (every head convolutional)
+            warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+            self.linear = nn.Linear(D, out - half)
 
     def forward(self, x: torch.Tensor, x_zeroed: torch.Tensor) -> torch.Tensor:  # [B, L, D] -> [B, L, H·d]
         y = self.linear(x)
@@ -94,15 +101,20 @@ class SelfAttention(nn.Module):
     with r = clamp(j - i, -k, k), kernel 2k+1. Composite attention (eq. 6) is content + fixed +
     dynamic. ``depthwise_conv`` adds a fixed per-channel convolution of the values to the output
     (eq. 7); ``conv_qkv`` makes the chosen projections convolutional in half the heads (§5).
+
+    ``heads`` / ``conv_heads`` (a structurally pruned layer, ``ModelConfig.layer_sizes``) override
+    N and the number of convolutional heads of the conv_qkv projections (default heads // 2).
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: int | None = None, conv_heads: int | None = None):
         super().__init__()
-        D, H, d, K = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.kernel_size
+        D, d, K = cfg.hidden_size, cfg.head_dim, cfg.kernel_size
+        H = heads or cfg.num_heads
         self.heads, self.head_dim, self.k = H, d, K // 2
         self.content = cfg.content_attention
         self.dropout = cfg.attention_dropout
-        proj = {n: Projection(D, H * d, K if n in cfg.conv_qkv else None) for n in "qkv"}
+        conv_out = None if conv_heads is None else conv_heads * d
+        proj = {n: Projection(D, H * d, K if n in cfg.conv_qkv else None, conv_out) for n in "qkv"}
         # Without the content term, queries and keys exist only to generate dynamic kernels.
         self.q = proj["q"] if cfg.content_attention or cfg.dynamic_conv else None
         self.k_proj = proj["k"] if cfg.content_attention or cfg.key_conv else None
@@ -163,27 +175,34 @@ class MixedAttention(nn.Module):
       * ``dynamic``: kernel = softmax(Linear(x_i)) from the current token only (eq. 3), on V'.
       * ``conventional``: a depthwise-separable convolution of x.
       * ``none``: self-attention heads only (ConvBERT Table 1 "+BNK").
+
+    ``heads`` (a structurally pruned layer, ``ModelConfig.layer_sizes``) overrides the number of
+    self-attention heads; the convolution branch keeps N // γ heads. ``sdconv`` / ``dynamic`` share
+    the head count between the branches (the config refuses another count for them).
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: int | None = None):
         super().__init__()
         D, K = cfg.hidden_size, cfg.kernel_size
-        n, d = cfg.attn_heads, cfg.head_dim
-        A = n * d
-        self.heads, self.kernel_size, self.conv_type = n, K, cfg.conv_type
+        c, d = cfg.attn_heads, cfg.head_dim  # convolution heads (never removed), head size
+        n = heads or c  # self-attention heads
+        if cfg.conv_type in ("sdconv", "dynamic") and n != c:
+            raise ValueError(f"MixedAttention with conv_type {cfg.conv_type} needs {c} heads, got {n}")
+        A, C = n * d, c * d  # self-attention width, convolution-branch width
+        self.heads, self.conv_heads, self.kernel_size, self.conv_type = n, c, K, cfg.conv_type
         self.dropout = cfg.attention_dropout
         self.mask_conv = not cfg.hf_padding
         self.query, self.key, self.value = nn.Linear(D, A), nn.Linear(D, A), nn.Linear(D, A)
         if cfg.conv_type == "sdconv":
-            self.key_conv = SeparableConv1d(D, A, K)  # span-aware key
-            self.conv_kernel = nn.Linear(A, n * K)
+            self.key_conv = SeparableConv1d(D, C, K)  # span-aware key
+            self.conv_kernel = nn.Linear(C, c * K)
         elif cfg.conv_type == "dynamic":
-            self.conv_kernel = nn.Linear(D, n * K)
+            self.conv_kernel = nn.Linear(D, c * K)
         elif cfg.conv_type == "conventional":
-            self.conv = SeparableConv1d(D, A, K)
+            self.conv = SeparableConv1d(D, C, K)
         if cfg.conv_type in ("sdconv", "dynamic"):
-            self.conv_value = nn.Linear(D, A)
-        self.out = nn.Linear(A if cfg.conv_type == "none" else 2 * A, D)
+            self.conv_value = nn.Linear(D, C)
+        self.out = nn.Linear(A if cfg.conv_type == "none" else A + C, D)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
         B, L, _ = x.shape
@@ -202,7 +221,7 @@ class MixedAttention(nn.Module):
                 kernel = self.conv_kernel(ks * q)  # [B, L, n·K]
             else:
                 kernel = self.conv_kernel(x)
-            kernel = torch.softmax(kernel.view(B, L, self.heads, self.kernel_size), dim=-1)
-            v = zero_padding(self.conv_value(x), conv_keep).view(B, L, self.heads, -1)  # [B, L, n, d]
-            conv = lightweight_conv(v, kernel).reshape(B, L, -1)  # [B, L, A]
+            kernel = torch.softmax(kernel.view(B, L, self.conv_heads, self.kernel_size), dim=-1)
+            v = zero_padding(self.conv_value(x), conv_keep).view(B, L, self.conv_heads, -1)  # [B, L, c, d]
+            conv = lightweight_conv(v, kernel).reshape(B, L, -1)  # [B, L, C]
         return self.out(torch.cat([y, conv], dim=-1))

@@ -7,7 +7,7 @@ never branches on a preset's name, only on these fields.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Optional
+from typing import Dict, List, Optional
 
 MIXERS = ("attention", "mixed")
 CONV_TYPES = ("sdconv", "conventional", "dynamic", "none")
@@ -26,6 +26,11 @@ class ModelConfig:
     head_size: Optional[int] = None  # d; None means D // N
     intermediate_size: int = 1024  # I
     ffn_groups: int = 1  # G, grouped linear FFN (ConvBERT eq. 7)
+    # Per-layer sizes of a structurally pruned model (``convexp export``), None = every layer has the
+    # sizes above. One dict per layer: {"heads": self-attention heads (the mixer's ``heads``: N, or
+    # ConvBERT's N // γ), "intermediate": FFN units (I)} plus, with conv_qkv, "conv_heads": how many of
+    # those heads are convolutional in the conv_qkv projections (default heads // 2).
+    layer_sizes: Optional[List[Dict[str, int]]] = None
 
     # --- embeddings ----------------------------------------------------------------------
     absolute_positions: bool = True
@@ -81,6 +86,16 @@ class ModelConfig:
             return max(1, self.num_heads // self.head_ratio)
         return self.num_heads
 
+    def layer_size(self, i: int) -> dict:
+        """Sizes of layer i: {"heads", "intermediate", "conv_heads"}; conv_heads None means the
+        conv_qkv default (half the heads). Without layer_sizes every layer has the global sizes."""
+        s = (self.layer_sizes or [{}] * self.num_layers)[i]
+        return {
+            "heads": s.get("heads", self.attn_heads),
+            "intermediate": s.get("intermediate", self.intermediate_size),
+            "conv_heads": s.get("conv_heads"),
+        }
+
     def validate(self) -> None:
         def bad(msg: str) -> None:
             raise ValueError(f"model {self.name!r}: {msg}")
@@ -106,6 +121,40 @@ class ModelConfig:
         chang = self.fixed_conv or self.dynamic_conv or self.key_conv or self.depthwise_conv
         if self.mixer == "mixed" and (chang or self.conv_qkv or not self.content_attention):
             bad("Chang et al. options (fixed/dynamic/key/depthwise conv, conv_qkv) need mixer=attention")
+        if self.layer_sizes is not None:
+            self._validate_layer_sizes(bad)
+
+    def _validate_layer_sizes(self, bad) -> None:
+        """One line for the first problem in ``layer_sizes`` (see the field's comment)."""
+        sizes = self.layer_sizes
+        if not isinstance(sizes, (list, tuple)) or len(sizes) != self.num_layers:
+            n = len(sizes) if isinstance(sizes, (list, tuple)) else type(sizes).__name__
+            bad(f"layer_sizes must list one entry per layer: got {n}, num_layers is {self.num_layers}")
+        allowed = {"heads", "intermediate"} | ({"conv_heads"} if self.conv_qkv else set())
+        fixed_heads = self.mixer == "mixed" and self.conv_type in ("sdconv", "dynamic")
+        for i, s in enumerate(sizes):
+            where = f"layer_sizes[{i}]"
+            if not hasattr(s, "keys") or not {"heads", "intermediate"} <= set(s) or set(s) - allowed:
+                bad(
+                    f"{where} must be {{{', '.join(sorted(allowed))}}} "
+                    f"(heads, intermediate required), got {s!r}"
+                )
+            for key, value in s.items():
+                low = 0 if key == "conv_heads" else 1  # a layer may have no convolutional head left
+                if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                    bad(f"{where}.{key} must be an integer >= {low}, got {value!r}")
+            heads, units = s["heads"], s["intermediate"]
+            if units % self.ffn_groups:
+                bad(f"{where}.intermediate {units} must be a multiple of ffn_groups {self.ffn_groups}")
+            if fixed_heads and heads != self.attn_heads:
+                bad(
+                    f"{where}.heads must be {self.attn_heads}: conv_type {self.conv_type} shares its heads "
+                    "with the convolution branch, so they cannot be rebuilt from a per-layer count"
+                )
+            if self.conv_qkv and s.get("conv_heads", heads // 2) > heads:
+                bad(f"{where}.conv_heads {s['conv_heads']} exceeds heads {heads}")
+            if self.conv_qkv and "conv_heads" not in s and heads % 2:
+                bad(f"{where}: conv_qkv with an odd head count ({heads}) needs conv_heads")
 
     def to_dict(self) -> dict:
         return asdict(self)

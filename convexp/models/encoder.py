@@ -16,13 +16,19 @@ from .scalar_mix import ScalarMix
 
 
 class Block(nn.Module):
-    """Post-LN transformer block: x = LN(x + mixer(x)); x = LN(x + FFN(x))."""
+    """Post-LN transformer block: x = LN(x + mixer(x)); x = LN(x + FFN(x)).
 
-    def __init__(self, cfg: ModelConfig):
+    ``index`` selects the layer's sizes in ``cfg.layer_sizes`` (a structurally pruned model)."""
+
+    def __init__(self, cfg: ModelConfig, index: int = 0):
         super().__init__()
-        self.mixer = SelfAttention(cfg) if cfg.mixer == "attention" else MixedAttention(cfg)
+        size = cfg.layer_size(index)
+        if cfg.mixer == "attention":
+            self.mixer = SelfAttention(cfg, size["heads"], size["conv_heads"])
+        else:
+            self.mixer = MixedAttention(cfg, size["heads"])
         self.norm1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.ffn = FeedForward(cfg)
+        self.ffn = FeedForward(cfg, size["intermediate"])
         self.norm2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout)
 
@@ -47,7 +53,8 @@ def init_weights(m: nn.Module, std: float = 0.02) -> None:
     convolutions keep PyTorch's default U(±1/√K) as their code does; β starts at 0.
     Use as ``module.apply(partial(init_weights, std=...))``."""
     if isinstance(m, nn.Linear):
-        nn.init.normal_(m.weight, std=std)
+        if m.weight.numel():  # a pruned Projection may have no linear head left: nn.Linear(D, 0)
+            nn.init.normal_(m.weight, std=std)
         if m.bias is not None:
             nn.init.zeros_(m.bias)
     elif isinstance(m, nn.Embedding):
@@ -80,7 +87,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embeddings = Embeddings(cfg)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
         self.scalar_mix = ScalarMix(cfg.num_layers + 1, cfg.scalar_mix_dropout) if cfg.scalar_mix else None
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if cfg.pooler else None
         self.init_weights(self)

@@ -46,13 +46,16 @@ def linear(in_features: int, out_features: int, groups: int) -> nn.Module:
 
 
 class FeedForward(nn.Module):
-    """x -> act(x W1 + b1) W2 + b2, with W1: D->I and W2: I->D dense or grouped."""
+    """x -> act(x W1 + b1) W2 + b2, with W1: D->I and W2: I->D dense or grouped.
 
-    def __init__(self, cfg: ModelConfig):
+    ``intermediate`` overrides I (a structurally pruned layer, ``ModelConfig.layer_sizes``)."""
+
+    def __init__(self, cfg: ModelConfig, intermediate: int | None = None):
         super().__init__()
-        self.fc1 = linear(cfg.hidden_size, cfg.intermediate_size, cfg.ffn_groups)
+        units = intermediate or cfg.intermediate_size  # I
+        self.fc1 = linear(cfg.hidden_size, units, cfg.ffn_groups)
         self.act = activation(cfg.hidden_act)
-        self.fc2 = linear(cfg.intermediate_size, cfg.hidden_size, cfg.ffn_groups)
+        self.fc2 = linear(units, cfg.hidden_size, cfg.ffn_groups)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, L, D] -> [B, L, D]
         return self.fc2(self.act(self.fc1(x)))

@@ -450,6 +450,10 @@ def check_exportable(cfg: ModelConfig) -> None:
             why.append(f"head size {cfg.head_dim} != HF's (hidden_size // {n}) // 2 = {d}")
     if cfg.hidden_act not in ("gelu", "gelu_new", "relu"):
         why.append(f"hidden_act={cfg.hidden_act!r}")
+    if cfg.layer_sizes is not None:
+        why.append(
+            "layer_sizes is set (a structurally pruned model; HF ConvBERT has one size for every layer)"
+        )
     if why:
         raise ExportError(
             f"model {cfg.name!r} cannot be exported as a Hugging Face ConvBERT: " + "; ".join(why)

@@ -27,8 +27,10 @@ head removal there needs a model change (see the report / :data:`MIXED_HEADS_NOT
 are still removed. At least one head per layer and one unit per FFN (group) is always kept, so the
 shapes stay valid (a fully dead mixer keeps one dead head, which contributes 0 or a constant).
 
-A structurally pruned model no longer matches its ModelConfig's sizes (head count / intermediate size
-vary per layer): save it with ``torch.save(model)`` or its state dict plus :func:`layer_sizes`.
+A structurally pruned model no longer matches its ModelConfig's global sizes (head count /
+intermediate size vary per layer): :func:`pruned_config` gives the config with ``layer_sizes`` that
+rebuilds exactly its shapes, so ``save_model_dir(model, pruned_config(model), dir)`` saves a model
+directory that loads like any other (``convexp export`` does this, see :mod:`convexp.export`).
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
 from ..models.attention import MixedAttention, Projection, SelfAttention
+from ..models.config import ModelConfig
 from ..models.ffn import FeedForward, GroupedLinear
 from .masked import find_encoder, masks
 
@@ -113,16 +116,42 @@ def layers_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in find_encoder(model).layers.parameters())
 
 
+def _conv_heads(mixer: SelfAttention, conv_qkv: str) -> int:
+    """Convolutional heads of the conv_qkv projections (all sliced alike, so the first one present
+    tells; heads // 2, the default, when none of them exists, e.g. q without content attention)."""
+    for name, proj in (("q", mixer.q), ("k", mixer.k_proj), ("v", mixer.v)):
+        if name in conv_qkv and proj is not None:
+            return proj.conv.pointwise.weight.shape[0] // mixer.head_dim if proj.conv is not None else 0
+    return mixer.heads // 2
+
+
 def layer_sizes(model: nn.Module) -> list[dict]:
-    """Per layer: {"heads": self-attention heads, "intermediate": FFN units} (to rebuild shapes)."""
+    """Per layer: {"heads": self-attention heads, "intermediate": FFN units} and, for Chang et al.'s
+    convolutional Q/K/V (conv_qkv), "conv_heads": how many of those heads are convolutional. The
+    format of ``ModelConfig.layer_sizes``, which rebuilds these shapes."""
+    enc = find_encoder(model)
     out = []
-    for block in find_encoder(model).layers:
+    for block in enc.layers:
         fc1 = block.ffn.fc1
         units = (
             fc1.weight.shape[0] if isinstance(fc1, nn.Linear) else fc1.weight.shape[0] * fc1.weight.shape[2]
         )
-        out.append({"heads": block.mixer.heads, "intermediate": units})
+        size = {"heads": block.mixer.heads, "intermediate": units}
+        if enc.cfg.conv_qkv and isinstance(block.mixer, SelfAttention):
+            size["conv_heads"] = _conv_heads(block.mixer, enc.cfg.conv_qkv)
+        out.append(size)
     return out
+
+
+def pruned_config(model: nn.Module) -> ModelConfig:
+    """The model's ModelConfig with ``layer_sizes`` set to its actual per-layer sizes (None when
+    every layer still has the config's global sizes), so ``Encoder(cfg)`` builds its exact shapes."""
+    cfg = find_encoder(model).cfg
+    sizes = layer_sizes(model)
+    uniform = {"heads": cfg.attn_heads, "intermediate": cfg.intermediate_size}
+    if cfg.conv_qkv and cfg.mixer == "attention":  # the default split: half the heads
+        uniform["conv_heads"] = cfg.attn_heads // 2
+    return replace(cfg, layer_sizes=None if all(s == uniform for s in sizes) else sizes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,18 +338,13 @@ def remove_dead_structures(model: nn.Module, heads: bool = True, ffn: bool = Tru
     return s
 
 
-def _forward_ms(model: nn.Module, ids: torch.Tensor, repeats: int, warmup: int) -> float:
+def _forward_s(model: nn.Module, ids: torch.Tensor) -> float:
     sync = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
-    times = []
-    with torch.inference_mode():
-        for i in range(warmup + repeats):
-            sync()
-            t0 = time.perf_counter()
-            model(ids)
-            sync()
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
+    sync()
+    t0 = time.perf_counter()
+    model(ids)
+    sync()
+    return time.perf_counter() - t0
 
 
 def measure_speedup(
@@ -333,7 +357,8 @@ def measure_speedup(
     seed: int = 0,
 ) -> dict:
     """Median eval-mode forward time of both models on the same random batch (on the dense model's
-    device). Returns {"dense_ms", "pruned_ms", "speedup", "dense_params", "pruned_params"} (params of
+    device), the two models timed alternately so that a change in the machine's load hits both.
+    Returns {"dense_ms", "pruned_ms", "speedup", "dense_params", "pruned_params"} (params of
     encoder.layers). A measurement, not a guarantee: time it on the hardware you care about."""
     enc = find_encoder(dense_model)
     device = next(dense_model.parameters()).device
@@ -341,11 +366,17 @@ def measure_speedup(
     ids = torch.randint(1, enc.cfg.vocab_size, (batch, seq_len), generator=g).to(device)
     modes = (dense_model.training, pruned_model.training)
     dense_model.eval(), pruned_model.eval()
+    times: dict[str, list[float]] = {"dense": [], "pruned": []}
     try:
-        dense = _forward_ms(dense_model, ids, repeats, warmup)
-        pruned = _forward_ms(pruned_model, ids, repeats, warmup)
+        with torch.inference_mode():
+            for i in range(warmup + repeats):
+                for name, model in (("dense", dense_model), ("pruned", pruned_model)):
+                    t = _forward_s(model, ids)
+                    if i >= warmup:
+                        times[name].append(t)
     finally:
         dense_model.train(modes[0]), pruned_model.train(modes[1])
+    dense, pruned = (1000 * statistics.median(times[k]) for k in ("dense", "pruned"))
     return {
         "dense_ms": dense,
         "pruned_ms": pruned,

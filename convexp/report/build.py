@@ -187,7 +187,7 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) ->
         + (f", arguments: {' '.join(plan.args)}" if plan.args else "")
         + f"; {'probing' if spec.style == 'probing' else 'GLUE'} {spec.split}, "
         + f"{spec.aggregate} over {len(seeds)} seed(s) per task"
-        + (" (± standard error)" if spec.aggregate == "mean" else "")
+        + (" (± standard error)" if spec.aggregate == "mean" and len(seeds) > 1 else "")
         + (", collapsed runs left out" if spec.exclude_diverged else "")
         + f"; {spec.style} scoring.",
     ]

@@ -246,7 +246,7 @@ def _paper_text(value, column: str) -> str:
         return f"{value}M"
     if column == "flops":
         return f"{value:.1e}"
-    return f"{value:.1f}"
+    return f"{value:.1f}" if round(value, 1) == value else str(value)  # as printed: 79.85 stays 79.85
 
 
 def _has_paper(rows: list[Row]) -> bool:
