@@ -117,6 +117,13 @@ def test_intermediate_task_starts_from_the_mnli_model(tmp_path, pretrained):
 
     state = _encoder_state(Run(mnli))
     assert "embeddings.word.weight" in state and "layers.0.mixer.query.weight" in state
+    # a fine-tuned model dir carries its tokenizer: it is a complete init= on its own
+    from convexp.config import compose_stage
+    from convexp.stages.finetune import resolve_init
+
+    assert (mnli / "model" / "tokenizer.json").exists()
+    init = resolve_init(compose_stage("finetune", [f"init={mnli}", "task=rte"]))
+    assert init.slug == mnli.name and init.tokenizer.vocab_size == init.model_cfg.vocab_size
 
 
 def test_killed_finetune_resumes_to_the_same_result(tmp_path, pretrained):

@@ -389,7 +389,16 @@ def finetune_one(cfg: DictConfig, init: Init, planned: Planned, splits: dict) ->
             module, datamodule=Data(), ckpt_path=str(run.last_checkpoint()) if run.last_checkpoint() else None
         )
         _evaluate_and_save(
-            run, model, task, splits, pad, hp, time.time() - started, len(train) * hp["epochs"], pruning
+            run,
+            model,
+            task,
+            splits,
+            pad,
+            hp,
+            time.time() - started,
+            len(train) * hp["epochs"],
+            pruning,
+            init.tokenizer,
         )
     except BaseException as e:
         run.set_status("failed", error=f"{type(e).__name__}: {e}".splitlines()[0])
@@ -416,6 +425,7 @@ def _evaluate_and_save(
     seconds: float,
     examples: int,
     pruning: DictConfig | None = None,
+    tokenizer=None,
 ) -> None:
     from ..models.io import save_model_dir
 
@@ -440,8 +450,9 @@ def _evaluate_and_save(
                 glue.write_submission(task, split, idx, logits, run.dir / "submission")
             if len(labels) and (labels >= 0).all():  # labelled test rows (SentEval's): scored too
                 test[split] = glue.compute_metrics(task, logits, labels)
-    if not run.model_dir.exists():
-        save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir)
+    if not run.model_dir.exists():  # with the tokenizer: the model dir is a self-contained init=
+        files = sorted(tokenizer.save(run.dir / "tokenizer").iterdir()) if tokenizer is not None else []
+        save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir, extra_files=files)
     score = glue.task_score(task, dev[task.dev_splits[0]])
     metrics = {
         "task": task.name,
