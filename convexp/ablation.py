@@ -899,7 +899,8 @@ def print_sweeps() -> None:
         table.add_column(col)
     for name in sweep_names():
         s = load_sweep(name)
-        stages = "pretrain" + (f" → finetune {','.join(s.finetune.tasks)}" if s.finetune else "")
+        start = f"{s.init} (smoke: pretrain)" if s.init else "pretrain"
+        stages = start + (f" → finetune {','.join(s.finetune.tasks)}" if s.finetune else "")
         note = s.source.get("note", "")
         table.add_row(name, f"{s.title}" + (f"\n{note}" if note else ""), str(len(s.variants)), stages)
     _console().print(table)

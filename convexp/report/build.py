@@ -200,6 +200,9 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) ->
         r.ours["glue"].note for r in rows if "glue" in r.ours
     ):
         lines.append("GLUE marked * averages only the tasks that were run.")
+    groups = [c for c in ("surface", "syntactic", "semantic", "probing") if any(c in r.ours for r in rows)]
+    if any(r.ours[c].note == "*" for r in rows for c in groups):
+        lines.append("Averages marked * leave out tasks without a result (not run, or every run collapsed).")
     if missing:
         lines.append(
             f"Missing ({len(missing)} runs not finished): {', '.join(missing[:6])}"
