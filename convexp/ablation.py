@@ -22,11 +22,10 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from .config import ROOT, ConfigError, compose, compose_stage, group_options, to_model_config
+from .config import CONF_DIR, SWEEP_DIR, ConfigError, compose, compose_stage, group_options, to_model_config
 from .errors import UserError
 from .runs import Run
 
-SWEEPS_DIR = ROOT / "sweeps"
 STAGES = ("pretrain", "finetune")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 # GLUE training-set sizes, for the compute estimate of fine-tuning on the real data (SentEval's
@@ -104,14 +103,14 @@ class Sweep:
 
 
 def sweep_names() -> list[str]:
-    return sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
+    return sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
 
 
 def load_sweep(name: str) -> Sweep:
     """``sweeps/NAME.yaml`` (or a path to a sweep file), checked: any problem is one line."""
     path = Path(name)
     if not (name.endswith((".yaml", ".yml")) and path.exists()):
-        path = SWEEPS_DIR / f"{name}.yaml"
+        path = SWEEP_DIR / f"{name}.yaml"
         if not path.exists():
             raise SweepError(
                 f"unknown sweep {name!r}; choose one of: {', '.join(sweep_names())} (or give a path to a .yaml file)"
@@ -369,7 +368,7 @@ def split_args(args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     ``pretrain.KEY=V`` / ``finetune.KEY=V`` go to one stage; keys of conf/ablate.yaml (scale,
     variants, tasks, seeds, tflops, launcher...) configure the sweep; any other key goes to every
     stage whose configuration has it (an unknown key is an error)."""
-    own_keys = set(OmegaConf.load(ROOT / "conf" / "ablate.yaml")) | {"launcher"}
+    own_keys = set(OmegaConf.load(CONF_DIR / "ablate.yaml")) | {"launcher"}
     own, stage = [], {s: [] for s in STAGES}
     bases = None
     for a in args:
@@ -404,7 +403,7 @@ def _has_key(cfg: DictConfig, key: str, stage: str) -> bool:
     head = key.split(".")[0]
     if stage == "finetune" and head in _FINETUNE_RESERVED:
         return False
-    if (ROOT / "conf" / head).is_dir() and head in cfg.get("choices", {}):
+    if (CONF_DIR / head).is_dir() and head in cfg.get("choices", {}):
         return "." not in key or OmegaConf.select(cfg, key, default=_MISSING) is not _MISSING
     return OmegaConf.select(cfg, key, default=_MISSING) is not _MISSING
 
@@ -673,7 +672,7 @@ def _seeds(sweep: Sweep, settings: DictConfig, scale: str) -> list[int] | None:
     if s is None or scale != "paper":
         return None
     if isinstance(s, int):
-        paper = list(OmegaConf.load(ROOT / "conf" / "finetune_scale" / "paper.yaml").seeds)
+        paper = list(OmegaConf.load(CONF_DIR / "finetune_scale" / "paper.yaml").seeds)
         if s > len(paper):
             raise SweepError(
                 f"sweep {sweep.name}: seeds: {s} but the paper scale lists only {len(paper)} seeds"

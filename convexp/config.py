@@ -6,7 +6,6 @@ problem and the fix; the CLI prints that line and exits with code 2.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -14,8 +13,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .errors import UserError
 
-ROOT = Path(os.environ.get("CONVEXP_ROOT", Path(__file__).resolve().parent.parent))
-CONF_DIR = ROOT / "conf"
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # shipped inside the package (package data)
+SWEEP_DIR = CONF_DIR / "sweep"
 
 
 class ConfigError(UserError):
