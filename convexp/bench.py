@@ -148,9 +148,21 @@ def _print(title: str, rows: list[dict], fmt: dict[str, str]) -> None:
     Console().print(table)
 
 
+def transformers_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("transformers") is not None
+
+
 def run_benchmarks(steps: int, batch_size: int, seq_len: int, lengths: list[int], hf: bool = True) -> None:
     console = Console()
     console.print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if hf and not transformers_available():
+        console.print(
+            "transformers is not installed: timing convexp alone "
+            "(`pip install transformers` adds the Hugging Face comparison)"
+        )
+        hf = False
     rows = bench_training_step(steps, batch_size, seq_len, hf)
     _print(
         f"ConvBERT-small MLM training step (forward+backward+AdamW), batch {batch_size} x length {seq_len}",

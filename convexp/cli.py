@@ -7,12 +7,30 @@ Errors a user can cause print one line and exit with code 2; ``--debug`` shows t
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
+
+
+class ConvexpGroup(TyperGroup):
+    """The top-level command: an error the user can fix (:class:`convexp.errors.UserError`) becomes
+    one red line and exit code 2, wherever it is raised (``--debug``: the traceback)."""
+
+    def invoke(self, ctx):
+        from .errors import UserError
+
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            if _state["debug"]:
+                raise
+            _fail(str(e))
+
 
 app = typer.Typer(
-    add_completion=False,
+    cls=ConvexpGroup,
     no_args_is_help=True,
     help="Convolution inside BERT-style encoders: ConvBERT, Chang et al. 2021 and BERMO, reproduced.",
 )
@@ -20,8 +38,20 @@ _state = {"debug": False}
 
 
 @app.callback()
-def _main(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors.")) -> None:
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    config_dir: Optional[List[Path]] = typer.Option(
+        None,
+        "--config-dir",
+        help="A folder of your own configs laid out as the built-in ones (model/, task/, sweep/, ...), "
+        "searched first; repeatable. Also: CONVEXP_CONFIG_PATH.",
+    ),
+) -> None:
     _state["debug"] = debug
+    if config_dir:
+        from .config import add_config_dirs
+
+        add_config_dirs(config_dir)
 
 
 def _fail(message: str) -> None:
@@ -30,28 +60,71 @@ def _fail(message: str) -> None:
 
 
 OVERRIDES = typer.Argument(
-    None, help="Hydra overrides KEY=VALUE, e.g. model=chang_small_composite scale=smoke."
+    None,
+    help="Hydra overrides, e.g. model=chang_small_composite scale=smoke, +new.key=1, ~key, key=\\[a,b].",
+)
+CFG_KINDS = ("job", "hydra", "all")
+PRINT_CFG = typer.Option(
+    None,
+    "--cfg",
+    help="Print the configuration and exit, as Hydra does: job (the default; what the run uses), "
+    "hydra (Hydra's own: search path, choices) or all.",
 )
 
 
-PRINT_CFG = typer.Option(False, "--cfg", help="Print the composed configuration and exit.")
+class StageCommand(TyperCommand):
+    """A stage command: ``--cfg`` with an optional kind (``--cfg``, ``--cfg job|hydra|all``), and a
+    ``--help`` that lists the stage's config groups and their options."""
+
+    stage = ""
+
+    def parse_args(self, ctx, args):
+        out, i = [], 0
+        while i < len(args):
+            if args[i] == "--cfg":
+                kind = args[i + 1] if i + 1 < len(args) and args[i + 1] in CFG_KINDS else "job"
+                out.append(f"--cfg={kind}")
+                i += 2 if kind == (args[i + 1] if i + 1 < len(args) else None) else 1
+            else:
+                out.append(args[i])
+                i += 1
+        return super().parse_args(ctx, out)
+
+    def format_help(self, ctx, formatter) -> None:
+        from rich.markup import escape
+
+        from .config import stage_help
+
+        rows = "\n\n".join(f"[bold]{name}[/bold]: {escape(options)}" for name, options in stage_help(self.stage))
+        self.epilog = f"Config groups (GROUP=OPTION; * = yours, from --config-dir):\n\n{rows}"
+        super().format_help(ctx, formatter)
 
 
-def _composed(stage: str, overrides: list[str], print_cfg: bool):
+def stage_command(stage: str):
+    return type(f"{stage.title()}Command", (StageCommand,), {"stage": stage})
+
+
+def _composed(stage: str, overrides: list[str], print_cfg: str | None):
     """The stage's composed configuration, or None after printing it (--cfg)."""
     from omegaconf import OmegaConf
 
-    from .config import compose_stage
+    from .config import compose_stage, hydra_config
 
+    if print_cfg not in (None, *CFG_KINDS):
+        _fail(f"--cfg {print_cfg}: choose one of {', '.join(CFG_KINDS)}")
     composed = compose_stage(stage, overrides)
-    if print_cfg:
-        typer.echo(OmegaConf.to_yaml(composed))
-        return None
-    return composed
+    if print_cfg is None:
+        return composed
+    if print_cfg in ("job", "all"):
+        shown = OmegaConf.masked_copy(composed, [k for k in composed if k != "invocation"])
+        typer.echo(OmegaConf.to_yaml(shown))
+    if print_cfg in ("hydra", "all"):
+        typer.echo(OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_config(stage, overrides)})))
+    return None
 
 
-@app.command()
-def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: bool = PRINT_CFG) -> None:
+@app.command(cls=stage_command("pretrain"))
+def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Pre-train a model preset (MLM or ELECTRA) into outputs/runs/pretrain/<id>; re-running resumes."""
     composed = _composed("pretrain", overrides or [], cfg)
     if composed is not None:
@@ -64,8 +137,8 @@ finetune_app = typer.Typer(no_args_is_help=True, help="Fine-tune and evaluate (G
 app.add_typer(finetune_app, name="finetune")
 
 
-@finetune_app.command("glue")
-def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: bool = PRINT_CFG) -> None:
+@finetune_app.command("glue", cls=stage_command("finetune"))
+def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on GLUE: task=<name|all> init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]."""
     overrides = overrides or []
     composed = _composed("finetune", overrides, cfg)
@@ -76,8 +149,8 @@ def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: bool = PRINT_
         run_glue(composed, lambda task: compose_stage("finetune", [*overrides, f"task={task}"]))
 
 
-@finetune_app.command("probing")
-def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: bool = PRINT_CFG) -> None:
+@finetune_app.command("probing", cls=stage_command("finetune"))
+def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on BERMO's SentEval probing tasks: task=<name|all> init=<run dir | HF dir | none> [KEY=VALUE ...]
     (protocol=bermo; data: glue.source=local glue.path=<SentEval data/probing> or glue.source=synthetic)."""
     from .stages.plan import probing_overrides
@@ -156,14 +229,28 @@ def models(
     names: Optional[List[str]] = typer.Argument(None, help="Presets to show (default: all)."),
 ) -> None:
     """List every model preset with its parameter count and training FLOPs per token."""
-    from .config import group_options
+    from .config import group_sources, is_builtin
     from .models.stats import preset_table
 
-    known = group_options("model")
+    known = group_sources("model")
     for n in names or []:
         if n not in known:
             _fail(f"unknown model preset {n!r}; run `convexp models` to list them")
-    preset_table(names or known, seq_len)
+    preset_table(names or list(known), seq_len, user={n for n, p in known.items() if not is_builtin(p)})
+
+
+@app.command()
+def cp(
+    name: str = typer.Argument(..., help="A built-in config: GROUP/NAME (model/convbert_small, sweep/objective) "
+                               "or a NAME that only one group has."),
+    dest: Path = typer.Argument(..., help="A folder (the copy goes to DEST/GROUP/NAME.yaml, ready for "
+                                "--config-dir DEST) or a .yaml file path."),
+) -> None:
+    """Copy a built-in preset, task, sweep or other config to edit (as `tune cp`); never overwrites."""
+    from .config import copy_config
+
+    path = copy_config(name, dest)
+    typer.echo(f"wrote {path}")
 
 
 @app.command()
@@ -202,16 +289,9 @@ def export(
     ),
 ) -> None:
     """Export a fine-pruned run: cut dead heads and FFN units, check and time it, save a loadable model."""
-    from .errors import UserError
     from .export import export_model, print_export
 
-    try:
-        info = export_model(run, out, not no_structured, batch, seq_len, tokenizer)
-    except UserError as e:  # mapped here too, so that typer's CliRunner sees exit code 2
-        if _state["debug"]:
-            raise
-        _fail(str(e))
-    print_export(info)
+    print_export(export_model(run, out, not no_structured, batch, seq_len, tokenizer))
 
 
 def main() -> None:

@@ -1,29 +1,138 @@
-"""Compose ``conf/`` with Hydra's compose API and validate the result.
+"""Compose the configs with Hydra's compose API and validate the result.
 
-Everything a user can get wrong here raises :class:`ConfigError` with one line that names the
-problem and the fix; the CLI prints that line and exits with code 2.
+The configs ship inside the package (``convexp/conf/``: stage configs, config groups, named sweeps
+in ``conf/sweep/``). A user's own config directories — laid out the same way, e.g.
+``mine/model/my_model.yaml`` or ``mine/sweep/my-sweep.yaml`` — are searched first: they come from
+``convexp --config-dir DIR`` or the ``CONVEXP_CONFIG_PATH`` environment variable (directories
+separated by ``os.pathsep``), which ``--config-dir`` also sets so that worker processes see them.
+
+Hydra parses every override (its grammar: ``key=value``, ``+key=value``, ``~key``, lists, quoting)
+and composes; types are checked at compose time against the structured configs in
+:mod:`convexp.schema`. Everything a user can get wrong raises :class:`ConfigError` with one line
+that names the problem and the fix (Hydra's own hint, kept to one line); the CLI prints that line
+and exits with code 2.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from functools import lru_cache
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .errors import UserError
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"  # shipped inside the package (package data)
-SWEEP_DIR = CONF_DIR / "sweep"
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # the built-in configs (package data)
+CONFIG_PATH_ENV = "CONVEXP_CONFIG_PATH"
 
 
 class ConfigError(UserError):
     """A configuration problem; its message is the one line the CLI prints."""
 
 
+# --- where configs are found ----------------------------------------------------------------
+
+
+def user_config_dirs() -> list[Path]:
+    """The user's config directories (``CONVEXP_CONFIG_PATH``), searched before the built-in ones."""
+    dirs = [Path(p).expanduser() for p in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if p]
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError(
+                f"config directory {str(d)!r} (from --config-dir or {CONFIG_PATH_ENV}) does not exist"
+            )
+    return [d.resolve() for d in dirs]
+
+
+def add_config_dirs(dirs: list[str | Path]) -> None:
+    """Search ``dirs`` (in this order) before every config directory known so far."""
+    for d in dirs:
+        if not Path(d).expanduser().is_dir():
+            raise ConfigError(f"--config-dir {str(d)!r}: no such directory")
+    known = os.environ.get(CONFIG_PATH_ENV, "")
+    os.environ[CONFIG_PATH_ENV] = os.pathsep.join(
+        [*(str(Path(d).expanduser().resolve()) for d in dirs), *filter(None, known.split(os.pathsep))]
+    )
+
+
+def config_dirs() -> list[Path]:
+    """Every config directory in search order: the user's first, then the built-in ``conf/``."""
+    return [*user_config_dirs(), CONF_DIR]
+
+
+def group_sources(group: str) -> dict[str, Path]:
+    """{name: file} of every config in group ``group`` (e.g. ``model``, ``sweep``), sorted by name;
+    a user's config shadows a built-in one of the same name."""
+    found: dict[str, Path] = {}
+    for d in config_dirs():
+        for p in (d / group).glob("*.yaml"):
+            found.setdefault(p.stem, p)
+    return dict(sorted(found.items()))
+
+
 def group_options(group: str) -> list[str]:
-    """Names of the configs in a config group (``conf/<group>/*.yaml``), sorted."""
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """Names of the configs in a config group, user and built-in, sorted."""
+    return list(group_sources(group))
+
+
+def is_builtin(path: Path) -> bool:
+    return CONF_DIR in Path(path).resolve().parents
+
+
+# --- overrides: Hydra's grammar ----------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def parse_overrides(overrides: list[str]) -> list:
+    """Hydra's parse of command-line overrides (``hydra.core.override_parser.types.Override``)."""
+    from hydra.errors import HydraException
+
+    try:
+        return _parser().parse_overrides(list(overrides))
+    except HydraException as e:
+        raise ConfigError(one_line(str(e))) from e
+
+
+def override_key(o) -> str:
+    """The key an override sets, with its package (``model``, ``trainer.max_steps``, ``model@x``)."""
+    return o.key_or_group + (f"@{o.package}" if o.package else "")
+
+
+def with_key(o, key: str) -> str:
+    """Override ``o`` written out again with another key (prefix and value kept as given)."""
+    prefix = {"ADD": "+", "FORCE_ADD": "++", "DEL": "~"}.get(o.type.name, "")
+    line = o.input_line or ""
+    value = line.split("=", 1)[1] if "=" in line else None
+    return f"{prefix}{key}" + ("" if value is None else f"={value}")
+
+
+def one_line(message: str) -> str:
+    """A Hydra / OmegaConf error reduced to one line: Hydra's message and fix hint joined; option
+    lists kept (comma-separated), the config search path dropped."""
+    lines: list[str] = []
+    options: list[str] = []
+    for raw in message.strip().splitlines():
+        if raw.startswith("Config search path"):
+            break
+        if raw.startswith("\t"):
+            options.append(raw.strip())
+        elif raw.strip() and not raw.startswith("    "):
+            lines.append(raw.strip().rstrip("."))
+    text = "; ".join(lines)
+    if options:
+        text += " " + ", ".join(options)
+    return re.sub(r"^In '[^']*': ", "", text)
+
+
+# --- composing --------------------------------------------------------------------------------
 
 
 def compose(config_name: str | None, overrides: list[str] = (), choices: bool = False) -> DictConfig:
@@ -31,18 +140,11 @@ def compose(config_name: str | None, overrides: list[str] = (), choices: bool = 
 
     With ``choices`` the result carries ``choices``: the option picked in every config group
     (e.g. ``choices.model == "convbert_small"``)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from hydra.core.global_hydra import GlobalHydra
-
-    _check_group_choices(overrides)
+    cfg = _hydra_compose(config_name, overrides, choices)
     try:
-        if not GlobalHydra.instance().is_initialized():  # once per process: later composes are fast
-            initialize_config_dir(config_dir=str(CONF_DIR), version_base=None)
-        cfg = hydra_compose(config_name=config_name, overrides=list(overrides), return_hydra_config=choices)
         if choices:
             picked = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
             with open_dict(cfg):
@@ -50,48 +152,100 @@ def compose(config_name: str | None, overrides: list[str] = (), choices: bool = 
                 cfg.choices = picked
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(_one_line(str(e))) from e
+        raise ConfigError(one_line(str(e))) from e
     return cfg
 
 
-def _one_line(message: str) -> str:
-    """Hydra's multi-line errors, reduced to the line a user needs."""
-    m = re.search(r"Could not override '([^']+)'", message)
-    if m and "To append to your config" in message:
-        return f"unknown config key {m.group(1)!r}: check the spelling (add --cfg to print every key)"
-    if m and "Could not find" in message:  # group default missing
-        return message.strip().splitlines()[-1]
-    return "bad configuration: " + message.strip().splitlines()[0]
+def hydra_config(stage: str, overrides: list[str]) -> DictConfig:
+    """Hydra's own configuration of a stage command (``--cfg hydra``): search path, the option
+    picked in every config group, the overrides as Hydra parsed them."""
+    return _hydra_compose(stage, stage_overrides(stage, overrides), True).hydra
 
 
-def _check_group_choices(overrides) -> None:
-    """Catch `group=unknown` before Hydra does, with the list of valid choices."""
-    for o in overrides:
-        key, sep, value = o.lstrip("+~").partition("=")
-        if sep and "." not in key and (CONF_DIR / key).is_dir() and value not in group_options(key):
+def _hydra_compose(config_name: str | None, overrides: list[str], hydra_node: bool) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    for o in parse_overrides(overrides):
+        if o.is_sweep_override():
             raise ConfigError(
-                f"unknown {key} {value!r}; choose one of: {', '.join(group_options(key))} (see `convexp models`)"
-                if key == "model"
-                else f"unknown {key} {value!r}; choose one of: {', '.join(group_options(key))}"
+                f"{o.input_line!r} is a sweep over values, and a command composes one configuration: "
+                f"for a list write {o.key_or_group}=[a,b], for text with commas quote it, "
+                "for a sweep write a sweep file (`convexp ablate`)"
             )
+    try:
+        _initialize_hydra(tuple(user_config_dirs()))
+        return hydra_compose(config_name=config_name, overrides=list(overrides), return_hydra_config=hydra_node)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(one_line(str(e))) from e
+    except RecursionError as e:
+        raise ConfigError(
+            "a config inherits from itself through its defaults list (a config of yours with the name "
+            "of a built-in one it inherits from?): rename it"
+        ) from e
+
+
+_initialized_with: list = []
+
+
+def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
+    """Initialise Hydra once per process (later composes are fast), again only when the user's
+    config directories change. They come first in the search path, so a user's config shadows a
+    built-in one of the same name (``hydra.searchpath`` would put them after the built-ins). This is
+    what ``hydra.initialize_config_dir`` does, with the user's directories prepended."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+
+    hydra = GlobalHydra.instance()
+    if hydra.is_initialized() and _initialized_with == [user_dirs]:
+        return
+    hydra.clear()
+    search_path = create_config_search_path(f"file://{CONF_DIR}")
+    for d in reversed(user_dirs):
+        search_path.prepend(provider="convexp-user", path=f"file://{d}")
+    Hydra.create_main_hydra2(task_name="convexp", config_search_path=search_path)  # sets GlobalHydra
+    _initialized_with[:] = [user_dirs]
 
 
 # `scale=` on the command line selects the stage's own scale group.
 SCALE_GROUP = {"pretrain": "scale", "finetune": "finetune_scale"}
 
 
+def stage_overrides(stage: str, overrides: list[str]) -> list[str]:
+    """Command-line overrides as the stage's config spells them: ``scale=`` is the stage's scale
+    group; fine-tuning's ``model=<preset>`` (the random-init baseline) is its key ``init_model``."""
+    out = []
+    for o, parsed in zip(overrides, parse_overrides(overrides)):
+        key = override_key(parsed)
+        if key == "scale":
+            o = with_key(parsed, SCALE_GROUP[stage])
+        elif stage == "finetune" and key == "model":
+            value = parsed.value()
+            if value not in group_options("model"):
+                raise ConfigError(
+                    f"unknown model preset {value!r}; run `convexp models` to list them"
+                )
+            o = with_key(parsed, "init_model")
+        out.append(o)
+    return out
+
+
 def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
-    """Compose ``conf/<stage>.yaml`` with command-line overrides (``scale=`` is the stage's;
-    fine-tuning's ``model=<preset>``, the random-init baseline, is its key ``init_model``)."""
-    group = SCALE_GROUP[stage]
-    overrides = [f"{group}={o.split('=', 1)[1]}" if o.startswith("scale=") else o for o in overrides]
+    """The stage's composed, type-checked configuration for command-line ``overrides``."""
+    from .record import command_line
+    from .schema import check_types
+
+    given = list(overrides)
+    overrides = stage_overrides(stage, given)
+    cfg = compose(stage, overrides, choices=True)
     if stage == "finetune":
-        _check_group_choices([o for o in overrides if o.startswith("model=")])
-        overrides = [f"init_model={o.split('=', 1)[1]}" if o.startswith("model=") else o for o in overrides]
-        cfg = compose(stage, overrides, choices=True)
         _task_pruning(cfg, overrides)
-        return cfg
-    return compose(stage, overrides, choices=True)
+    check_types(cfg)
+    with open_dict(cfg):  # for the run record; not part of the run id (runs.EXECUTION_KEYS)
+        cfg.invocation = {"command": command_line(), "overrides": given}
+    return cfg
 
 
 def _task_pruning(cfg: DictConfig, overrides: list[str]) -> None:
@@ -100,7 +254,7 @@ def _task_pruning(cfg: DictConfig, overrides: list[str]) -> None:
     tasks = cfg.pruning.get("tasks")
     if tasks is None:
         return
-    given = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    given = {override_key(o) for o in parse_overrides(overrides)}
     extra = {k: v for k, v in (tasks.get(cfg.task.name) or {}).items() if f"pruning.{k}" not in given}
     with open_dict(cfg):
         del cfg.pruning["tasks"]
@@ -117,7 +271,7 @@ def model_config(name: str, overrides: list[str] = ()):
 
     overrides are Hydra overrides relative to the model, e.g. ``["kernel_size=9"]``.
     """
-    scoped = [f"{o[: len(o) - len(o.lstrip('+~'))]}model.{o.lstrip('+~')}" for o in overrides]
+    scoped = [with_key(o, f"model.{o.key_or_group}") for o in parse_overrides(overrides)]
     cfg = compose(None, [f"+model={name}", *scoped])
     return to_model_config(cfg.model)
 
@@ -130,20 +284,60 @@ def model_configs(names: list[str]) -> dict:
 
 def to_model_config(node) -> "ModelConfig":  # noqa: F821
     """Validate a model node (types, known keys, then :meth:`ModelConfig.validate`)."""
-    from omegaconf.errors import OmegaConfBaseException
-
     from .models import ModelConfig
+    from .schema import typed
 
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), node)
-        return OmegaConf.to_object(merged)
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None) or getattr(e, "key", None)
-        first = str(e).strip().splitlines()[0]
-        if "not in" in first:
-            raise ConfigError(
-                f"unknown model config key {key!r}: check the spelling (see conf/model/*.yaml)"
-            ) from e
-        raise ConfigError(f"model config {key!r}: {first}") from e
+        return typed(ModelConfig, node, "model")
     except (TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
         raise ConfigError(str(e)) from e
+
+
+# --- discovering and copying configs --------------------------------------------------------------
+
+
+def stage_help(stage: str) -> list[tuple[str, str]]:
+    """(name, options) rows for a stage command's ``--help``: every config group of the stage
+    with its options (yours marked *), then the stage's own top-level keys."""
+    spec = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{stage}.yaml"), resolve=False)
+    rows = []
+    for entry in spec.get("defaults", []):
+        if not isinstance(entry, dict):
+            continue
+        (group,) = entry.keys()
+        shown = "scale" if group == SCALE_GROUP.get(stage) else group
+        names = [n + ("*" if not is_builtin(p) else "") for n, p in group_sources(group).items()]
+        rows.append((shown, f"{', '.join(names)} (default {entry[group]})"))
+    keys = [k for k, v in spec.items() if k != "defaults" and not isinstance(v, dict)]
+    rows.append(("keys", ", ".join(keys) + "; --cfg prints every key with its value"))
+    return rows
+
+
+def copy_config(name: str, dest: str | Path) -> Path:
+    """Copy the built-in config ``GROUP/NAME`` (or a ``NAME`` only one group has) to ``dest``: a
+    folder gets ``DEST/GROUP/NAME.yaml`` (ready for ``--config-dir DEST``), a ``.yaml`` path is the
+    file itself. Never overwrites."""
+    import shutil
+
+    group, _, stem = name.rpartition("/")
+    if group:
+        matches = [CONF_DIR / group / f"{stem}.yaml"]
+        if not matches[0].is_file():
+            raise ConfigError(f"no built-in config {name!r}; see `convexp models` or `convexp ablate --list`")
+    else:
+        matches = sorted(CONF_DIR.glob(f"*/{stem}.yaml")) + sorted(CONF_DIR.glob(f"{stem}.yaml"))
+        if not matches:
+            raise ConfigError(f"no built-in config named {name!r}; give GROUP/NAME, e.g. model/convbert_small")
+        if len(matches) > 1:
+            where = ", ".join(f"{p.parent.name}/{stem}" for p in matches)
+            raise ConfigError(f"{name!r} is in several groups ({where}): give GROUP/NAME")
+    src = matches[0]
+    dest = Path(dest)
+    target = dest if dest.suffix in (".yaml", ".yml") else dest / src.relative_to(CONF_DIR)
+    if target.exists():
+        raise ConfigError(f"{target} exists; choose another destination (convexp cp never overwrites)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, target)
+    return target

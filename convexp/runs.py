@@ -39,6 +39,7 @@ EXECUTION_KEYS = (
     "trainer.num_workers",
     "trainer.log_every_n_steps",
     "choices",
+    "invocation",
 )
 
 

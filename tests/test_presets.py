@@ -151,7 +151,7 @@ def test_released_convbert_shapes(configs):
 
 
 def test_unknown_preset_and_bad_override_are_config_errors():
-    with pytest.raises(ConfigError, match="unknown model 'nope'"):
+    with pytest.raises(ConfigError, match="Could not find 'model/nope'"):  # Hydra's message
         model_config("nope")
     with pytest.raises(ConfigError, match="unknown model config key"):
         model_config("convbert_small", ["+kernel_sizes=3"])

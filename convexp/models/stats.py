@@ -54,8 +54,9 @@ def count_parameters(cfg: ModelConfig) -> int:
     return model_stats(cfg)[0]
 
 
-def preset_table(names: list[str], seq_len: int = 128) -> None:
-    """Print every preset with its parameter count and training FLOPs per token."""
+def preset_table(names: list[str], seq_len: int = 128, user: set[str] = frozenset()) -> None:
+    """Print every preset with its parameter count and training FLOPs per token (``user``: the
+    presets from the user's config directories, marked *)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -70,7 +71,7 @@ def preset_table(names: list[str], seq_len: int = 128) -> None:
         params, flops = model_stats(cfg, seq_len)
         mixer = cfg.mixer if cfg.mixer == "attention" else f"mixed/{cfg.conv_type}"
         table.add_row(
-            name,
+            name + ("*" if name in user else ""),
             mixer,
             str(cfg.num_layers),
             str(cfg.hidden_size),
@@ -79,4 +80,6 @@ def preset_table(names: list[str], seq_len: int = 128) -> None:
             f"{params / 1e6:.2f}M",
             f"{flops / 1e9:.3f}",
         )
+    if user:
+        table.caption = "* from your config directories (--config-dir / CONVEXP_CONFIG_PATH)"
     Console(width=None if sys.stdout.isatty() else 160).print(table)

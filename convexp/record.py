@@ -1,0 +1,136 @@
+"""Run records: what made a run — the command line, the overrides, the versions and the device.
+
+Every run directory holds ``record.json``::
+
+    {"created": {...}, "resumed": [{...}, ...]}
+
+each entry being :func:`invocation_record` at the time (command, overrides, convexp version and
+git commit when run from a checkout, Python / torch / Lightning versions, device, host, time). A
+finished run reused by another convexp version says so in one line (:func:`warn_if_other_version`):
+results are never reused silently across versions, and never retrained without being asked.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+RECORD = "record.json"
+
+
+@functools.lru_cache(maxsize=1)
+def convexp_version() -> str:
+    try:
+        return metadata.version("convexp")
+    except metadata.PackageNotFoundError:  # imported from a source tree that is not installed
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The checkout's commit (``+dirty`` with uncommitted changes) when convexp runs from one."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def _versions() -> dict:
+    out = {"convexp": convexp_version(), "python": platform.python_version()}
+    for pkg in ("torch", "pytorch-lightning", "hydra-core", "transformers"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _device(accelerator: str | None) -> str:
+    import torch
+
+    if accelerator in (None, "auto", "gpu", "cuda") and torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        return f"cuda: {torch.cuda.get_device_name(0)} x{n}"
+    return f"cpu: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+
+
+def command_line() -> str:
+    """This process's command line as a user would type it again."""
+    head = "convexp" if Path(sys.argv[0]).name == "convexp" else shlex.join([sys.executable, sys.argv[0]])
+    return " ".join([head, shlex.join(sys.argv[1:])]).strip()
+
+
+def invocation_record(cfg: DictConfig | None = None) -> dict:
+    """This process's invocation: command line, overrides (from the composed config), versions,
+    git commit, device, host, pid and time."""
+    inv = (cfg.get("invocation") if cfg is not None else None) or {}
+    accelerator = OmegaConf.select(cfg, "trainer.accelerator") if cfg is not None else None
+    record = {
+        "command": inv.get("command") or command_line(),
+        "overrides": list(inv.get("overrides") or []),
+        "versions": _versions(),
+        "device": _device(accelerator),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    commit = git_commit()
+    if commit:
+        record["git_commit"] = commit
+    return record
+
+
+def write_record(run, cfg: DictConfig | None = None) -> None:
+    """Add this invocation to ``run``'s record: ``created`` the first time, ``resumed`` after."""
+    record = run.read_json(RECORD) or {}
+    entry = invocation_record(cfg)
+    if "created" not in record:
+        record["created"] = entry
+    else:
+        record.setdefault("resumed", []).append(entry)
+    run.write_json(RECORD, record)
+
+
+def made_by_version(run) -> str | None:
+    record = run.read_json(RECORD) or {}
+    entries = [record.get("created") or {}, *record.get("resumed", [])]
+    versions = [e.get("versions", {}).get("convexp") for e in entries if e]
+    return versions[-1] if versions else None
+
+
+def warn_if_other_version(run) -> str | None:
+    """One line (printed to stderr, and returned) when finished ``run`` was made by another
+    convexp version than this one; None when it was made by this one or has no record."""
+    made = made_by_version(run)
+    if made is None or made == convexp_version():
+        return None
+    line = (
+        f"warning: reusing {run.id}, finished by convexp {made} (this is convexp {convexp_version()}); "
+        "delete its directory to run it again"
+    )
+    print(line, file=sys.stderr)
+    return line

@@ -1,0 +1,149 @@
+"""Configs as a Hydra user expects them: shipped in the package, the user's own config folders,
+Hydra's override grammar and errors, types checked at compose time, `--cfg job|hydra|all`,
+`convexp cp`, and stage `--help` listing the config groups."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from convexp.cli import app
+from convexp.config import CONF_DIR, ConfigError, compose_stage, group_options
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def user_dir(tmp_path, monkeypatch):
+    """A user's config folder with a preset that inherits a built-in one; searched via the env var
+    (monkeypatch restores it: --config-dir writes it for worker processes)."""
+    monkeypatch.setenv("CONVEXP_CONFIG_PATH", "")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "my_model.yaml").write_text(
+        "defaults:\n  - convbert_small\n  - _self_\nname: my-model\nkernel_size: 7\n"
+    )
+    return tmp_path
+
+
+def invoke(*args):
+    res = runner.invoke(app, list(args), terminal_width=200)
+    return res.exit_code, res.output
+
+
+def one_line_error(code, output, *needles):
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert code == 2, output
+    assert len(lines) == 1 and lines[0].startswith("error:"), output
+    for n in needles:
+        assert n in lines[0], output
+    assert "Traceback" not in output
+
+
+def test_configs_ship_inside_the_package():
+    assert CONF_DIR.parent.name == "convexp"
+    assert (CONF_DIR / "pretrain.yaml").is_file() and (CONF_DIR / "sweep" / "objective.yaml").is_file()
+    assert "convbert_small" in group_options("model") and "objective" in group_options("sweep")
+
+
+def test_user_preset_is_found_listed_and_composed(user_dir):
+    code, out = invoke("--config-dir", str(user_dir), "models")
+    assert code == 0, out
+    row = next(line for line in out.splitlines() if "my_model*" in line)
+    assert "mixed/sdconv" in row
+    code, out = invoke("--config-dir", str(user_dir), "pretrain", "model=my_model", "--cfg")
+    assert code == 0, out
+    cfg = yaml.safe_load(out)
+    assert cfg["model"]["kernel_size"] == 7 and cfg["model"]["hidden_size"] == 256  # inherited
+    assert cfg["choices"]["model"] == "my_model"
+    code, out = invoke("--config-dir", str(user_dir), "pretrain", "--help")
+    assert code == 0 and "my_model*" in out
+
+
+def test_missing_config_dir_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONVEXP_CONFIG_PATH", "")
+    code, out = invoke("--config-dir", str(tmp_path / "nope"), "models")
+    one_line_error(code, out, "--config-dir", "no such directory")
+
+
+def test_user_preset_shadows_builtin_of_the_same_name(user_dir):
+    code, out = invoke("cp", "model/convbert_small", str(user_dir))  # as `tune cp`, then edit
+    copied = user_dir / "model" / "convbert_small.yaml"
+    copied.write_text(copied.read_text().replace("name: convbert-small", "name: shadow"))
+    code, out = invoke("--config-dir", str(user_dir), "pretrain", "--cfg")  # the default preset
+    assert code == 0 and yaml.safe_load(out)["model"]["name"] == "shadow", out
+    (user_dir / "model" / "electra_small.yaml").write_text(  # electra_small <- ... <- electra_small
+        "defaults:\n  - convbert_small\n  - _self_\n"
+    )
+    code, out = invoke("--config-dir", str(user_dir), "pretrain", "model=electra_small", "--cfg")
+    one_line_error(code, out, "inherit")
+
+
+def test_hydra_list_delete_and_append_overrides():
+    cfg = compose_stage("finetune", ["init=x", "seeds=[1,2,3]", "~distill", "+extra.note=hello"])
+    assert list(cfg.seeds) == [1, 2, 3]
+    assert "distill" not in cfg and cfg.extra.note == "hello"
+    cfg = compose_stage("pretrain", ["scale=smoke", "model.kernel_size=5", "name='a b'"])
+    assert cfg.model.kernel_size == 5 and cfg.name == "a b" and cfg.seq_len == 64
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["pretrain", "model.kernel_size=abc", "--cfg"], ["model.kernel_size", "abc", "Integer"]),
+        (["pretrain", "trainer.max_steps=ten", "--cfg"], ["trainer.max_steps"]),
+        (["pretrain", "optim.lr=fast", "--cfg"], ["optim.lr", "Float"]),
+        (["pretrain", "model.kernel_size=4", "--cfg"], ["kernel_size must be odd"]),
+        (["pretrain", "no_such_key=1", "--cfg"], ["no_such_key", "+no_such_key=1"]),
+        (["pretrain", "+model.no_such=1", "--cfg"], ["model.no_such"]),
+        (["pretrain", "model=nope", "--cfg"], ["model/nope", "convbert_small"]),
+        (["pretrain", "seeds", "--cfg"], ["seeds", "EQUAL"]),
+        (["pretrain", "seed=1,2", "--cfg"], ["sweep over values", "seed=[a,b]"]),
+        (["finetune", "glue", "init=x", "model=nope", "--cfg"], ["unknown model preset 'nope'"]),
+        (["pretrain", "--cfg", "jobs"], []),  # "jobs" is an override without '=': Hydra's parse error
+    ],
+)
+def test_bad_overrides_fail_at_compose_with_one_line(args, needles):
+    code, out = invoke(*args)
+    one_line_error(code, out, *needles)
+
+
+def test_cfg_job_hydra_all():
+    code, job = invoke("pretrain", "scale=smoke", "--cfg")
+    assert code == 0 and yaml.safe_load(job)["seq_len"] == 64 and "hydra" not in yaml.safe_load(job)
+    code, job2 = invoke("pretrain", "--cfg", "job", "scale=smoke")
+    assert code == 0 and yaml.safe_load(job2) == yaml.safe_load(job)
+    code, hydra = invoke("pretrain", "--cfg", "hydra", "scale=smoke")
+    node = yaml.safe_load(hydra)["hydra"]
+    assert code == 0 and set(yaml.safe_load(hydra)) == {"hydra"}
+    assert node["runtime"]["choices"]["scale"] == "smoke"
+    code, both = invoke("pretrain", "--cfg", "all", "scale=smoke")
+    assert code == 0 and {"hydra", "seq_len", "model"} <= set(yaml.safe_load(both))
+
+
+def test_stage_help_lists_config_groups_and_options():
+    code, out = invoke("finetune", "glue", "--help")
+    assert code == 0, out
+    assert "pruning:" in out and "movement" in out and "scale:" in out and "task:" in out
+    code, out = invoke("pretrain", "--help")
+    assert "objective: electra, mlm" in out and "convbert_small" in out
+
+
+def test_cp_copies_a_builtin_config_and_never_overwrites(tmp_path):
+    code, out = invoke("cp", "model/convbert_small", str(tmp_path))
+    assert code == 0, out
+    copied = tmp_path / "model" / "convbert_small.yaml"
+    assert copied.read_text() == (CONF_DIR / "model" / "convbert_small.yaml").read_text()
+    code, out = invoke("cp", "key-based-conv", str(tmp_path / "mine.yaml"))  # a NAME one group has
+    assert code == 0 and (tmp_path / "mine.yaml").read_text().startswith(
+        (CONF_DIR / "sweep" / "key-based-conv.yaml").read_text()[:40]
+    )
+    code, out = invoke("cp", "model/convbert_small", str(tmp_path))
+    one_line_error(code, out, "exists", "never overwrites")
+    code, out = invoke("cp", "model/no_such", str(tmp_path))
+    one_line_error(code, out, "no built-in config")
+
+
+def test_compose_error_type():
+    with pytest.raises(ConfigError, match="model.kernel_size"):
+        compose_stage("pretrain", ["model.kernel_size=abc"])
