@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from .errors import UserError
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"  # the built-in configs (package data)
+SWEEP_DIR = CONF_DIR / "sweep"  # the built-in named sweeps
 CONFIG_PATH_ENV = "CONVEXP_CONFIG_PATH"
 
 

@@ -63,8 +63,8 @@ CHANG_VARIANTS = {
     ),
 }
 
-# (num_heads, head_ratio): n = max(1, N // γ) = 2, 2, 1, 1
-HEAD_SETTINGS = {"N4g2": (4, 2), "N8g4": (8, 4), "N4g4": (4, 4), "N4g8": (4, 8)}
+# (num_heads, head_ratio): n = N // γ = 2, 2, 1 (γ > N is refused by ModelConfig.validate)
+HEAD_SETTINGS = {"N4g2": (4, 2), "N8g4": (8, 4), "N4g4": (4, 4)}
 CONVBERT_VARIANTS = {
     f"{ct}_{hs}{'_hf' if hf else ''}": dict(
         mixer="mixed",

@@ -81,9 +81,9 @@ class ModelConfig:
 
     @property
     def attn_heads(self) -> int:
-        """Self-attention heads: N, or N // γ (at least 1) with ConvBERT's bottleneck."""
+        """Self-attention heads: N, or N // γ with ConvBERT's bottleneck (γ ≤ N is validated)."""
         if self.mixer == "mixed":
-            return max(1, self.num_heads // self.head_ratio)
+            return self.num_heads // self.head_ratio
         return self.num_heads
 
     def layer_size(self, i: int) -> dict:
@@ -104,6 +104,8 @@ class ModelConfig:
             bad(f"mixer must be one of {MIXERS}, got {self.mixer!r}")
         if self.conv_type not in CONV_TYPES:
             bad(f"conv_type must be one of {CONV_TYPES}, got {self.conv_type!r}")
+        if self.mixer == "mixed" and not 1 <= self.head_ratio <= self.num_heads:
+            bad(f"head_ratio (γ) must be in [1, num_heads={self.num_heads}], got {self.head_ratio}")
         if self.kernel_size < 1 or self.kernel_size % 2 == 0:
             bad(f"kernel_size must be odd and positive, got {self.kernel_size}")
         if set(self.conv_qkv) - set("qkv") or len(set(self.conv_qkv)) != len(self.conv_qkv):

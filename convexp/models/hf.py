@@ -387,7 +387,7 @@ def model_config_from_hf(
         kw.update(
             mixer="mixed",
             conv_type="sdconv",
-            head_ratio=ratio,  # N // γ < 1 gives one head in both HF and convexp
+            head_ratio=min(ratio, N),  # HF turns γ > N into one head (γ = N); convexp refuses γ > N
             kernel_size=hf.get("conv_kernel_size", 9),
             ffn_groups=hf.get("num_groups", 1),
             head_size=None if d == D // N and D % N == 0 else d,
