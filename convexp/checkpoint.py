@@ -37,7 +37,12 @@ from .models.io import CONFIG, WEIGHTS, is_model_dir
 
 KINDS = ("run", "model_dir", "hf_dir", "hub")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # in the order Tokenizer.load prefers them
-HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+HF_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 RUN_FILES = ("status.json", "config.yaml", "metrics.json")  # a convexp run directory has these
 
 
@@ -91,7 +96,9 @@ class Checkpoint:
         from .models.io import load_model_dir
 
         if not self.is_convexp:
-            raise CheckpointError(f"{self.name} is a Hugging Face checkpoint; give a convexp run or model directory")
+            raise CheckpointError(
+                f"{self.name} is a Hugging Face checkpoint; give a convexp run or model directory"
+            )
         with _readable(self):
             try:
                 return load_model_dir(self.path)
@@ -145,9 +152,11 @@ def open_checkpoint(ref: str | os.PathLike, *, label: str = "init", weights: boo
                 "(re-run its command) or give another checkpoint"
             )
         return _open_convexp(ref, label, "run", d, source, weights)
-    if (p / CONFIG).is_file() or (p / WEIGHTS).is_file():
+    if (p / CONFIG).is_file():
         if not is_model_dir(p):
-            raise CheckpointError(f"{name} has no weights ({WEIGHTS} + {CONFIG}); give a complete model directory")
+            raise CheckpointError(
+                f"{name} has no weights ({WEIGHTS} + {CONFIG}); give a complete model directory"
+            )
         return _open_convexp(ref, label, "model_dir", p, source, weights)
     if (p / "config.json").is_file():
         if weights and not any((p / f).is_file() for f in HF_WEIGHTS):
@@ -173,7 +182,8 @@ def _open_convexp(ref: str, label: str, kind: str, d: Path, source: str, weights
     try:
         cfg = read_model_config(d)
     except (ValueError, TypeError) as e:  # not JSON, or fields ModelConfig refuses
-        raise CheckpointError(f"{_named(label, ref)}: cannot read {d / CONFIG} ({_first(e)}); re-create it") from e
+        name = _named(label, ref)
+        raise CheckpointError(f"{name}: cannot read {d / CONFIG} ({_first(e)}); re-create it") from e
     slug = d.parent.name if d.name == "model" else d.name
     ckpt = Checkpoint(ref, kind, d, source, slug, cfg, None, label)
     return dataclasses.replace(ckpt, state=_read_weights(ckpt)) if weights else ckpt
@@ -195,7 +205,8 @@ def _readable(ckpt: Checkpoint):
         yield
     except SafetensorError as e:
         raise CheckpointError(
-            f"{ckpt.name}: the weights in {ckpt.path} are damaged ({_first(e)}); re-create or re-download them"
+            f"{ckpt.name}: the weights in {ckpt.path} are damaged ({_first(e)}); "
+            "re-create or re-download them"
         ) from e
 
 

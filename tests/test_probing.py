@@ -249,12 +249,12 @@ def test_bermo_hyperparameters():
             compose_stage("finetune", ["init=x", f"task={name}", "protocol=bermo"]), 768
         ) == [bermo]
     # task=all: each command its own set
-    plan = glue_runs(cfg, "m", 256, {t: compose_stage("finetune", [*overrides, f"task={t}"]) for t in PROBING_ORDER})
+    task_cfgs = {t: compose_stage("finetune", [*overrides, f"task={t}"]) for t in PROBING_ORDER}
+    plan = glue_runs(cfg, "m", 256, task_cfgs)
     assert list(dict.fromkeys(p.task for p in plan)) == list(PROBING_ORDER) and len(plan) == 50
     glue_cfg = compose_stage("finetune", ["init=x", "task=all", "seeds=[1]"])
-    glue_plan = glue_runs(
-        glue_cfg, "m", 256, {t: compose_stage("finetune", ["init=x", "seeds=[1]", f"task={t}"]) for t in TASK_ORDER}
-    )
+    glue_cfgs = {t: compose_stage("finetune", ["init=x", "seeds=[1]", f"task={t}"]) for t in TASK_ORDER}
+    glue_plan = glue_runs(glue_cfg, "m", 256, glue_cfgs)
     assert [p.task for p in glue_plan] == list(TASK_ORDER)
     # explicit choices win; smoke scale keeps its own seeds
     cfg = compose_stage(

@@ -282,7 +282,9 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
     pl.seed_everything(seed, verbose=False)
 
     # the intermediate tasks start from the same seed's MNLI run
-    state = open_checkpoint(planned.start.run.dir, label="from").encoder_state if planned.start else init.state
+    state = init.state
+    if planned.start:
+        state = open_checkpoint(planned.start.run.dir, label="from").encoder_state
     train = splits["train"]
     steps_per_epoch = math.ceil(len(train) / hp["batch_size"])
     total = steps_per_epoch * hp["epochs"]
