@@ -279,6 +279,8 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it")
     run.dir.mkdir(parents=True, exist_ok=True)
     run.write_config(run_cfg)
+    # opened before seeding; its classifier is built by the module after the student (seeded order)
+    teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
     pl.seed_everything(seed, verbose=False)
 
     # the intermediate tasks start from the same seed's MNLI run
@@ -289,9 +291,6 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
     steps_per_epoch = math.ceil(len(train) / hp["batch_size"])
     total = steps_per_epoch * hp["epochs"]
     pruning = cfg.pruning if cfg.pruning.method != "none" else None
-    teacher = None
-    if cfg.distill.teacher:  # loaded by the module, after the student (the seeded order of inits)
-        teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher", weights=False)
     prune_warmup = 0
     if pruning is not None:
         prune_warmup = pruning.warmup_steps or pruner.default_warmup(
