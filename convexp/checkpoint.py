@@ -31,9 +31,11 @@ from pathlib import Path
 
 import torch
 
+from safetensors.torch import load_file
+
 from .errors import UserError
-from .models.config import ModelConfig
-from .models.io import CONFIG, WEIGHTS, is_model_dir
+from .models import ModelConfig, SequenceClassifier
+from .models.io import CONFIG, WEIGHTS, is_model_dir, load_model_dir, read_model_config
 
 KINDS = ("run", "model_dir", "hf_dir", "hub")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # in the order Tokenizer.load prefers them
@@ -93,8 +95,6 @@ class Checkpoint:
     def model(self) -> torch.nn.Module:
         """The saved model of a convexp checkpoint (SequenceClassifier, MaskedLM or
         ReplacedTokenDetector, from its head's tensors), strictly loaded, eval mode, CPU."""
-        from .models.io import load_model_dir
-
         if not self.is_convexp:
             raise CheckpointError(
                 f"{self.name} is a Hugging Face checkpoint; give a convexp run or model directory"
@@ -109,8 +109,6 @@ class Checkpoint:
         """A SequenceClassifier with this checkpoint's encoder and classification head (a fine-tuned
         model, e.g. a distillation teacher). A convexp checkpoint must hold a head of ``num_labels``;
         a Hugging Face one gets a new head when it has none."""
-        from .models import SequenceClassifier
-
         if not self.is_convexp:
             return _hf_load(self, task="classification", num_labels=num_labels)[0]
         state = self.state if self.state is not None else _read_weights(self)
@@ -177,8 +175,6 @@ def open_checkpoint(ref: str | os.PathLike, *, label: str = "init", weights: boo
 
 
 def _open_convexp(ref: str, label: str, kind: str, d: Path, source: str, weights: bool) -> Checkpoint:
-    from .models.io import read_model_config
-
     try:
         cfg = read_model_config(d)
     except (ValueError, TypeError) as e:  # not JSON, or fields ModelConfig refuses
@@ -190,8 +186,6 @@ def _open_convexp(ref: str, label: str, kind: str, d: Path, source: str, weights
 
 
 def _read_weights(ckpt: Checkpoint) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
     with _readable(ckpt):
         return load_file(str(ckpt.path / WEIGHTS))
 
