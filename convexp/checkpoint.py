@@ -105,7 +105,7 @@ class Checkpoint:
             except ValueError as e:  # a config that does not build the saved shapes
                 raise CheckpointError(f"{self.name}: {_first(e)}; re-create the model directory") from e
 
-    def classifier(self, num_labels: int, task: str | None = None) -> torch.nn.Module:
+    def classifier(self, num_labels: int, task: str | None = None) -> SequenceClassifier:
         """A SequenceClassifier with this checkpoint's encoder and classification head (a fine-tuned
         model, e.g. a distillation teacher). A convexp checkpoint must hold a head of ``num_labels``;
         a Hugging Face one gets a new head when it has none."""
