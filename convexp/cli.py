@@ -140,28 +140,33 @@ app.add_typer(finetune_app, name="finetune")
 @finetune_app.command("glue", cls=stage_command("finetune"))
 def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on GLUE: task=<name|all> init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]."""
-    overrides = overrides or []
-    composed = _composed("finetune", overrides, cfg)
-    if composed is not None:
-        from .config import compose_stage
-        from .stages.finetune import run_glue
-
-        run_glue(composed, lambda task: compose_stage("finetune", [*overrides, f"task={task}"]))
+    _finetune(overrides or [], cfg)
 
 
 @finetune_app.command("probing", cls=stage_command("finetune"))
 def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on BERMO's SentEval probing tasks: task=<name|all> init=<run dir | HF dir | none> [KEY=VALUE ...]
     (protocol=bermo; data: glue.source=local glue.path=<SentEval data/probing> or glue.source=synthetic)."""
-    from .stages.plan import probing_overrides
+    from .stages.rundirs import probing_overrides
 
-    overrides = probing_overrides(overrides or [])
-    composed = _composed("finetune", overrides, cfg)
+    _finetune(probing_overrides(overrides or []), cfg)
+
+
+def _finetune(overrides: list[str], print_cfg: bool) -> None:
+    """Compose the invocation and, for each task it fine-tunes, the same command for that task;
+    run them (stages receive composed configs)."""
+    composed = _composed("finetune", overrides, print_cfg)
     if composed is not None:
         from .config import compose_stage
         from .stages.finetune import run_glue
+        from .stages.rundirs import glue_task_names
 
-        run_glue(composed, lambda task: compose_stage("finetune", [*overrides, f"task={task}"]))
+        task_cfgs = {
+            t: compose_stage("finetune", [*overrides, f"task={t}"])
+            for t in glue_task_names(composed)
+            if t != composed.task.name
+        }
+        run_glue(composed, task_cfgs)
 
 
 @app.command()

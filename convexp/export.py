@@ -9,8 +9,8 @@
       -> DIR (default RUN/export/), written atomically: model.safetensors, model_config.json,
          the tokenizer files (from the source model dir or ``tokenizer``) and export.json.
 
-DIR loads with ``convexp finetune glue init=DIR`` (tokenizer files in DIR, else tokenizer_path=...)
-and with :func:`convexp.models.io.load_model_dir`.
+DIR loads with ``convexp finetune glue init=DIR`` (tokenizer files in DIR, else tokenizer_path=...),
+with :func:`convexp.checkpoint.open_checkpoint` and with :func:`convexp.models.io.load_model_dir`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from .errors import UserError
-from .models.io import build_model, is_model_dir, load_model_dir, model_kind, save_model_dir
+from .checkpoint import TOKENIZER_FILES, Checkpoint, open_checkpoint
+from .models.io import build_model, model_kind, save_model_dir
 from .pruning.masked import remaining_weights
 from .pruning.structured import (
     layer_sizes,
@@ -33,7 +34,6 @@ from .pruning.structured import (
 )
 
 TOLERANCE = 1e-4  # max |Δ| between the loaded and the exported model's outputs (fp32)
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 EXPORT_JSON = "export.json"
 
 
@@ -46,18 +46,17 @@ class ExportMismatch(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 
 
-def source_model_dir(run: Path) -> Path:
-    """The model directory of ``run``: RUN/model for a run directory, or RUN itself."""
-    run = Path(run).expanduser()
-    if not run.exists():
+def open_source(run: Path) -> Checkpoint:
+    """The convexp checkpoint to export: a run directory (its model/) or a model directory."""
+    if not Path(run).expanduser().exists():
         raise UserError(f"{run} does not exist; give a convexp run directory or model directory")
-    for d in (run / "model", run):
-        if is_model_dir(d):
-            return d
-    raise UserError(
-        f"{run} is not a convexp run or model directory (no model.safetensors + model_config.json "
-        "in it or in its model/)"
-    )
+    ckpt = open_checkpoint(Path(run), label="", weights=False)
+    if not ckpt.is_convexp:
+        raise UserError(
+            f"{run} is a Hugging Face checkpoint, not a convexp run or model directory; "
+            "export reads convexp runs (fine-tune it first: convexp finetune glue init=...)"
+        )
+    return ckpt
 
 
 def default_out(src: Path) -> Path:
@@ -94,13 +93,6 @@ def _check_tokenizer(files: list[Path], vocab_size: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # Loading, checking, timing
 # ---------------------------------------------------------------------------------------------
-
-
-def _load(src: Path) -> torch.nn.Module:
-    try:
-        return load_model_dir(src)
-    except (ValueError, json.JSONDecodeError) as e:  # bad config or weights that do not fit it
-        raise UserError(f"cannot load {src}: {' '.join(str(e).split())[:300]}") from e
 
 
 def _rebuild(model: torch.nn.Module) -> torch.nn.Module:
@@ -170,20 +162,21 @@ def export_model(
 ) -> dict:
     """Export the model of ``run`` (see the module docstring) and return export.json's content
     (plus "out", the directory written)."""
-    src = source_model_dir(run)
+    ckpt = open_source(run)
+    src = ckpt.path
     out = Path(out).expanduser() if out else default_out(src)
     if out.exists():
         raise UserError(f"{out} exists; refusing to overwrite it (give another --out or delete it)")
     if batch < 1 or seq_len < 1:
         raise UserError(f"--batch and --seq-len must be positive, got {batch} and {seq_len}")
-    dense = _load(src)
+    dense = ckpt.model()
     cfg = dense.encoder.cfg
     if cfg.absolute_positions and seq_len > cfg.max_position_embeddings:
         raise UserError(f"--seq-len {seq_len} exceeds the model's {cfg.max_position_embeddings} positions")
     files = tokenizer_files(src, tokenizer)
     _check_tokenizer(files, cfg.vocab_size)
 
-    model = load_model_dir(src)
+    model = ckpt.model()
     summary = remove_dead_structures(model, heads=structured, ffn=structured)
     exported = _rebuild(model)
     ids, mask = check_batch(cfg, batch, seq_len)

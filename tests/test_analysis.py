@@ -115,7 +115,7 @@ def test_maps_rebuild_the_mixer_output(variant):
     keep = mask.bool()
     for l, (m, x, k, out) in enumerate(seen):
         probs = maps[l]
-        assert torch.equal(probs, analysis.mixer_probs(m, x, k))
+        assert torch.equal(probs, m.attention_probs(x, k))
         assert (probs[1, :, :, 6:] == 0).all() and (probs[1, :, 6:, :] == 0).all()
         torch.testing.assert_close(
             probs.sum(-1)[keep[:, None].expand(-1, H, -1)], torch.ones(2 * H * L - H * 4)

@@ -116,7 +116,7 @@ def test_bermo_pruning_hyperparameters_per_task():
     """protocol=bermo with pruning: lr 3e-5, epochs 25 / 6 / 10 (SST-2 / MNLI / QQP), and the pruning
     group's per-task settings (Tables 7-10), unless the command line sets them."""
     from convexp.config import compose_stage
-    from convexp.stages.plan import hyperparameters
+    from convexp.stages.rundirs import hyperparameters
 
     def cfg(*o):
         return compose_stage("finetune", ["init=x", "protocol=bermo", *o])

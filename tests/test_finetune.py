@@ -112,10 +112,9 @@ def test_intermediate_task_starts_from_the_mnli_model(tmp_path, pretrained):
     from omegaconf import OmegaConf
 
     assert OmegaConf.load(rte / "config.yaml")["from"] == mnli.name
-    from convexp.stages.finetune import _encoder_state
-    from convexp.runs import Run
+    from convexp.checkpoint import open_checkpoint
 
-    state = _encoder_state(Run(mnli))
+    state = open_checkpoint(mnli).encoder_state
     assert "embeddings.word.weight" in state and "layers.0.mixer.query.weight" in state
     # a fine-tuned model dir carries its tokenizer: it is a complete init= on its own
     from convexp.config import compose_stage
@@ -228,7 +227,7 @@ def test_protocol_hyperparameters_and_grid():
     from omegaconf import OmegaConf
 
     from convexp.config import compose_stage
-    from convexp.stages.finetune import hyperparameters
+    from convexp.stages.rundirs import hyperparameters
 
     cfg = compose_stage("finetune", ["init=x", "task=rte"])
     [hp] = hyperparameters(cfg, 256)
@@ -302,9 +301,9 @@ def test_fine_pruning_saves_the_masked_model_it_evaluated(tmp_path, pretrained, 
     task = glue.get_task("sst2")
     raw = glue.load_glue_task(task, {"source": "synthetic", "synthetic_size": 160, "seed": 0, "path": None})
     splits = glue.tokenize_task(task, raw, tok, 48, tmp_path / "cache")
-    from convexp.stages.finetune import _predict
+    from convexp.stages.glue_eval import predict
 
-    logits, _, idx = _predict(model, splits["validation"], tok.pad_id)
+    logits, _, idx = predict(model, splits["validation"], tok.pad_id)
     again = dict(zip(idx.tolist(), logits.argmax(-1).tolist()))
     saved = [
         line.split("\t") for line in (run / "predictions" / "validation.tsv").read_text().splitlines()[1:]

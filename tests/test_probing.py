@@ -231,7 +231,7 @@ def test_synthetic_tasks_are_learnable(name):
 
 def test_bermo_hyperparameters():
     from convexp.config import compose_stage
-    from convexp.stages.plan import TASK_ORDER, hyperparameters, plan_glue, probing_overrides
+    from convexp.stages.rundirs import TASK_ORDER, glue_runs, hyperparameters, probing_overrides
 
     bermo = {"lr": 5e-5, "epochs": 3, "batch_size": 32, "warmup_fraction": 0.0, "weight_decay": 0.0}
     bermo |= {"layerwise_lr_decay": None, "adam_epsilon": 1e-8, "scalar_mix_lr": 1e-2}
@@ -249,12 +249,12 @@ def test_bermo_hyperparameters():
             compose_stage("finetune", ["init=x", f"task={name}", "protocol=bermo"]), 768
         ) == [bermo]
     # task=all: each command its own set
-    plan = plan_glue(cfg, "m", 256, lambda t: compose_stage("finetune", [*overrides, f"task={t}"]))
+    task_cfgs = {t: compose_stage("finetune", [*overrides, f"task={t}"]) for t in PROBING_ORDER}
+    plan = glue_runs(cfg, "m", 256, task_cfgs)
     assert list(dict.fromkeys(p.task for p in plan)) == list(PROBING_ORDER) and len(plan) == 50
     glue_cfg = compose_stage("finetune", ["init=x", "task=all", "seeds=[1]"])
-    glue_plan = plan_glue(
-        glue_cfg, "m", 256, lambda t: compose_stage("finetune", ["init=x", "seeds=[1]", f"task={t}"])
-    )
+    glue_cfgs = {t: compose_stage("finetune", ["init=x", "seeds=[1]", f"task={t}"]) for t in TASK_ORDER}
+    glue_plan = glue_runs(glue_cfg, "m", 256, glue_cfgs)
     assert [p.task for p in glue_plan] == list(TASK_ORDER)
     # explicit choices win; smoke scale keeps its own seeds
     cfg = compose_stage(
@@ -266,7 +266,7 @@ def test_bermo_hyperparameters():
 
 
 def test_bermo_scalar_mix_learns_at_its_own_rate():
-    from convexp.models import ModelConfig, SequenceClassifier
+    from convexp.models import ModelConfig
     from convexp.stages.finetune import FinetuneModule
 
     cfg = ModelConfig(
@@ -274,7 +274,7 @@ def test_bermo_scalar_mix_learns_at_its_own_rate():
     )
     hp = {"lr": 5e-5, "weight_decay": 0.0, "warmup_fraction": 0.0, "layerwise_lr_decay": None}
     hp |= {"adam_epsilon": 1e-8, "scalar_mix_lr": 1e-2}
-    module = FinetuneModule(SequenceClassifier(cfg, 2), glue.get_task("tense"), hp, 10, 0)
+    module = FinetuneModule(cfg, glue.get_task("tense"), hp, 10, 0)
     opt = module.configure_optimizers()["optimizer"]
     by_lr = {g["lr"]: sum(p.numel() for p in g["params"]) for g in opt.param_groups}
     assert by_lr[1e-2] == 2 + 1 + 1  # α over embeddings + 2 layers, γ

@@ -6,6 +6,9 @@
   side by side with span-based dynamic convolution heads (or the Table 2 alternatives).
 
 ``keep`` is the boolean padding mask [B, L] (True = real token) or None when nothing is padded.
+Both mixers' ``attention_probs(x, keep)`` return the probabilities their softmax produces (for
+analysis), from the same score code as ``forward``; ``forward`` itself never materialises them
+where the attention is fused.
 """
 
 from __future__ import annotations
@@ -36,6 +39,27 @@ def zero_padding(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     return x if keep is None else x * keep.unsqueeze(-1).to(x.dtype)
 
 
+def attention_scores(
+    q: torch.Tensor | None,
+    k: torch.Tensor | None,
+    keep: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    content: bool = True,
+) -> torch.Tensor:
+    """The scores s = q kᵀ/√d + bias before the softmax, fp32, -inf at padded keys: [B or 1, H, L, L].
+
+    q, k: [B, H, L, d]; bias: [B or 1, H, L, L] or None; content=False drops the q kᵀ term."""
+    scores = torch.zeros((), device=(q if content else bias).device)
+    if content:
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # [B, H, L, L]
+    if bias is not None:
+        scores = scores + bias
+    scores = scores.float()
+    if keep is not None:
+        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+    return scores
+
+
 def attend(
     q: torch.Tensor | None,
     k: torch.Tensor | None,
@@ -49,16 +73,25 @@ def attend(
 
     bias: [B or 1, H, L, L] additive score terms (Chang et al.'s convolutions) or None.
     content=False drops the q kᵀ term (Chang et al.'s "convolution only" ablation); q, k unused then.
+    The unfused path computes :func:`attention_scores`, from which :func:`attention_probs` comes.
     """
     if content and bias is None:
         mask = None if keep is None else keep[:, None, None, :]  # [B, 1, 1, L] bool
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-    if keep is not None:
-        bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
     if content:
+        if keep is not None:
+            bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout)
-    probs = F.dropout(torch.softmax(bias.float(), dim=-1), dropout)
+    probs = F.dropout(torch.softmax(attention_scores(None, None, keep, bias, content=False), dim=-1), dropout)
     return probs.to(v.dtype) @ v
+
+
+def attention_probs(scores: torch.Tensor, keep: torch.Tensor | None, batch: int) -> torch.Tensor:
+    """The probabilities α = softmax_j(s_ij) that :func:`attend` applies (without dropout), from
+    :func:`attention_scores`: fp32 [batch, H, L, L], 0 at padded keys, zero rows at padded queries."""
+    L = scores.shape[-1]
+    probs = torch.softmax(scores.expand(batch, -1, L, L), dim=-1)  # [B, H, L(i), L(j)]
+    return probs if keep is None else probs * keep[:, None, :, None]
 
 
 def relative_index(L: int, k: int, device: torch.device) -> torch.Tensor:
@@ -149,14 +182,24 @@ class SelfAttention(nn.Module):
             bias = bias + kw.gather(-1, idx.expand(*kw.shape[:2], L, L)).transpose(-1, -2)
         return bias
 
+    def score_terms(self, x: torch.Tensor, x0: torch.Tensor):
+        """(q, k, relative bias) of the score for input x [B, L, D] (x0: x with padding zeroed):
+        q, k [B, H, L, d] or None when unused, bias [B or 1, H, L, L] or None."""
+        q = split_heads(self.q(x, x0), self.heads) if self.q is not None else None
+        k = split_heads(self.k_proj(x, x0), self.heads) if self.k_proj is not None else None
+        return q, k, self.relative_bias(q, k, x.shape[1], x.device)
+
+    def attention_probs(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        """The attention probabilities α_ij this layer applies to input x [B, L, D]: [B, H, L, L]
+        (every score term as configured; see :func:`attention_probs`)."""
+        q, k, bias = self.score_terms(x, zero_padding(x, keep))
+        return attention_probs(attention_scores(q, k, keep, bias, self.content), keep, x.shape[0])
+
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
-        B, L, _ = x.shape
         x0 = zero_padding(x, keep)
         v_flat = self.v(x, x0)  # [B, L, H·d]
         v = split_heads(v_flat, self.heads)  # [B, H, L, d]
-        q = split_heads(self.q(x, x0), self.heads) if self.q is not None else None
-        k = split_heads(self.k_proj(x, x0), self.heads) if self.k_proj is not None else None
-        bias = self.relative_bias(q, k, L, x.device)
+        q, k, bias = self.score_terms(x, x0)
         drop = self.dropout if self.training else 0.0
         y = merge_heads(attend(q, k, v, keep, bias, drop, self.content))  # [B, L, H·d]
         if self.depthwise is not None:  # eq. 7: per-channel convolution of the values, added after attention
@@ -203,6 +246,12 @@ class MixedAttention(nn.Module):
         if cfg.conv_type in ("sdconv", "dynamic"):
             self.conv_value = nn.Linear(D, C)
         self.out = nn.Linear(A if cfg.conv_type == "none" else A + C, D)
+
+    def attention_probs(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        """The self-attention heads' probabilities softmax(q kᵀ/√d) for input x [B, L, D]:
+        [B, n, L, L] (the convolution heads have none; see :func:`attention_probs`)."""
+        q, k = (split_heads(t, self.heads) for t in (self.query(x), self.key(x)))
+        return attention_probs(attention_scores(q, k, keep, None), keep, x.shape[0])
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
         B, L, _ = x.shape

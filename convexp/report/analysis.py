@@ -3,9 +3,9 @@
 1. Average attention maps (ConvBERT Fig. 2): the probabilities α_ij that each layer's softmax
    produces, per head, averaged over example sequences of one length (no padding). For Chang et
    al.'s variants they include the relative terms (fixed β, dynamic q·W^Q, key-based k·W^K); for
-   ConvBERT's mixed attention only the self-attention heads have a map. They are captured with
-   forward hooks on the mixers, which recompute the scores from the mixer's own projections: the
-   model's forward pass is untouched.
+   ConvBERT's mixed attention only the self-attention heads have a map. Forward hooks on the mixers
+   ask each mixer for them (``attention_probs(x, keep)``, the mixer's own score code): the model's
+   forward pass is untouched.
 
 2. Diagonal concentration (ConvBERT appendix §6.5, in the Chinese translation of the paper; Table 8)
    of an attention map M:
@@ -39,7 +39,6 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
-from ..models.attention import MixedAttention, split_heads, zero_padding
 from ..models.config import ModelConfig
 from ..models.encoder import Encoder
 from ..models.io import load_encoder_weights, read_model_config
@@ -60,36 +59,6 @@ def load_encoder(model_dir: Path) -> Encoder:
 # ---------------------------------------------------------------------------------------------
 
 
-def mixer_probs(mixer: torch.nn.Module, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """The softmax probabilities of a mixer's attention heads for its input x [B, L, D]: [B, H, L, L].
-
-    SelfAttention: α_ij = softmax_j(q_i·k_j/√d + β_{j-i} + q_i·W^Q_{j-i}/√d + k_j·W^K_{i-j}/√d), each
-    term present as configured (the relative terms from the mixer's own ``relative_bias``).
-    MixedAttention: the n = N/γ bottleneck self-attention heads, softmax(q kᵀ/√d).
-    Padded keys get probability 0; rows of padded queries are zeroed.
-    """
-    B, L, _ = x.shape
-    if isinstance(mixer, MixedAttention):
-        q = split_heads(mixer.query(x), mixer.heads)  # [B, H, L, d]
-        k = split_heads(mixer.key(x), mixer.heads)
-        bias, content = None, True
-    else:
-        x0 = zero_padding(x, keep)
-        q = split_heads(mixer.q(x, x0), mixer.heads) if mixer.q is not None else None
-        k = split_heads(mixer.k_proj(x, x0), mixer.heads) if mixer.k_proj is not None else None
-        bias, content = mixer.relative_bias(q, k, L, x.device), mixer.content  # [B or 1, H, L, L]
-    scores = torch.zeros((), device=x.device)
-    if content:
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # [B, H, L, L]
-    if bias is not None:
-        scores = scores + bias
-    scores = scores.float().expand(B, -1, L, L)
-    if keep is not None:
-        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)  # [B, H, L(i), L(j)]
-    return probs if keep is None else probs * keep[:, None, :, None]
-
-
 @torch.no_grad()
 def attention_maps(
     encoder: Encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -97,7 +66,7 @@ def attention_maps(
     """Attention probabilities of every layer for a batch: input_ids [B, L] -> [layers, B, H, L, L]."""
     maps = []
     hooks = [
-        layer.mixer.register_forward_hook(lambda m, args, out: maps.append(mixer_probs(m, *args)))
+        layer.mixer.register_forward_hook(lambda m, args, out: maps.append(m.attention_probs(*args)))
         for layer in encoder.layers
     ]
     try:

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 import statistics
 from dataclasses import dataclass, field
 
+from .. import results
 from ..data import glue
 from ..data.probing import GROUPS, PROBING_ORDER
 
@@ -108,27 +107,20 @@ class Row:
 
 
 def aggregate(values: list[float], how: str) -> Cell:
+    """One cell of seed statistics (:func:`convexp.results.seed_stats`): ``how`` = mean (± s.e.),
+    median or best."""
     if not values:
         return Cell(None)
-    n = len(values)
-    if how == "median":
-        return Cell(statistics.median(values), n=n)
-    if how == "best":
-        return Cell(max(values), n=n)
-    se = statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0
-    return Cell(statistics.fmean(values), se, n)
+    stats = results.seed_stats(values)
+    return Cell(stats[how], stats["stderr"] if how == "mean" else None, stats["n"])
 
 
 def chosen_runs(finetunes: list[dict]) -> dict[str, list[dict]]:
-    """{task: the runs of its chosen setting}: with a hyper-parameter grid, the setting with the
-    best mean dev score over seeds (as the ConvBERT appendix selects); otherwise all runs."""
-    by_task: dict[str, dict[str, list[dict]]] = {}
+    """{task: the runs of its chosen setting} (:func:`convexp.results.best_setting`)."""
+    by_task: dict[str, list[dict]] = {}
     for m in finetunes:
-        by_task.setdefault(m["task"], {}).setdefault(json.dumps(m["hp"], sort_keys=True), []).append(m)
-    return {
-        t: max(settings.values(), key=lambda ms: statistics.fmean(m["score"] for m in ms))
-        for t, settings in by_task.items()
-    }
+        by_task.setdefault(m["task"], []).append(m)
+    return {t: results.best_setting(ms) for t, ms in by_task.items()}
 
 
 def run_values(m: dict, style: str, split: str = "dev") -> dict[str, float]:
@@ -176,11 +168,7 @@ def variant_row(
         for m in ms:
             values = run_values(m, style, split)
             first = next(iter((m.get(split) or {}).values()), None)  # the task's main split
-            score = (
-                (glue.convbert_score if style == "convbert" else glue.task_score)(task, first)
-                if first
-                else None
-            )
+            score = results.style_score(task, first, style) if first else None
             seed_cells[f"s{m['seed']}"] = Cell(score, n=1, diverged=bool(m.get("diverged")))
             if exclude_diverged and m.get("diverged"):
                 continue

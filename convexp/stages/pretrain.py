@@ -13,13 +13,14 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
+from ..checkpoint import open_checkpoint
 from ..config import to_model_config
 from ..data.pretraining import StreamingBlocks, prepare_pretraining_data
 from ..errors import UserError
 from ..models import ModelConfig, ReplacedTokenDetector
 from ..models.io import save_model_dir
 from ..runs import Run
-from .plan import pretrain_run, resolve  # noqa: F401
+from .rundirs import pretrain_run, resolve  # noqa: F401
 from .common import (
     adamw_with_linear_schedule,
     finish_wandb,
@@ -241,31 +242,19 @@ def run_pretrain(cfg: DictConfig) -> Run:
 
 
 def _init_weights(encoder, init: str, model_cfg: ModelConfig) -> None:
-    """Continue pre-training from a convexp model directory / pretrain run or a HF checkpoint."""
-    from ..models.io import is_model_dir, load_encoder_weights, read_model_config
-
-    path = Path(init)
-    if (path / "model").is_dir():
-        path = path / "model"
-    if is_model_dir(path):
-        src = read_model_config(path)
-    else:
-        from ..models.hf import load_pretrained
-
-        hf_encoder, src = load_pretrained(init)
+    """Continue pre-training from a checkpoint (see :func:`convexp.checkpoint.open_checkpoint`)."""
+    ckpt = open_checkpoint(init)
+    src = ckpt.model_cfg
     if src.vocab_size != model_cfg.vocab_size:
         raise UserError(
             f"init={init} has a vocabulary of {src.vocab_size} tokens but the tokenizer has {model_cfg.vocab_size}; "
             "use the checkpoint's own tokenizer (tokenizer=pretrained tokenizer.path=<its vocab.txt or tokenizer.json>)"
         )
-    if is_model_dir(path):
-        load_encoder_weights(encoder, path)
-    else:
-        missing, unexpected = encoder.load_state_dict(hf_encoder.state_dict(), strict=False)
-        if missing or unexpected:
-            raise UserError(
-                f"init={init} does not match model={model_cfg.name}: missing {missing[:3]}, unexpected {unexpected[:3]}"
-            )
+    missing, unexpected = encoder.load_state_dict(ckpt.encoder_state, strict=False)
+    if missing or unexpected:
+        raise UserError(
+            f"init={init} does not match model={model_cfg.name}: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
 
 
 def _finish(

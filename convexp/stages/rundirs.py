@@ -1,9 +1,10 @@
-"""Which runs a command makes, known before any of them runs (and without importing Lightning).
+"""The run directories a stage command will make, named before any of them runs (no Lightning).
 
 Run directories are named by hashes of what they compute, so the pre-training run of a config,
 and every fine-tuning run of a GLUE invocation, can be found from the config alone: ``convexp
-ablate`` plans whole sweeps this way (cached, to resume, new) and ``convexp report`` finds the
-results again.
+ablate`` lays out whole sweeps this way (cached, to resume, new) and ``convexp report`` finds the
+results again. Configs arrive composed: a GLUE invocation's per-task configs are composed by the
+caller (the CLI, the sweep planner) for the tasks :func:`glue_task_names` lists.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -95,39 +97,62 @@ def hyperparameters(cfg: DictConfig, hidden_size: int) -> list[dict]:
 
 
 @dataclasses.dataclass
-class Planned:
-    """One fine-tuning run of a plan: (task, seed, hyper-parameters), its run directory, and the
-    run it starts from (the same seed's MNLI run, for the intermediate tasks) or None."""
+class GlueRun:
+    """One fine-tuning run of a GLUE invocation: (task, seed, hyper-parameters), its run directory,
+    and the run it starts from (the same seed's MNLI run, for the intermediate tasks) or None."""
 
     task: str
     seed: int
     hp: dict
     run: Run
     run_cfg: DictConfig
-    start: "Planned | None" = None
+    start: "GlueRun | None" = None
 
 
-def plan_glue(cfg: DictConfig, init_slug: str, hidden_size: int, compose_task) -> list[Planned]:
+def glue_task_names(cfg: DictConfig) -> list[str]:
+    """The tasks a GLUE invocation fine-tunes, in execution order: ``task=all`` / ``probing_all``
+    are sets; MNLI comes first when the protocol starts the intermediate tasks from it."""
+    names = list(TASK_SETS.get(cfg.task.name, [cfg.task.name]))
+    if _intermediate(cfg) and "mnli" not in names and any(t in INTERMEDIATE for t in names):
+        names = ["mnli", *names]  # the intermediate task runs first
+    return names
+
+
+def _intermediate(cfg: DictConfig) -> bool:
+    return cfg.intermediate if cfg.intermediate is not None else cfg.protocol == "chang"
+
+
+def glue_runs(
+    cfg: DictConfig, init_slug: str, hidden_size: int, task_cfgs: Mapping[str, DictConfig]
+) -> list[GlueRun]:
     """Every run of a GLUE invocation, in execution order (MNLI before the tasks that start from it).
 
-    Needs only the init's name and width, not its weights: ``convexp ablate`` plans fine-tunes of
-    models that are not pre-trained yet, and ``convexp report`` finds them again."""
-    names = list(TASK_SETS.get(cfg.task.name, [cfg.task.name]))
-    intermediate = cfg.intermediate if cfg.intermediate is not None else cfg.protocol == "chang"
-    if intermediate and "mnli" not in names and any(t in INTERMEDIATE for t in names):
-        names = ["mnli", *names]  # the intermediate task runs first
-    plan: list[Planned] = []
-    mnli: dict[int, Planned] = {}
-    for name in names:
-        tcfg = compose_task(name) if cfg.task.name != name else cfg
+    ``task_cfgs``: the composed config of each task of :func:`glue_task_names` (``cfg`` itself for
+    its own task may be left out). Needs only the init's name and width, not its weights:
+    ``convexp ablate`` lays out fine-tunes of models that are not pre-trained yet, and ``convexp
+    report`` finds them again."""
+    intermediate = _intermediate(cfg)
+    runs: list[GlueRun] = []
+    mnli: dict[int, GlueRun] = {}
+    for name in glue_task_names(cfg):
+        tcfg = task_config(cfg, task_cfgs, name)
         for hp in hyperparameters(tcfg, hidden_size):
             for seed in cfg.seeds:
                 start = mnli.get(seed) if intermediate and name in INTERMEDIATE else None
                 run, run_cfg = finetune_run(tcfg, init_slug, name, seed, hp, start.run.id if start else "")
-                plan.append(Planned(name, seed, hp, run, run_cfg, start))
+                runs.append(GlueRun(name, seed, hp, run, run_cfg, start))
                 if name == "mnli":
-                    mnli.setdefault(seed, plan[-1])  # the first setting's run
-    return plan
+                    mnli.setdefault(seed, runs[-1])  # the first setting's run
+    return runs
+
+
+def task_config(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], name: str) -> DictConfig:
+    """The composed config of task ``name`` of the invocation ``cfg``."""
+    if cfg.task.name == name:
+        return cfg
+    if name not in task_cfgs:
+        raise KeyError(f"no composed config for task {name!r} (compose one per glue_task_names(cfg))")
+    return task_cfgs[name]
 
 
 def probing_overrides(overrides: list[str]) -> list[str]:

@@ -1,0 +1,115 @@
+"""Evaluate a fine-tuned classifier: dev metrics, predictions, the GLUE server's files, the model.
+
+A fine-tuning run's results (``RUN/``): metrics.json (dev metrics, labelled test metrics, the
+task score in both papers' styles, collapse detection), predictions/<split>.tsv, submission/ (the
+GLUE server's file names and labels) and model/ (the encoder and head, with the tokenizer: a
+complete ``init=`` on its own). A fine-pruned model is evaluated and saved at the final threshold
+with its masks folded into the weights (W ⊙ M).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from torch.utils.data import DataLoader
+
+from .. import pruning as pruner
+from ..atomic import atomic_write
+from ..data import glue
+from ..models import SequenceClassifier
+from ..models.io import save_model_dir
+from ..runs import Run
+from .common import log_result
+
+
+class Padded:
+    """collate: pad to the batch's longest row; keep the stream position for seeding."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, rows: list[dict]) -> dict:
+        rows = [{k: v.tolist() if torch.is_tensor(v) else v for k, v in r.items()} for r in rows]
+        out = glue.collate(rows, self.pad_id)
+        if "position" in rows[0]:
+            out["position"] = torch.stack([torch.as_tensor(r["position"]) for r in rows])
+        return out
+
+
+def predict(model: SequenceClassifier, rows, pad_id: int, batch_size: int = 64):
+    model.eval()
+    loader = DataLoader(rows, batch_size=batch_size, collate_fn=Padded(pad_id))
+    logits, labels, idx = [], [], []
+    with torch.no_grad():
+        for b in loader:
+            out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"])
+            logits.append(out.logits.float())
+            labels.append(b["labels"])
+            idx.append(b["idx"])
+    return torch.cat(logits), torch.cat(labels), torch.cat(idx)
+
+
+def _save_predictions(path: Path, task: glue.GlueTask, idx, logits, labels) -> None:
+    pred = logits.squeeze(-1) if task.is_regression else logits.argmax(-1)
+    lines = ["idx\tlabel\tprediction"] + [
+        f"{int(i)}\t{float(y):.9g}\t{float(p):.9g}" for i, y, p in zip(idx, labels, pred)
+    ]
+    atomic_write(path, "\n".join(lines) + "\n")
+
+
+def evaluate_and_save(
+    run: Run,
+    model,
+    task: glue.GlueTask,
+    splits: dict,
+    pad: int,
+    hp: dict,
+    seconds: float,
+    examples: int,
+    pruning: DictConfig | None = None,
+    tokenizer=None,
+) -> None:
+    """Evaluate the trained ``model`` on every dev (and test) split of ``splits``; write the run's
+    results (see the module docstring) and mark it finished."""
+    remaining = None
+    if pruning is not None:  # the final masks; the saved model is an ordinary one with W ⊙ M
+        pruner.set_threshold(model, pruning.final_threshold)
+        model.eval()
+        remaining = 100 * pruner.remaining_weights(model)
+        pruner.fold_masks(model)
+    dev, test = {}, {}
+    diverged = False
+    for split in task.dev_splits:
+        logits, labels, idx = predict(model, splits[split], pad)
+        dev[split] = glue.compute_metrics(task, logits, labels)
+        diverged = diverged or glue.collapsed(task, logits)
+        _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
+    for split in task.test_splits:
+        if split in splits:
+            logits, labels, idx = predict(model, splits[split], pad)
+            _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
+            if task.submission:
+                glue.write_submission(task, split, idx, logits, run.dir / "submission")
+            if len(labels) and (labels >= 0).all():  # labelled test rows (SentEval's): scored too
+                test[split] = glue.compute_metrics(task, logits, labels)
+    if not run.model_dir.exists():  # with the tokenizer: the model dir is a self-contained init=
+        files = sorted(tokenizer.save(run.dir / "tokenizer").iterdir()) if tokenizer is not None else []
+        save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir, extra_files=files)
+    score = glue.task_score(task, dev[task.dev_splits[0]])
+    metrics = {
+        "task": task.name,
+        "dev": dev,
+        "diverged": diverged,  # every dev prediction the same: the run collapsed
+        **({"test": test} if test else {}),
+        "score": score,
+        "convbert_score": glue.convbert_score(task, dev[task.dev_splits[0]]),
+        "hp": hp,
+        "wall_time_s": seconds,
+        "examples_per_s": examples / seconds if seconds else None,
+        **({"remaining_weights": remaining, "pruning": pruning.method} if pruning is not None else {}),
+    }
+    run.write_json("metrics.json", metrics)
+    log_result(metrics)
+    run.set_status("finished")
