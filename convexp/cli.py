@@ -152,7 +152,7 @@ def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[s
     _finetune(probing_overrides(overrides or []), cfg)
 
 
-def _finetune(overrides: list[str], print_cfg: bool) -> None:
+def _finetune(overrides: list[str], print_cfg: str | None) -> None:
     """Compose the invocation and, for each task it fine-tunes, the same command for that task;
     run them (stages receive composed configs)."""
     composed = _composed("finetune", overrides, print_cfg)
