@@ -98,6 +98,23 @@ def test_no_module_over_600_lines():
     assert not KNOWN_LONG - long, "a known long module is short now: remove it from KNOWN_LONG"
 
 
+# convexp/sweep: data flows one way (spec -> plan -> launcher -> execute -> run store); a module
+# imports only modules before it here (show and wandb_sweep sit on top, nothing imports them)
+SWEEP_ORDER = [
+    *("spec", "args", "start", "compute", "nodes", "plan"),
+    *("execute", "launchers", "wandb_sweep", "show"),
+]
+
+
+def test_sweep_package_flows_one_way():
+    mods = modules()
+    order = [f"convexp.sweep.{m}" for m in SWEEP_ORDER]
+    assert sorted(order) == sorted(m for m in mods if m.startswith("convexp.sweep."))
+    for i, m in enumerate(order):
+        inside = {d for d in imports(m, mods[m], set(mods)) if d.startswith("convexp.sweep")}
+        assert inside <= set(order[:i]), f"{m} imports {sorted(inside - set(order[:i]))}"
+
+
 def test_cycle_finder_sees_lazy_imports(tmp_path, monkeypatch):
     """The check itself: a circle closed by an import inside a function is found."""
     pkg = tmp_path / "convexp"

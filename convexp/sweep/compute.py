@@ -68,6 +68,7 @@ def model_flops(cfg: DictConfig) -> float:
 
 
 def parameters(model_cfg) -> int:
+    """The model's parameter count (the report's params column)."""
     from ..models.stats import model_stats
 
     return model_stats(model_cfg)[0]

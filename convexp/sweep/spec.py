@@ -22,6 +22,8 @@ class SweepError(UserError):
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
+    """One named set of overrides (a row of the table, a point of the figure)."""
+
     name: str
     label: str
     pretrain: tuple[str, ...] = ()
@@ -34,6 +36,8 @@ class Variant:
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneSpec:
+    """The fine-tuning stage every variant goes through: its tasks, seeds and overrides."""
+
     tasks: tuple[str, ...]
     seeds: int | tuple[int, ...] | None = None
     overrides: tuple[str, ...] = ()
@@ -41,6 +45,8 @@ class FinetuneSpec:
 
 @dataclasses.dataclass(frozen=True)
 class ReportSpec:
+    """How ``convexp report`` lays out the sweep: the paper's style, columns, figure, notes."""
+
     style: str = "convbert"
     aggregate: str = "median"
     columns: tuple[str, ...] = ("params", "glue")
@@ -54,6 +60,8 @@ class ReportSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
+    """A checked sweep file."""
+
     name: str
     path: Path
     source: dict
@@ -72,11 +80,12 @@ class Sweep:
 
 
 def sweep_names() -> list[str]:
+    """The named sweeps: the files in conf/sweep/."""
     return sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
 
 
 def load_sweep(name: str) -> Sweep:
-    """``sweeps/NAME.yaml`` (or a path to a sweep file), checked: any problem is one line."""
+    """``conf/sweep/NAME.yaml`` (or a path to a sweep file), checked: any problem is one line."""
     path = Path(name)
     if not (name.endswith((".yaml", ".yml")) and path.exists()):
         path = SWEEP_DIR / f"{name}.yaml"
