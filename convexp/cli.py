@@ -188,24 +188,28 @@ def ablate(
     ),
 ) -> None:
     """Run a named sweep: pre-train every variant, fine-tune each; finished runs are reused."""
-    from . import ablation
+    from .sweep.launchers import run_plan
+    from .sweep.plan import build_plan
+    from .sweep.show import print_outcomes, print_plan, print_sweeps
+    from .sweep.spec import load_sweep
+    from .sweep.wandb_sweep import write_wandb_sweep
 
     if list_sweeps:
-        ablation.print_sweeps()
+        print_sweeps()
         return
     if not name:
         _fail("give a sweep name (convexp ablate --list shows them)")
-    plan = ablation.build_plan(ablation.load_sweep(name), overrides or [])
+    plan = build_plan(load_sweep(name), overrides or [])
     if dry_run:
-        ablation.print_plan(plan)
+        print_plan(plan)
         return
     if wandb_sweep:
-        path = ablation.write_wandb_sweep(plan)
+        path = write_wandb_sweep(plan)
         typer.echo(
             f"wrote {path}\nstart it with `wandb sweep {path}`, then run `wandb agent <sweep id>` on each machine"
         )
         return
-    failed = ablation.print_outcomes(plan, ablation.run_plan(plan))
+    failed = print_outcomes(plan, run_plan(plan))
     if failed:
         raise typer.Exit(1)
 

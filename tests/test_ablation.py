@@ -60,7 +60,8 @@ def write_sweep(path: Path, variants: dict, finetune: bool = True, **extra) -> P
 
 def test_every_sweep_plans_at_every_scale():
     """Every named sweep composes (all overrides valid) and expands as its file says."""
-    from convexp.ablation import build_plan, load_sweep, sweep_names
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep, sweep_names
 
     names = sweep_names()
     assert len(names) >= 10
@@ -201,7 +202,7 @@ def _finetune_metrics(outputs: Path, ledger_nodes: dict, variant: str) -> list[d
 
 
 def test_command_line_keys_go_to_the_stages_that_have_them():
-    from convexp.ablation import split_args
+    from convexp.sweep.args import split_args
 
     own, stages = split_args(
         [

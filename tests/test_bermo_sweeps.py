@@ -12,7 +12,8 @@ import pytest
 from test_ablation import QUIET, ledger
 from test_pretrain import TINY, convexp
 
-from convexp.ablation import SweepError, build_plan, load_sweep
+from convexp.sweep.plan import build_plan
+from convexp.sweep.spec import SweepError, load_sweep
 
 BERMO = [
     "bermo-probing",
@@ -183,7 +184,7 @@ def _m(task, seed, dev, diverged=False, **extra):
 
 
 def test_per_seed_columns_show_diverges_and_averages_leave_them_out():
-    from convexp.ablation import Variant
+    from convexp.sweep.spec import Variant
     from convexp.report.tables import variant_row
 
     runs = [
@@ -203,7 +204,7 @@ def test_per_seed_columns_show_diverges_and_averages_leave_them_out():
 
 
 def test_metric_columns_and_probing_groups():
-    from convexp.ablation import Variant
+    from convexp.sweep.spec import Variant
     from convexp.data.probing import PROBING_ORDER
     from convexp.report.tables import variant_row
 

@@ -11,9 +11,12 @@ import json
 import os
 from pathlib import Path
 
-from ..ablation import Plan, build_plan, last_args, load_sweep, model_flops, parameters
 from ..atomic import atomic_write
 from ..errors import UserError
+from ..sweep.compute import model_flops, parameters
+from ..sweep.execute import last_args
+from ..sweep.plan import Plan, build_plan
+from ..sweep.spec import load_sweep
 from . import tables
 
 FORMATS = {"md": "table.md", "csv": "table.csv", "latex": "table.tex"}

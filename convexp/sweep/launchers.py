@@ -13,7 +13,29 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from .ablation import Ledger, Node, Outcome, Plan, blocked_by, error_line, ready, run_node
+from .execute import Ledger, Outcome, blocked_by, error_line, ready, run_node
+from .nodes import Node
+from .plan import Plan
+from .spec import SweepError
+
+
+def run_plan(plan: Plan) -> dict[str, Outcome]:
+    """Run every node that has work left with the configured launcher; returns the outcomes."""
+    ledger = Ledger(plan)
+    for key, node in plan.nodes.items():
+        if node.done:
+            ledger.outcomes[key] = Outcome("cached")
+    ledger.save()
+    launcher = plan.settings.launcher
+    if launcher.name == "local" and launcher.workers <= 1:
+        run_sequential(plan, ledger)
+    elif launcher.name == "local":
+        run_pool(plan, ledger, int(launcher.workers))
+    elif launcher.name == "submitit":
+        run_submitit(plan, ledger, launcher)
+    else:
+        raise SweepError(f"unknown launcher {launcher.name!r}; use launcher=local or launcher=submitit")
+    return ledger.outcomes
 
 
 def _log_path(plan: Plan, node: Node) -> Path:

@@ -1,0 +1,26 @@
+"""Named sweeps: ``conf/sweep/NAME.yaml`` → a graph of stage runs → a launcher → the run store.
+
+A sweep (format: ``conf/sweep/README.md``) names its variants as sets of Hydra overrides. The plan
+expands it into nodes, each one ordinary stage command (``convexp pretrain ...`` or ``convexp
+finetune glue task=T seeds=[S] init=<that variant's pre-training run>``), and knows every node's
+run directory before anything runs, because run ids are hashes of the composed configs. So:
+
+- a node whose runs have finished is *cached*: re-running a sweep trains nothing twice;
+- an unfinished node resumes from its last checkpoint (the stage commands do that);
+- a node fails alone: its dependents are *blocked*, everything else still runs, and the failures
+  are listed at the end (exit code 1);
+- ``convexp report`` rebuilds the same plan and reads the same directories.
+
+Data flows one way through the modules:
+
+    spec.py         the sweep file: dataclasses, loading, checks
+    args.py         the command line: the sweep's own settings vs each stage's overrides
+    start.py        where a variant's fine-tuning starts (its pre-training run or a checkpoint)
+    nodes.py        one variant's stage commands (nodes) and their run directories
+    plan.py         the whole graph: every selected variant's nodes in dependency order
+    compute.py      training FLOPs and parameter counts (the --dry-run estimate, the report)
+    launchers.py    walk the graph here, in N worker processes, or on SLURM (submitit)
+    execute.py      run one node; the outcomes and the ledger (outputs/sweeps/NAME/last.json)
+    wandb_sweep.py  the same sweep as a W&B sweep file (one agent job per variant)
+    show.py         the tables: --list, --dry-run and the end-of-sweep summary
+"""

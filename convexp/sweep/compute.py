@@ -1,0 +1,74 @@
+"""Training compute and model size: the --dry-run estimate of a sweep's work, and the FLOPs and
+parameter columns of its report."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from ..config import to_model_config
+
+# GLUE training-set sizes, for the compute estimate of fine-tuning on the real data (SentEval's
+# probing tasks: 100k each)
+GLUE_TRAIN = {
+    "cola": 8551,
+    "sst2": 67349,
+    "mrpc": 3668,
+    "stsb": 5749,
+    "qqp": 363846,
+    "mnli": 392702,
+    "qnli": 104743,
+    "rte": 2490,
+    "wnli": 635,
+}
+
+
+def pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float:
+    """Training FLOPs of a pre-training run: per-token FLOPs x steps x batch x length; with
+    ``generator``, an ELECTRA generator's too (the compute spent). ConvBERT's Table 3 counts the
+    discriminator only (ConvBERT-small: 1.3e18 for 1M updates; ours 1.33e18 that way, 1.8e18 with
+    the generator), so reports use generator=False."""
+    from ..stages.objectives import generator_config
+
+    per_token = _flops_per_token(model_cfg, cfg.seq_len)
+    if generator and cfg.objective.name == "electra":
+        gen = generator_config(model_cfg, cfg.resolved.generator_fraction)
+        per_token += _flops_per_token(gen, cfg.seq_len)
+    return per_token * cfg.resolved.max_steps * cfg.resolved.batch_size * cfg.seq_len
+
+
+def finetune_flops(cfg: DictConfig, model_cfg, task: str) -> float:
+    """An upper bound: every example padded to the task's max_len (0 when the model is unknown)."""
+    if model_cfg is None:
+        return 0.0
+    n = cfg.glue.synthetic_size if cfg.glue.source == "synthetic" else GLUE_TRAIN.get(task, 100_000)
+    per_token = _flops_per_token(model_cfg, cfg.task.max_len)
+    from ..stages.plan import hyperparameters
+
+    total = 0.0
+    for hp in hyperparameters(cfg, model_cfg.hidden_size):
+        total += per_token * n * hp["epochs"] * cfg.task.max_len
+    return total
+
+
+_FLOPS: dict = {}
+
+
+def _flops_per_token(model_cfg, seq_len: int) -> float:
+    from ..models.stats import model_stats
+
+    key = (repr(model_cfg), seq_len)
+    if key not in _FLOPS:
+        _FLOPS[key] = model_stats(model_cfg, seq_len)[1]
+    return _FLOPS[key]
+
+
+def model_flops(cfg: DictConfig) -> float:
+    """A pre-training run's FLOPs as the papers report them (the model itself; see pretrain_flops)."""
+    return pretrain_flops(cfg, to_model_config(cfg.model), generator=False)
+
+
+def parameters(model_cfg) -> int:
+    """The model's parameter count (the report's params column)."""
+    from ..models.stats import model_stats
+
+    return model_stats(model_cfg)[0]

@@ -1,0 +1,94 @@
+"""Running one node, and the record of what happened: each node's outcome, kept in the sweep's
+ledger (outputs/sweeps/NAME/last.json). Launchers call these; nothing here knows a launcher."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from ..config import compose_stage
+from ..errors import UserError
+from ..runs import Run
+from .nodes import Node
+from .plan import Plan
+
+def run_node(stage: str, overrides: list[str]) -> None:
+    """Run one node: exactly what ``convexp <stage> OVERRIDES`` does."""
+    if stage == "pretrain":
+        from ..stages.pretrain import run_pretrain
+
+        run_pretrain(compose_stage("pretrain", overrides))
+    else:
+        from ..stages.finetune import run_glue
+
+        run_glue(
+            compose_stage("finetune", overrides),
+            lambda task: compose_stage("finetune", [*overrides, f"task={task}"]),
+            summary=False,
+        )
+
+
+@dataclasses.dataclass
+class Outcome:
+    status: str  # done | cached | failed | blocked
+    seconds: float = 0.0
+    error: str | None = None
+    log: str | None = None
+
+
+def error_line(e: BaseException) -> str:
+    if isinstance(e, UserError):
+        return str(e)
+    text = f"{type(e).__name__}: {e}".strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class Ledger:
+    """outputs/sweeps/NAME/last.json: the last invocation's arguments and every node's outcome,
+    rewritten (atomically) as nodes finish; ``convexp report NAME`` defaults to these arguments."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.outcomes: dict[str, Outcome] = {}
+        self.started = time.strftime("%Y-%m-%dT%H:%M:%S")
+
+    def record(self, key: str, outcome: Outcome) -> None:
+        self.outcomes[key] = outcome
+        self.save()
+
+    def save(self) -> None:
+        Run(self.plan.home).write_json(
+            "last.json",
+            {
+                "sweep": self.plan.sweep.name,
+                "file": str(self.plan.sweep.path),
+                "args": self.plan.args,
+                "started": self.started,
+                "nodes": {
+                    k: {
+                        "command": n.command,
+                        "runs": [str(r.dir) for r in n.runs],
+                        **dataclasses.asdict(self.outcomes.get(k, Outcome("pending"))),
+                    }
+                    for k, n in self.plan.nodes.items()
+                },
+            },
+        )
+
+
+def last_args(outputs: Path, name: str) -> list[str] | None:
+    data = Run(Path(outputs) / "sweeps" / name).read_json("last.json")
+    return data["args"] if data else None
+
+
+def blocked_by(node: Node, outcomes: dict[str, Outcome]) -> str | None:
+    """The first dependency that failed or was blocked, or None."""
+    for d in node.deps:
+        if d in outcomes and outcomes[d].status in ("failed", "blocked"):
+            return d
+    return None
+
+
+def ready(node: Node, outcomes: dict[str, Outcome]) -> bool:
+    return all(d in outcomes and outcomes[d].status in ("done", "cached") for d in node.deps)

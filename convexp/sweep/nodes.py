@@ -1,0 +1,201 @@
+"""One variant's stage commands: its pre-training node and its fine-tuning nodes (one per task
+and seed), each with the run directories it produces, known before anything runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..config import CONF_DIR, ConfigError, compose_stage, to_model_config
+from ..errors import UserError
+from ..runs import Run
+from .compute import finetune_flops, pretrain_flops
+from .spec import Sweep, SweepError, Variant
+from .start import Start
+
+
+@dataclasses.dataclass
+class Node:
+    """One stage command of a sweep; ``runs`` are the run directories it produces."""
+
+    key: str  # pretrain/<variant> | finetune/<variant>/<task>/s<seed>
+    stage: str
+    variant: str
+    overrides: list[str]
+    runs: list[Run]
+    deps: list[str] = dataclasses.field(default_factory=list)
+    task: str | None = None
+    seed: int | None = None
+    flops: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return all(r.finished for r in self.runs)
+
+    @property
+    def state(self) -> str:
+        if self.done:
+            return "cached"
+        if any(r.last_checkpoint() for r in self.runs):
+            return "resume"
+        return "new"
+
+    @property
+    def command(self) -> str:
+        from ..data.probing import PROBING_ORDER
+
+        kind = "probing" if self.task in PROBING_ORDER else "glue"
+        head = "convexp pretrain" if self.stage == "pretrain" else f"convexp finetune {kind}"
+        return " ".join([head, *(_quote(o) for o in self.overrides)])
+
+
+def _quote(o: str) -> str:
+    return f"'{o}'" if re.search(r"[\s\[\]{}*?$]", o) else o
+
+
+def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]):
+    """(the variant's pre-training node, its resolved config, its ModelConfig)."""
+    from ..stages.plan import pretrain_run, resolve
+
+    where = f"sweep {sweep.name}, variant {v.name}"
+    scale = settings.scale
+    corpus = [f"data={sweep.data}"] if sweep.data and scale != "smoke" else []  # smoke: synthetic
+    over = [f"scale={scale}", *corpus, *sweep.pretrain, *v.pretrain, *cli, *_logging(sweep, v)]
+    cfg = _compose(where, "pretrain", over)
+    try:
+        model_cfg = to_model_config(cfg.model)
+        cfg = resolve(cfg)
+        flops = pretrain_flops(cfg, model_cfg)
+    except (ConfigError, ValueError) as e:  # e.g. seq_len beyond the position table
+        raise SweepError(f"{where}: {e}") from e
+    run = pretrain_run(cfg)
+    over.append(
+        f"outputs={Path(cfg.outputs).resolve()}"
+    )  # absolute: workers and cluster jobs start elsewhere
+    return Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops), cfg, model_cfg
+
+
+def _logging(sweep: Sweep, v: Variant) -> list[str]:
+    """W&B: group = the sweep, tags = the variant (the job type is the stage)."""
+    return [f"logger.group={sweep.name}", f"logger.tags=[{v.name}]"]
+
+
+def finetune_nodes(
+    sweep: Sweep,
+    v: Variant,
+    settings: DictConfig,
+    cli: list[str],
+    starts: dict[str, Start],
+    planned_nodes: dict[str, Node],
+    cache: dict,
+) -> list[Node]:
+    """One node per (task, seed) fine-tuning the variant's start (MNLI included when the protocol
+    starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
+    run of that task (its first seed), which must be planned first."""
+    from ..data.probing import PROBING_ORDER
+    from ..stages.plan import plan_glue
+
+    where = f"sweep {sweep.name}, variant {v.name}"
+    start = starts[v.name]
+    outputs = (
+        f"outputs={Path(compose_cached(cache, where, [f'scale={settings.scale}', *cli]).outputs).resolve()}"
+    )
+    base = [
+        f"scale={settings.scale}",
+        *sweep.finetune.overrides,
+        *v.finetune,
+        *cli,
+        *_logging(sweep, v),
+        f"init={start.init}",
+        outputs,
+    ]
+    tasks = list(settings.tasks) if settings.tasks is not None else list(sweep.finetune.tasks)
+    teachers = {t: _teacher_node(sweep, v, t, planned_nodes) for t in tasks} if v.teacher else {}
+
+    def task_overrides(name: str) -> list[str]:
+        teacher = teachers.get(name)
+        return [f"distill.teacher={teacher.runs[0].dir.resolve()}"] if teacher else []
+
+    def compose_task(name: str) -> DictConfig:
+        over = [*base, *_seeds_override(sweep, settings), f"task={name}", *task_overrides(name)]
+        return compose_cached(cache, where, over)
+
+    nodes: dict[str, Node] = {}
+    for t in tasks:
+        tcfg = compose_task(t)
+        if t in PROBING_ORDER and tcfg.glue.source not in ("local", "synthetic"):
+            raise SweepError(
+                f"{where}: probing task {t} needs SentEval's files: finetune.glue.source=local "
+                "finetune.glue.path=<SentEval data/probing> (or scale=smoke: synthetic stand-ins)"
+            )
+        try:
+            planned = plan_glue(tcfg, start.slug, start.width, compose_task)
+        except UserError as e:
+            raise SweepError(f"{where}: {e}") from e
+        for p in planned:
+            key = f"finetune/{v.name}/{p.task}/s{p.seed}"
+            if key not in nodes:
+                deps = [start.node] if start.node else []
+                deps += [f"finetune/{v.name}/{p.start.task}/s{p.start.seed}"] if p.start else []
+                deps += [teachers[p.task].key] if p.task in teachers else []
+                over = [*base, f"task={p.task}", f"seeds=[{p.seed}]", *task_overrides(p.task)]
+                nodes[key] = Node(key, "finetune", v.name, over, [], deps, p.task, p.seed)
+            if p.run not in nodes[key].runs:
+                nodes[key].runs.append(p.run)
+    for node in nodes.values():
+        node.flops = finetune_flops(compose_task(node.task), start.model_cfg, node.task)
+    return list(nodes.values())
+
+
+def _teacher_node(sweep: Sweep, v: Variant, task: str, planned: dict[str, Node]) -> Node:
+    """The teacher variant's fine-tuning node of ``task`` (the first seed's)."""
+    found = [n for n in planned.values() if n.variant == v.teacher and n.task == task]
+    if not found:
+        raise SweepError(
+            f"sweep {sweep.name}, variant {v.name}: its teacher {v.teacher!r} has no {task} run in this plan; "
+            f"list {v.teacher!r} before {v.name!r} in the sweep (and keep it in variants=)"
+        )
+    return found[0]
+
+
+def _seeds_override(sweep: Sweep, settings: DictConfig) -> list[str]:
+    seeds = _seeds(sweep, settings, settings.scale)
+    return [] if seeds is None else [f"seeds=[{','.join(map(str, seeds))}]"]
+
+
+def _compose(where: str, stage: str, overrides: list[str]) -> DictConfig:
+    try:
+        return compose_stage(stage, overrides)
+    except ConfigError as e:
+        raise SweepError(f"{where}, {stage}: {e}") from e
+
+
+def compose_cached(cache: dict, where: str, overrides: list[str]) -> DictConfig:
+    """A fine-tuning config for planning. Only the init's run id and width matter to the plan, so
+    variants share compositions: init= and the W&B tags are left out (saves a compose per node)."""
+    key = tuple(o for o in overrides if not o.startswith(("init=", "logger.tags=")))
+    if key not in cache:
+        cache[key] = _compose(where, "finetune", [*key, "init=planned"])
+    return cache[key]
+
+
+def _seeds(sweep: Sweep, settings: DictConfig, scale: str) -> list[int] | None:
+    """Explicit seeds, or None for the scale's own (conf/finetune_scale/<scale>.yaml)."""
+    if settings.seeds is not None:
+        return [int(s) for s in (settings.seeds if not isinstance(settings.seeds, int) else [settings.seeds])]
+    s = sweep.finetune.seeds
+    if isinstance(s, tuple):  # the experiment's own seeds (e.g. BERMO Table 3): at every scale
+        return list(s)
+    if s is None or scale != "paper":
+        return None
+    if isinstance(s, int):
+        paper = list(OmegaConf.load(CONF_DIR / "finetune_scale" / "paper.yaml").seeds)
+        if s > len(paper):
+            raise SweepError(
+                f"sweep {sweep.name}: seeds: {s} but the paper scale lists only {len(paper)} seeds"
+            )
+        return paper[:s]
+    return list(s)

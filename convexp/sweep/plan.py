@@ -1,0 +1,113 @@
+"""The plan of a sweep: every selected variant's nodes (stage commands and their run
+directories) in dependency order, composed up front so that bad overrides fail before any
+training. ``convexp ablate`` runs it; ``convexp report`` rebuilds it to find the runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from .args import split_args, sweep_settings
+from .nodes import Node, compose_cached, finetune_nodes, pretrain_node
+from .spec import Sweep, SweepError, Variant
+from .start import Start, checkpoint_for, checkpoint_start
+
+
+@dataclasses.dataclass
+class Plan:
+    """A sweep as a graph of nodes, with the settings and arguments it was planned with."""
+
+    sweep: Sweep
+    settings: DictConfig  # conf/ablate.yaml as composed
+    args: list[str]  # the command line's KEY=VALUE arguments
+    nodes: dict[str, Node]
+    starts: dict[str, Start]  # every planned variant -> where its fine-tuning starts
+    pretrain_cfgs: dict[str, DictConfig]  # pre-trained variant -> resolved pre-training config
+    outputs: Path
+    logger: DictConfig  # the W&B settings the runs log with
+
+    @property
+    def variants(self) -> list[str]:
+        return list(self.starts)
+
+    @property
+    def home(self) -> Path:
+        """outputs/sweeps/NAME: the sweep's ledger, logs and launcher files."""
+        return self.outputs / "sweeps" / self.sweep.name
+
+    def order(self) -> list[Node]:
+        """Nodes in dependency order (the plan is built in that order)."""
+        return list(self.nodes.values())
+
+
+def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
+    """Compose every node's configuration (so bad overrides fail here, before any training) and
+    find every run directory."""
+    own, stage_args = split_args(list(args))
+    settings = sweep_settings(own)
+    if settings.scale == "smoke" and sweep.smoke:  # the sweep's smoke arguments, then the user's
+        own, stage_args = split_args([*sweep.smoke, *args])
+        settings = sweep_settings(own)
+    checkpoint = checkpoint_for(sweep, settings)
+    nodes: dict[str, Node] = {}
+    starts: dict[str, Start] = {}
+    pretrain_cfgs: dict[str, DictConfig] = {}
+    by_run: dict[str, str] = {}  # pre-training run id -> its node (variants may share one)
+    cache: dict[tuple, DictConfig] = {}  # fine-tuning compositions shared by variants
+    for v in _selected(sweep, settings.variants):
+        if checkpoint is not None:
+            starts[v.name] = checkpoint_start(checkpoint)
+        else:
+            pre, cfg, model_cfg = pretrain_node(sweep, v, settings, stage_args["pretrain"])
+            key = by_run.setdefault(pre.runs[0].id, pre.key)
+            if key == pre.key:
+                nodes[key] = pre
+            pretrain_cfgs[v.name] = cfg
+            run = pre.runs[0]
+            starts[v.name] = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, key, model_cfg)
+        if sweep.finetune is not None:
+            ft = finetune_nodes(sweep, v, settings, stage_args["finetune"], starts, nodes, cache)
+            for node in ft:
+                if node.key in nodes:  # another grid setting of the same (task, seed)
+                    nodes[node.key].runs += [r for r in node.runs if r not in nodes[node.key].runs]
+                else:
+                    nodes[node.key] = node
+    if pretrain_cfgs:
+        first = next(iter(pretrain_cfgs.values()))
+    else:
+        first = compose_cached(cache, sweep.name, [f"scale={settings.scale}", *stage_args["finetune"]])
+    return Plan(
+        sweep,
+        settings,
+        list(args),
+        _dependency_order(nodes),
+        starts,
+        pretrain_cfgs,
+        Path(first.outputs),
+        first.logger,
+    )
+
+
+def _selected(sweep: Sweep, wanted) -> list[Variant]:
+    """The variants to plan, in the sweep's order; a selected variant's teacher is planned too."""
+    if wanted is None:
+        return list(sweep.variants.values())
+    names = [wanted] if isinstance(wanted, str) else list(wanted)
+    for n in names:
+        if n not in sweep.variants:
+            raise SweepError(
+                f"sweep {sweep.name} has no variant {n!r}; its variants: {', '.join(sweep.variants)}"
+            )
+    names += [sweep.variants[n].teacher for n in names if sweep.variants[n].teacher]
+    return [v for v in sweep.variants.values() if v.name in names]
+
+
+def _dependency_order(nodes: dict[str, Node]) -> dict[str, Node]:
+    done: dict[str, Node] = {}
+    while len(done) < len(nodes):
+        for k, n in nodes.items():
+            if k not in done and all(d in done for d in n.deps):
+                done[k] = n
+    return done

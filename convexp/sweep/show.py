@@ -1,0 +1,87 @@
+"""What ``convexp ablate`` prints: the named sweeps (--list), a plan with its cache state and
+compute (--dry-run), and the end-of-sweep summary."""
+
+from __future__ import annotations
+
+from .execute import Outcome
+from .plan import Plan
+from .spec import load_sweep, sweep_names
+
+
+def _console():
+    import sys
+
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def print_sweeps() -> None:
+    from rich.table import Table
+
+    table = Table(title="named sweeps (convexp ablate NAME; sweeps/NAME.yaml)")
+    for col in ("sweep", "source", "variants", "stages"):
+        table.add_column(col)
+    for name in sweep_names():
+        s = load_sweep(name)
+        start = f"{s.init} (smoke: pretrain)" if s.init else "pretrain"
+        stages = start + (f" → finetune {','.join(s.finetune.tasks)}" if s.finetune else "")
+        note = s.source.get("note", "")
+        table.add_row(name, f"{s.title}" + (f"\n{note}" if note else ""), str(len(s.variants)), stages)
+    _console().print(table)
+
+
+def _flops(x: float) -> str:
+    return f"{x:.2e}" if x else "-"
+
+
+def print_plan(plan: Plan) -> None:
+    """The --dry-run view: every node, what is cached, and the compute still to do."""
+    from rich.table import Table
+
+    table = Table(title=f"convexp ablate {plan.sweep.name} ({plan.sweep.title}), scale={plan.settings.scale}")
+    for col in ("node", "state", "run", "train FLOPs"):
+        table.add_column(col, justify="right" if col == "train FLOPs" else "left")
+    states: dict[str, int] = {}
+    todo, unknown = 0.0, 0
+    for n in plan.order():
+        state = n.state
+        states[state] = states.get(state, 0) + 1
+        todo += 0 if state == "cached" else n.flops
+        unknown += state != "cached" and not n.flops
+        table.add_row(n.key, state, ", ".join(r.id for r in n.runs), _flops(n.flops))
+    console = _console()
+    console.print(table)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))
+    parts = [f"{len(plan.nodes)} runs ({counts})"]
+    if todo:
+        hours = todo / (plan.settings.tflops * 1e12) / 3600
+        parts.append(
+            f"to do: {_flops(todo)} training FLOPs ≈ {hours:.3g} h at {plan.settings.tflops} TFLOP/s "
+            "sustained (set tflops=...)"
+        )
+    if unknown:
+        parts.append(f"{unknown} runs of unknown compute (their checkpoint's config is not on disk)")
+    elif not todo:
+        parts.append("nothing to do")
+    console.print("; ".join(parts))
+    console.print(
+        f"launcher: {plan.settings.launcher.name}; first command: {plan.order()[0].command}",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:
+    """The end-of-sweep summary; returns the number of failed runs."""
+    counts: dict[str, int] = {}
+    for o in outcomes.values():
+        counts[o.status] = counts.get(o.status, 0) + 1
+    console = _console()
+    console.print(f"sweep {plan.sweep.name}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    failed = {k: o for k, o in outcomes.items() if o.status in ("failed", "blocked")}
+    for k, o in failed.items():
+        console.print(f"  {o.status}: {k}: {o.error}" + (f" (log: {o.log})" if o.log else ""), markup=False)
+    if not failed:
+        console.print(f"report: convexp report {plan.sweep.name}")
+    return sum(o.status == "failed" for o in outcomes.values())
