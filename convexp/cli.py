@@ -155,18 +155,11 @@ def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[s
 def _finetune(overrides: list[str], print_cfg: str | None) -> None:
     """Compose the invocation and, for each task it fine-tunes, the same command for that task;
     run them (stages receive composed configs)."""
-    composed = _composed("finetune", overrides, print_cfg)
-    if composed is not None:
-        from .config import compose_stage
+    if _composed("finetune", overrides, print_cfg) is not None:
         from .stages.finetune import run_glue
-        from .stages.rundirs import glue_task_names
+        from .stages.rundirs import compose_finetune
 
-        task_cfgs = {
-            t: compose_stage("finetune", [*overrides, f"task={t}"])
-            for t in glue_task_names(composed)
-            if t != composed.task.name
-        }
-        run_glue(composed, task_cfgs)
+        run_glue(*compose_finetune(overrides))
 
 
 @app.command()

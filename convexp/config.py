@@ -22,15 +22,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from .errors import UserError
+from .errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"  # the built-in configs (package data)
-SWEEP_DIR = CONF_DIR / "sweep"  # the built-in named sweeps
 CONFIG_PATH_ENV = "CONVEXP_CONFIG_PATH"
-
-
-class ConfigError(UserError):
-    """A configuration problem; its message is the one line the CLI prints."""
 
 
 # --- where configs are found ----------------------------------------------------------------

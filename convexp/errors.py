@@ -7,3 +7,7 @@ its traceback.
 
 class UserError(ValueError):
     """A problem in the user's input; its message names the problem and the fix in one line."""
+
+
+class ConfigError(UserError):
+    """A configuration problem (an override, a config file, a value out of range)."""

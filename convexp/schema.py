@@ -15,7 +15,7 @@ from typing import Any, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import UserError
+from .errors import ConfigError, UserError
 
 
 @dataclass
@@ -120,8 +120,6 @@ def typed(schema: type, node: DictConfig, where: str):
     """``node`` as an instance of dataclass ``schema``; a wrong type or unknown key is one line."""
     from omegaconf.errors import OmegaConfBaseException
 
-    from .config import ConfigError
-
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
     except OmegaConfBaseException as e:
@@ -146,7 +144,6 @@ def check_types(cfg: DictConfig) -> None:
     keys), and what no type says: names are text, the outputs folder can be written."""
     from pathlib import Path
 
-    from .config import ConfigError
     from .models import ModelConfig
 
     for key, schema in (("model", ModelConfig), ("trainer", TrainerSchema), ("optim", OptimSchema)):

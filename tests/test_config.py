@@ -9,7 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from convexp.cli import app
-from convexp.config import CONF_DIR, ConfigError, compose_stage, group_options
+from convexp.config import CONF_DIR, compose_stage, group_options
+from convexp.errors import ConfigError
 
 runner = CliRunner()
 

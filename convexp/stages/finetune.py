@@ -30,10 +30,12 @@ from ..checkpoint import Checkpoint, open_checkpoint
 from ..data import glue
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
+from ..record import warn_if_other_version, write_record
 from ..runs import Run
 from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, step_seed
 from .glue_eval import Padded, evaluate_and_save
 from .glue_summary import write_summary
+from .progress import StepProgressBar
 from .rundirs import GlueRun, glue_runs, task_config
 from .streams import PermutedStream, StreamSampler
 
@@ -279,6 +281,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it")
     run.dir.mkdir(parents=True, exist_ok=True)
     run.write_config(run_cfg)
+    write_record(run, cfg)
     # opened before seeding; its classifier is built by the module after the student (seeded order)
     teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
     pl.seed_everything(seed, verbose=False)
@@ -304,7 +307,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers
     )
 
-    from pytorch_lightning.callbacks import ModelCheckpoint, RichProgressBar
+    from pytorch_lightning.callbacks import ModelCheckpoint
 
     trainer = pl.Trainer(
         default_root_dir=str(run.dir),
@@ -329,7 +332,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
                 save_last=True,
                 save_top_k=0,
             ),
-            RichProgressBar(),
+            StepProgressBar(),
         ],
     )
     run.set_status("running", stage="finetune", task=task_name, seed=seed)
@@ -379,6 +382,9 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
     datasets.disable_progress_bars()
     init = resolve_init(cfg)
     runs = glue_runs(cfg, init.slug, init.model_cfg.hidden_size, task_cfgs)
+    for p in runs:
+        if p.run.finished:
+            warn_if_other_version(p.run)
     for name in dict.fromkeys(p.task for p in runs):
         todo = [p for p in runs if p.task == name and not p.run.finished]
         if not todo:

@@ -19,6 +19,7 @@ from ..data.pretraining import StreamingBlocks, prepare_pretraining_data
 from ..errors import UserError
 from ..models import ModelConfig, ReplacedTokenDetector
 from ..models.io import save_model_dir
+from ..record import warn_if_other_version, write_record
 from ..runs import Run
 from .rundirs import pretrain_run, resolve  # noqa: F401
 from .common import (
@@ -29,6 +30,7 @@ from .common import (
     per_device_batch,
     step_seed,
 )
+from .progress import StepProgressBar
 from .objectives import ElectraObjective, MLMObjective, TokenInfo, mask_tokens
 from .streams import BlockStream, PermutedStream, StreamSampler
 
@@ -158,6 +160,7 @@ def run_pretrain(cfg: DictConfig) -> Run:
     cfg = resolve(cfg)
     run = pretrain_run(cfg)
     if run.finished:
+        warn_if_other_version(run)
         print(f"already finished: {run.dir} (nothing to do)")
         return run
     if run.last_checkpoint() and not cfg.resume:
@@ -177,6 +180,7 @@ def run_pretrain(cfg: DictConfig) -> Run:
     model_cfg = dataclasses.replace(model_cfg, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
     run.dir.mkdir(parents=True, exist_ok=True)
     run.write_config(cfg)
+    write_record(run, cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     tokens = TokenInfo(tok.vocab_size, tok.mask_id, tuple(sorted(tok.special_ids)), tok.continuation_mask())
 
@@ -188,7 +192,7 @@ def run_pretrain(cfg: DictConfig) -> Run:
     batch = per_device_batch(cfg.resolved.batch_size, cfg.trainer)
     datamodule = PretrainData(data.train, data.val, cfg.seed, batch, cfg.trainer.num_workers, columns)
 
-    from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+    from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 
     t = cfg.trainer
     trainer = pl.Trainer(
@@ -219,7 +223,7 @@ def run_pretrain(cfg: DictConfig) -> Run:
                 save_last=True,
             ),
             LearningRateMonitor(logging_interval="step"),
-            RichProgressBar(),
+            StepProgressBar(),
         ],
         enable_model_summary=False,
     )

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import model_config
+from ..config import compose_stage, model_config
 from ..data.probing import PROBING_ORDER
 from ..errors import UserError
 from ..runs import Run
@@ -116,6 +116,14 @@ def glue_task_names(cfg: DictConfig) -> list[str]:
     if _intermediate(cfg) and "mnli" not in names and any(t in INTERMEDIATE for t in names):
         names = ["mnli", *names]  # the intermediate task runs first
     return names
+
+
+def compose_finetune(overrides: list[str]) -> tuple[DictConfig, dict[str, DictConfig]]:
+    """For the edges (the CLI, a sweep's node): the fine-tuning invocation's composed config and,
+    for every other task it fine-tunes (``task=all``, MNLI first), the same command's config."""
+    cfg = compose_stage("finetune", overrides)
+    others = [t for t in glue_task_names(cfg) if t != cfg.task.name]
+    return cfg, {t: compose_stage("finetune", [*overrides, f"task={t}"]) for t in others}
 
 
 def _intermediate(cfg: DictConfig) -> bool:

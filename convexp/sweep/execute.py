@@ -21,12 +21,9 @@ def run_node(stage: str, overrides: list[str]) -> None:
         run_pretrain(compose_stage("pretrain", overrides))
     else:
         from ..stages.finetune import run_glue
+        from ..stages.rundirs import compose_finetune
 
-        run_glue(
-            compose_stage("finetune", overrides),
-            lambda task: compose_stage("finetune", [*overrides, f"task={task}"]),
-            summary=False,
-        )
+        run_glue(*compose_finetune(overrides), summary=False)
 
 
 @dataclasses.dataclass

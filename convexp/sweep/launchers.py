@@ -13,6 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from ..record import warn_if_other_version
 from .execute import Ledger, Outcome, blocked_by, error_line, ready, run_node
 from .nodes import Node
 from .plan import Plan
@@ -25,6 +26,8 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
     for key, node in plan.nodes.items():
         if node.done:
             ledger.outcomes[key] = Outcome("cached")
+            for run in node.runs:
+                warn_if_other_version(run)
     ledger.save()
     launcher = plan.settings.launcher
     if launcher.name == "local" and launcher.workers <= 1:

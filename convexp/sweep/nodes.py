@@ -9,8 +9,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import CONF_DIR, ConfigError, compose_stage, to_model_config
-from ..errors import UserError
+from ..config import CONF_DIR, compose_stage, to_model_config
+from ..errors import ConfigError, UserError
 from ..runs import Run
 from .compute import finetune_flops, pretrain_flops
 from .spec import Sweep, SweepError, Variant
@@ -58,7 +58,7 @@ def _quote(o: str) -> str:
 
 def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]):
     """(the variant's pre-training node, its resolved config, its ModelConfig)."""
-    from ..stages.plan import pretrain_run, resolve
+    from ..stages.rundirs import pretrain_run, resolve
 
     where = f"sweep {sweep.name}, variant {v.name}"
     scale = settings.scale
@@ -96,7 +96,7 @@ def finetune_nodes(
     starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
     run of that task (its first seed), which must be planned first."""
     from ..data.probing import PROBING_ORDER
-    from ..stages.plan import plan_glue
+    from ..stages.rundirs import glue_runs, glue_task_names
 
     where = f"sweep {sweep.name}, variant {v.name}"
     start = starts[v.name]
@@ -132,7 +132,8 @@ def finetune_nodes(
                 "finetune.glue.path=<SentEval data/probing> (or scale=smoke: synthetic stand-ins)"
             )
         try:
-            planned = plan_glue(tcfg, start.slug, start.width, compose_task)
+            task_cfgs = {n: compose_task(n) for n in glue_task_names(tcfg) if n != t}
+            planned = glue_runs(tcfg, start.slug, start.width, task_cfgs)
         except UserError as e:
             raise SweepError(f"{where}: {e}") from e
         for p in planned:

@@ -19,11 +19,14 @@ def _console():
 def print_sweeps() -> None:
     from rich.table import Table
 
-    table = Table(title="named sweeps (convexp ablate NAME; sweeps/NAME.yaml)")
+    from ..config import group_sources, is_builtin
+
+    table = Table(title="named sweeps (convexp ablate NAME; conf/sweep/NAME.yaml, * = yours)")
     for col in ("sweep", "source", "variants", "stages"):
         table.add_column(col)
-    for name in sweep_names():
+    for name, path in group_sources("sweep").items():
         s = load_sweep(name)
+        name = name if is_builtin(path) else f"{name}*"
         start = f"{s.init} (smoke: pretrain)" if s.init else "pretrain"
         stages = start + (f" → finetune {','.join(s.finetune.tasks)}" if s.finetune else "")
         note = s.source.get("note", "")

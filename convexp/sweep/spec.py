@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import SWEEP_DIR, group_options
+from ..config import group_options, group_sources
 from ..errors import UserError
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -80,16 +80,16 @@ class Sweep:
 
 
 def sweep_names() -> list[str]:
-    """The named sweeps: the files in conf/sweep/."""
-    return sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
+    """The named sweeps: the files in conf/sweep/ and in the user's config dirs' sweep/."""
+    return group_options("sweep")
 
 
 def load_sweep(name: str) -> Sweep:
     """``conf/sweep/NAME.yaml`` (or a path to a sweep file), checked: any problem is one line."""
     path = Path(name)
     if not (name.endswith((".yaml", ".yml")) and path.exists()):
-        path = SWEEP_DIR / f"{name}.yaml"
-        if not path.exists():
+        path = group_sources("sweep").get(name)
+        if path is None:
             raise SweepError(
                 f"unknown sweep {name!r}; choose one of: {', '.join(sweep_names())} (or give a path to a .yaml file)"
             )
