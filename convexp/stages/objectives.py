@@ -111,6 +111,7 @@ def generator_config(cfg: ModelConfig, fraction: float) -> ModelConfig:
         name=f"{cfg.name}-generator",
         hidden_size=hidden,
         num_heads=heads,
+        head_ratio=min(cfg.head_ratio, heads),  # a 1-head generator keeps its one head (as HF ConvBERT)
         head_size=None,
         intermediate_size=max(
             cfg.ffn_groups, round(cfg.intermediate_size * fraction) // cfg.ffn_groups * cfg.ffn_groups
