@@ -43,8 +43,9 @@ class SpanPrediction:
 
 
 def _as_array(x) -> np.ndarray:
-    if hasattr(x, "detach"):
-        x = x.detach().float().cpu().numpy()
+    if hasattr(x, "detach"):  # a torch tensor (bf16 has no numpy type; float64 keeps sums exact)
+        x = x.detach().cpu()
+        x = (x.double() if x.is_floating_point() else x).numpy()
     return np.asarray(x, dtype=np.float64)
 
 
