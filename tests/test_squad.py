@@ -58,13 +58,20 @@ def test_synthetic_answers_are_spans_and_v2_has_unanswerable(data):
 
 
 def _official(path, qas, context="Tesla was born in Smiljan in 1856."):
-    path.write_text(json.dumps({"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": context, "qas": qas}]}]}))
+    path.write_text(
+        json.dumps(
+            {"version": "v2.0", "data": [{"title": "T", "paragraphs": [{"context": context, "qas": qas}]}]}
+        )
+    )
 
 
 def test_local_json_loads(tmp_path):
     ok = [{"id": "q1", "question": "where?", "answers": [{"text": "Smiljan", "answer_start": 18}]}]
     _official(tmp_path / "train-v2.0.json", ok)
-    _official(tmp_path / "dev-v2.0.json", ok + [{"id": "q2", "question": "who?", "answers": [], "is_impossible": True}])
+    _official(
+        tmp_path / "dev-v2.0.json",
+        ok + [{"id": "q2", "question": "who?", "answers": [], "is_impossible": True}],
+    )
     splits = load_squad({"version": "v2.0", "source": "local", "path": str(tmp_path)})
     assert [r["id"] for r in splits["validation"]] == ["q1", "q2"]
     assert splits["train"][0]["answers"] == {"text": ["Smiljan"], "answer_start": [18]}
@@ -85,7 +92,9 @@ def test_bad_files_raise_one_line(tmp_path, content, needle):
     if content == "EMPTY":
         _official(path, [])
     elif content == "OFFSET":
-        _official(path, [{"id": "q7", "question": "where?", "answers": [{"text": "Smiljan", "answer_start": 3}]}])
+        _official(
+            path, [{"id": "q7", "question": "where?", "answers": [{"text": "Smiljan", "answer_start": 3}]}]
+        )
     else:
         path.write_text(content)
     with pytest.raises(UserError) as e:
@@ -105,7 +114,7 @@ def test_window_starts_cover_the_context():
 
 
 def test_answer_straddling_two_windows_is_found_in_the_window_that_holds_it(tokenizer):
-    words = ["w%d" % i for i in range(30)]
+    words = [f"w{i}" for i in range(30)]
     context = " ".join(words)
     answer = "w9 w10 w11"  # crosses the end of the first window (context tokens 0..11)
     rec = _record("x", context, "q", [(answer, context.index(answer))])
@@ -117,7 +126,9 @@ def test_answer_straddling_two_windows_is_found_in_the_window_that_holds_it(toke
     for f in feats:
         cls_only = f["start_position"] == f["end_position"] == 0
         ctx = [o for o in f["offsets"] if o is not None]
-        whole = ctx and ctx[0][0] <= context.index(answer) and ctx[-1][1] >= context.index(answer) + len(answer)
+        whole = (
+            ctx and ctx[0][0] <= context.index(answer) and ctx[-1][1] >= context.index(answer) + len(answer)
+        )
         assert cls_only != bool(whole)  # ...and exactly those windows point at it
         if not cls_only:
             s, e = f["offsets"][f["start_position"]][0], f["offsets"][f["end_position"]][1]
@@ -137,7 +148,7 @@ def test_answer_straddling_two_windows_is_found_in_the_window_that_holds_it(toke
 
 
 def test_overlap_stride_mode_shares_tokens(tokenizer):
-    context = " ".join("w%d" % i for i in range(40))
+    context = " ".join(f"w{i}" for i in range(40))
     rec = _record("x", context, "q", impossible=True)
     step = squad_features([rec], tokenizer, max_len=20, doc_stride=5, stride_mode="step")
     overlap = squad_features([rec], tokenizer, max_len=20, doc_stride=5, stride_mode="overlap")
@@ -179,7 +190,13 @@ def test_independent_decoder_matches_brute_force(tokenizer, data):
     preds = decode_independent(recs, feats, st, en, n_best=64, max_answer_len=5, version_2=True)
     for i, r in enumerate(recs):
         fs = [f for f in feats if f["example_index"] == i]
-        sc, text = _brute_force(r, fs, lambda f, s, e: st[f["feature_index"]][s] + en[f["feature_index"]][e], 5, lambda f, s, e: True)
+        sc, text = _brute_force(
+            r,
+            fs,
+            lambda f, s, e: st[f["feature_index"]][s] + en[f["feature_index"]][e],
+            5,
+            lambda f, s, e: True,
+        )
         p = preds[r["id"]]
         assert p.best_span == text and math.isclose(p.nbest[0]["score"], sc)
         null = min(st[f["feature_index"]][0] + en[f["feature_index"]][0] for f in fs)
@@ -191,10 +208,19 @@ def test_independent_decoder_matches_brute_force(tokenizer, data):
     preds = decode_independent(recs, feats, st, en, n_best=3, max_answer_len=5)
     for i, r in enumerate(recs):
         fs = [f for f in feats if f["example_index"] == i]
-        tops = {f["feature_index"]: (top_indices(st[f["feature_index"]], 3), top_indices(en[f["feature_index"]], 3)) for f in fs}
+        tops = {
+            f["feature_index"]: (
+                top_indices(st[f["feature_index"]], 3),
+                top_indices(en[f["feature_index"]], 3),
+            )
+            for f in fs
+        }
         found = _brute_force(
-            r, fs, lambda f, s, e: st[f["feature_index"]][s] + en[f["feature_index"]][e], 5,
-            lambda f, s, e: s in tops[f["feature_index"]][0] and e in tops[f["feature_index"]][1],
+            r,
+            fs,
+            lambda f, s, e: st[f["feature_index"]][s] + en[f["feature_index"]][e],
+            5,
+            lambda f, s, e, tops=tops: s in tops[f["feature_index"]][0] and e in tops[f["feature_index"]][1],
         )
         assert preds[r["id"]].text == (found[1] if found else "") and preds[r["id"]].null_diff is None
 
@@ -218,7 +244,10 @@ def test_joint_decoder_matches_brute_force(tokenizer, data):
     for i, r in enumerate(recs):
         fs = [f for f in feats if f["example_index"] == i]
         sc, text = _brute_force(
-            r, fs, lambda f, s, e: float(full[f["feature_index"]][0][s] + full[f["feature_index"]][1][s, e]), 6,
+            r,
+            fs,
+            lambda f, s, e: float(full[f["feature_index"]][0][s] + full[f["feature_index"]][1][s, e]),
+            6,
             lambda f, s, e: bool(f["max_context"][s]),
         )
         p = preds[r["id"]]
@@ -258,7 +287,9 @@ def test_v2_splits_and_best_threshold_by_hand():
     assert m["best_exact"] == 75.0 and m["best_exact_thresh"] == -2.0
     assert m["best_f1"] == 75.0 and m["best_f1_thresh"] == -2.0
     preds2 = dict(preds, n1="")  # an empty prediction for a no-answer question costs nothing
-    best, thresh = best_threshold(preds2, {"h1": 1, "h2": 1, "n1": 1, "n2": 1}, na, {"h1": True, "h2": True, "n1": False, "n2": False})
+    best, thresh = best_threshold(
+        preds2, {"h1": 1, "h2": 1, "n1": 1, "n2": 1}, na, {"h1": True, "h2": True, "n1": False, "n2": False}
+    )
     assert best == 100.0 and thresh == 1.0
 
 
@@ -266,8 +297,16 @@ def test_v2_splits_and_best_threshold_by_hand():
 
 
 def _cfg(vocab=100):
-    return ModelConfig(vocab_size=vocab, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                       max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
+    return ModelConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
 
 
 def test_span_head_shapes_and_loss():
@@ -302,7 +341,10 @@ def test_joint_head_masks_beam_and_answerable():
     ev = head(h, ctx)
     assert ev.start_top_index.shape == (2, 4) and ev.end_top_index.shape == (2, 4, 4)
     allowed = set(range(5, 11)) | {0}
-    assert set(ev.start_top_index.flatten().tolist()) <= allowed and set(ev.end_top_index.flatten().tolist()) <= allowed
+    assert (
+        set(ev.start_top_index.flatten().tolist()) <= allowed
+        and set(ev.end_top_index.flatten().tolist()) <= allowed
+    )
     # the beam's end scores equal the teacher-forced end distribution for that start
     s0 = ev.start_top_index[:, 0]
     forced = torch.log_softmax(head(h, ctx, s0, s0).end_logits, -1)
@@ -317,7 +359,18 @@ def test_tiny_question_answerer_learns_synthetic_task(tokenizer, data, head):
     model = QuestionAnswerer(_cfg(tokenizer.vocab_size), head, **kw)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     batch = collate_squad(feats[:32], tokenizer.pad_id)
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "context_mask", "start_positions", "end_positions", "is_impossible")}
+    inputs = {
+        k: batch[k]
+        for k in (
+            "input_ids",
+            "attention_mask",
+            "token_type_ids",
+            "context_mask",
+            "start_positions",
+            "end_positions",
+            "is_impossible",
+        )
+    }
     model.train()
     losses = []
     for _ in range(30):
@@ -329,11 +382,20 @@ def test_tiny_question_answerer_learns_synthetic_task(tokenizer, data, head):
     assert losses[-1] < 0.6 * losses[0]
     model.eval()
     with torch.no_grad():
-        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["context_mask"])
+        out = model(
+            batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["context_mask"]
+        )
     recs = data["train"][:64]
     if head == "bert":
         preds = decode_independent(recs, feats[:32], out.start_logits, out.end_logits, version_2=True)
     else:
-        preds = decode_joint(recs, feats[:32], out.start_top_log_probs, out.start_top_index, out.end_top_log_probs,
-                             out.end_top_index, out.null_logit)
+        preds = decode_joint(
+            recs,
+            feats[:32],
+            out.start_top_log_probs,
+            out.start_top_index,
+            out.end_top_log_probs,
+            out.end_top_index,
+            out.null_logit,
+        )
     assert preds and all(p.text in recs[int(p.id.split("-")[1])]["context"] for p in preds.values())

@@ -38,7 +38,7 @@ from .corpus import with_defaults
 from .errors import DataError
 
 # The synthetic language's phrase builders; one import site, so moving the grammar touches one line.
-from .glue import _Clause, _sentence, _Words  # noqa: E402
+from .glue import _Clause, _sentence, _Words
 
 VERSIONS = ("v1.1", "v2.0")
 SOURCES = ("synthetic", "hub", "local")
@@ -98,7 +98,9 @@ def read_squad_json(path) -> list[dict]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SquadError(f"{path} is not valid JSON ({' '.join(str(e).split())[:120]}); use the official file") from e
+        raise SquadError(
+            f"{path} is not valid JSON ({' '.join(str(e).split())[:120]}); use the official file"
+        ) from e
     where = str(path)
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise SquadError(f"{where} has no top-level 'data' list; use an official SQuAD JSON file")
@@ -141,9 +143,13 @@ def check_records(records: list[dict], where: str) -> list[dict]:
     for r in records:
         texts, starts = r["answers"]["text"], r["answers"]["answer_start"]
         if len(texts) != len(starts):
-            raise SquadError(f"{where} question {r['id']!r}: {len(texts)} answer texts but {len(starts)} offsets")
+            raise SquadError(
+                f"{where} question {r['id']!r}: {len(texts)} answer texts but {len(starts)} offsets"
+            )
         if r["is_impossible"] and texts:
-            raise SquadError(f"{where} question {r['id']!r} is marked impossible but has answers; fix the file")
+            raise SquadError(
+                f"{where} question {r['id']!r} is marked impossible but has answers; fix the file"
+            )
         if not r["is_impossible"] and not texts:
             raise SquadError(f"{where} question {r['id']!r} has no answer; give one or mark it is_impossible")
         for text, start in zip(texts, starts):
@@ -168,10 +174,15 @@ def _load_hub(name: str, version: str) -> dict[str, list[dict]]:
     out = {}
     for split in SPLITS:
         if split not in dd:
-            raise SquadError(f"hub dataset {name!r} has no split {split!r} (has {', '.join(dd)}); use a SQuAD dataset")
+            raise SquadError(
+                f"hub dataset {name!r} has no split {split!r} (has {', '.join(dd)}); use a SQuAD dataset"
+            )
         records = []
         for row in dd[split]:
-            answers = {"text": list(row["answers"]["text"]), "answer_start": list(row["answers"]["answer_start"])}
+            answers = {
+                "text": list(row["answers"]["text"]),
+                "answer_start": list(row["answers"]["answer_start"]),
+            }
             records.append(
                 {
                     "id": str(row["id"]),
@@ -200,7 +211,9 @@ def _synthetic_record(rng: random.Random, version: str, qid: str) -> dict:
     while len(clauses) < rng.randint(3, 7):
         c = w.clause()
         # keep (subject noun, verb) and (verb, object noun) pairs unique within the document
-        if any(c.verb == d.verb and (c.subj.noun == d.subj.noun or c.obj.noun == d.obj.noun) for d in clauses):
+        if any(
+            c.verb == d.verb and (c.subj.noun == d.subj.noun or c.obj.noun == d.obj.noun) for d in clauses
+        ):
             continue
         clauses.append(c)
     sentences, offsets = [], []  # offsets: character offset of each sentence in the context

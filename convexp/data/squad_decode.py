@@ -125,7 +125,10 @@ def decode_independent(
         candidates, null = [], None
         for f in by_example.get(ex, []):
             n = len(f["input_ids"])
-            st, en = _as_array(start_logits[f["feature_index"]])[:n], _as_array(end_logits[f["feature_index"]])[:n]
+            st, en = (
+                _as_array(start_logits[f["feature_index"]])[:n],
+                _as_array(end_logits[f["feature_index"]])[:n],
+            )
             if version_2:
                 null = st[0] + en[0] if null is None else min(null, st[0] + en[0])
             for s in top_indices(st, n_best):

@@ -64,7 +64,9 @@ def max_context_flags(spans: Sequence[tuple[int, int]], index: int) -> list[int]
     return flags
 
 
-def answer_token_span(offsets: Sequence[tuple[int, int]], start_char: int, end_char: int) -> tuple[int, int] | None:
+def answer_token_span(
+    offsets: Sequence[tuple[int, int]], start_char: int, end_char: int
+) -> tuple[int, int] | None:
     """(first, last) index of the context tokens covering characters [start_char, end_char), or
     None when no token overlaps them."""
     inside = [i for i, (s, e) in enumerate(offsets) if e > start_char and s < end_char and e > s]
@@ -97,7 +99,8 @@ def squad_features(
         step = doc_stride if stride_mode == "step" else room - doc_stride
         if step < 1:
             raise SquadError(
-                f"doc_stride {doc_stride} leaves windows of {room} tokens no step ({stride_mode}); lower doc_stride"
+                f"doc_stride {doc_stride} overlaps the whole {room}-token window; "
+                "lower doc_stride or raise max_len"
             )
         answer = None  # the first answer's token span in the whole context
         if not r["is_impossible"] and r["answers"]["text"]:
@@ -106,7 +109,13 @@ def squad_features(
         spans = window_starts(len(c.ids), room, step)
         for w, (start, length) in enumerate(spans):
             doc_offset = len(q_ids) + 2
-            ids = [tokenizer.cls_id, *q_ids, tokenizer.sep_id, *c.ids[start : start + length], tokenizer.sep_id]
+            ids = [
+                tokenizer.cls_id,
+                *q_ids,
+                tokenizer.sep_id,
+                *c.ids[start : start + length],
+                tokenizer.sep_id,
+            ]
             types = [0] * doc_offset + [1] * (length + 1)
             offsets = [None] * doc_offset + [tuple(o) for o in c.offsets[start : start + length]] + [None]
             context_mask = [0] * doc_offset + [1] * length + [0]

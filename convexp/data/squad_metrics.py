@@ -75,7 +75,10 @@ def raw_scores(records: Sequence[dict], predictions: Mapping[str, str], version_
 
 
 def best_threshold(
-    predictions: Mapping[str, str], scores: Mapping[str, float], na_scores: Mapping[str, float], has_answer: Mapping[str, bool]
+    predictions: Mapping[str, str],
+    scores: Mapping[str, float],
+    na_scores: Mapping[str, float],
+    has_answer: Mapping[str, bool],
 ) -> tuple[float, float]:
     """(best score in percent, threshold): the official v2.0 ``find_best_thresh``."""
     current = best = sum(1 for q in has_answer if not has_answer[q])

@@ -52,7 +52,8 @@ def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch
     s = start_positions.clamp(0, L)
     e = end_positions.clamp(0, L)
     return (
-        F.cross_entropy(start_logits.float(), s, ignore_index=L) + F.cross_entropy(end_logits.float(), e, ignore_index=L)
+        F.cross_entropy(start_logits.float(), s, ignore_index=L)
+        + F.cross_entropy(end_logits.float(), e, ignore_index=L)
     ) / 2
 
 
@@ -131,14 +132,22 @@ class JointSpanHead(nn.Module):
         start = self.start(features).squeeze(-1) + penalty  # [B, L]
         out = QAOutput(None, start, None)
         if start_positions is not None:  # teacher forcing: the end distribution given the gold start
-            h_start = features[torch.arange(B, device=features.device), start_positions.clamp(0, L - 1)]  # [B, D]
+            h_start = features[
+                torch.arange(B, device=features.device), start_positions.clamp(0, L - 1)
+            ]  # [B, D]
             out.end_logits = self._end_logits(features, h_start.unsqueeze(1), penalty).squeeze(1)  # [B, L]
         elif self.training:
-            raise ValueError("JointSpanHead needs start_positions in training (its end logits depend on them)")
+            raise ValueError(
+                "JointSpanHead needs start_positions in training (its end logits depend on them)"
+            )
         if not self.training:  # the beam: k best starts, each with its k best ends
             k = min(self.beam_size, L)
-            out.start_top_log_probs, out.start_top_index = F.log_softmax(start.float(), -1).topk(k, -1)  # [B, k]
-            h_start = torch.gather(features, 1, out.start_top_index.unsqueeze(-1).expand(-1, -1, features.shape[-1]))
+            out.start_top_log_probs, out.start_top_index = F.log_softmax(start.float(), -1).topk(
+                k, -1
+            )  # [B, k]
+            h_start = torch.gather(
+                features, 1, out.start_top_index.unsqueeze(-1).expand(-1, -1, features.shape[-1])
+            )
             end = self._end_logits(features, h_start, penalty)  # [B, k, L]
             out.end_top_log_probs, out.end_top_index = F.log_softmax(end.float(), -1).topk(k, -1)  # [B, k, k]
         if self.answerable is not None:
