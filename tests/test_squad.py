@@ -399,3 +399,30 @@ def test_tiny_question_answerer_learns_synthetic_task(tokenizer, data, head):
             out.null_logit,
         )
     assert preds and all(p.text in recs[int(p.id.split("-")[1])]["context"] for p in preds.values())
+
+
+def test_distillation_logits_give_sanh_span_distillation():
+    from convexp.pruning.distill import distillation_loss, soft_target_loss
+
+    torch.manual_seed(0)
+    student, teacher = SpanHead(_cfg()), SpanHead(_cfg())
+    h = torch.randn(3, 9, 32)
+    sp, ep = torch.tensor([1, 2, 3]), torch.tensor([2, 2, 5])
+    s, t = student(h, None, sp, ep), teacher(h, None, sp, ep)
+    assert s.distillation_logits.shape == (6, 9)
+    got = distillation_loss(
+        s.distillation_logits, t.distillation_logits, s.loss, alpha_ce=0.1, alpha_distil=0.9
+    )
+    kl = (soft_target_loss(s.start_logits, t.start_logits) + soft_target_loss(s.end_logits, t.end_logits)) / 2
+    assert torch.allclose(got, 0.1 * s.loss + 0.9 * kl)
+
+
+def test_evaluate_spans_v2_uses_best_span_and_null_diff():
+    from convexp.data.squad_decode import SpanPrediction
+    from convexp.data.squad_metrics import evaluate_spans
+
+    recs = [_record("h", "c", "q", [("paris", 0)]), _record("n", "c", "q", impossible=True)]
+    preds = {"h": SpanPrediction("h", "", "paris", 0.5), "n": SpanPrediction("n", "", "rome", 2.0)}
+    m = evaluate_spans(recs, preds, "v2.0")  # threshold 0: both no-answer -> h wrong, n right
+    assert m["exact"] == 50.0 and m["best_exact"] == 100.0 and m["best_exact_thresh"] == 0.5
+    assert evaluate_spans(recs, preds, "v2.0", null_threshold=1.0)["exact"] == 100.0

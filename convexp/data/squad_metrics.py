@@ -138,3 +138,21 @@ def squad_evaluate(
         out["best_exact"], out["best_exact_thresh"] = best_threshold(predictions, exact, na, has)
         out["best_f1"], out["best_f1_thresh"] = best_threshold(predictions, f1, na, has)
     return out
+
+
+def evaluate_spans(
+    records: Sequence[dict], predictions: Mapping, version: str = "v1.1", null_threshold: float = 0.0
+) -> dict[str, float]:
+    """``squad_evaluate`` of decoder output ({id: SpanPrediction}, see ``squad_decode``): v1.1
+    scores the predicted texts; v2.0 scores each best non-null span with its ``null_diff`` as the
+    no-answer score (no answer above ``null_threshold``), which also gives best_exact / best_f1
+    and their thresholds, as ELECTRA's evaluation does."""
+    if version != "v2.0":
+        return squad_evaluate(records, {q: p.text for q, p in predictions.items()}, version)
+    return squad_evaluate(
+        records,
+        {q: p.best_span for q, p in predictions.items()},
+        version,
+        na_scores={q: p.null_diff for q, p in predictions.items()},
+        na_threshold=null_threshold,
+    )

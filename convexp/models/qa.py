@@ -13,9 +13,10 @@
 
 ``QuestionAnswerer`` wraps convexp's :class:`Encoder` with either head. Its output carries the
 start and end logits over the tokens ([B, L]; for the joint head the end logits are conditioned
-on the gold start), so a teacher's logits can be distilled position-wise, as Sanh et al.'s
-``masked_run_squad.py`` does: (soft_target_loss(start_S, start_T) + soft_target_loss(end_S,
-end_T)) / 2 with ``convexp.pruning.distill.soft_target_loss``.
+on the gold start, so run the teacher with the batch's start_positions too), so a teacher's logits
+can be distilled position-wise as Sanh et al.'s ``masked_run_squad.py`` does, (KL_start +
+KL_end) / 2: ``convexp.pruning.distill.distillation_loss(out.distillation_logits,
+teacher_out.distillation_logits, out.loss)``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ class QAOutput:
     start_top_index: torch.Tensor | None = None  # [B, k]
     end_top_log_probs: torch.Tensor | None = None  # [B, k, k]
     end_top_index: torch.Tensor | None = None  # [B, k, k]
+
+    @property
+    def distillation_logits(self) -> torch.Tensor:
+        """Start and end logits stacked as [2B, L]: ``soft_target_loss`` (batch mean) of the stacks
+        is (KL_start + KL_end) / 2, Sanh et al.'s ``masked_run_squad.py`` distillation term."""
+        if self.end_logits is None:
+            raise ValueError("no end logits to distil: run the joint head with start_positions")
+        return torch.cat([self.start_logits, self.end_logits], 0)
 
 
 def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch.Tensor:
