@@ -127,7 +127,7 @@ def read_squad_json(path) -> list[dict]:
                         }
                     )
     except (KeyError, TypeError, AttributeError, ValueError) as e:
-        qid = f" near question {records[-1]['id']!r}" if records else ""
+        qid = f" after question {records[-1]['id']!r}" if records else ""
         raise SquadError(
             f"{where}{qid} is malformed ({type(e).__name__}: {e}); "
             "use the official layout data[].paragraphs[].qas[].answers[]"
@@ -208,7 +208,8 @@ def _synthetic_record(rng: random.Random, version: str, qid: str) -> dict:
     """One synthetic question with its document (see the module docstring)."""
     w = _Words(rng, range(12))
     clauses: list[_Clause] = []
-    while len(clauses) < rng.randint(3, 7):
+    n_sentences = rng.randint(3, 7)
+    while len(clauses) < n_sentences:
         c = w.clause()
         # keep (subject noun, verb) and (verb, object noun) pairs unique within the document
         if any(
