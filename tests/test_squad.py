@@ -426,3 +426,30 @@ def test_evaluate_spans_v2_uses_best_span_and_null_diff():
     m = evaluate_spans(recs, preds, "v2.0")  # threshold 0: both no-answer -> h wrong, n right
     assert m["exact"] == 50.0 and m["best_exact"] == 100.0 and m["best_exact_thresh"] == 0.5
     assert evaluate_spans(recs, preds, "v2.0", null_threshold=1.0)["exact"] == 100.0
+
+
+def test_hub_rows_become_records(monkeypatch):
+    """The hub path's conversion, on a DatasetDict with rajpurkar/squad_v2's columns (no network)."""
+    import datasets
+
+    rows = {
+        "id": ["a", "b"],
+        "title": ["T", "T"],
+        "context": ["Tesla was born in Smiljan.", "Tesla was born in Smiljan."],
+        "question": ["where?", "when?"],
+        "answers": [{"text": ["Smiljan"], "answer_start": [18]}, {"text": [], "answer_start": []}],
+    }
+    dd = datasets.DatasetDict({s: datasets.Dataset.from_dict(rows) for s in ("train", "validation")})
+    asked = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, *a, **k: asked.append(name) or dd)
+    splits = load_squad({"version": "v2.0", "source": "hub"})
+    assert asked == ["rajpurkar/squad_v2"]
+    assert [r["is_impossible"] for r in splits["validation"]] == [False, True]
+    assert splits["train"][0]["answers"] == {"text": ["Smiljan"], "answer_start": [18]}
+
+    def offline(name, *a, **k):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(SquadError, match="cannot load SQuAD v1.1 from hub dataset 'rajpurkar/squad'"):
+        load_squad({"source": "hub"})
