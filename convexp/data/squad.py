@@ -22,9 +22,10 @@ Source config keys (missing keys take ``SQUAD_SOURCE_DEFAULTS``):
 
 The synthetic task asks questions about short documents of the synthetic language, e.g.
 context "... the brave blorin zutas a klee. ..." and question "what does the brave blorin
-zuta?" -> "a klee", or "what zutas a klee?" -> "the brave blorin". Each asked (subject, verb)
-or (verb, object) pair occurs once in the context, so the answer is determined. For v2.0 a third
-of the questions pair a noun of the context with a verb it never takes there: unanswerable.
+zuta?" -> "a klee", or "what zutas a klee?" -> "the brave blorin". No two sentences of a
+document share a verb, so the answer is determined (and a small model can find it by matching
+the question's verb). For v2.0 a third of the questions ask about a noun phrase of the context
+with a verb that the document never uses: unanswerable.
 """
 
 from __future__ import annotations
@@ -211,10 +212,7 @@ def _synthetic_record(rng: random.Random, version: str, qid: str) -> dict:
     n_sentences = rng.randint(3, 7)
     while len(clauses) < n_sentences:
         c = w.clause()
-        # keep (subject noun, verb) and (verb, object noun) pairs unique within the document
-        if any(
-            c.verb == d.verb and (c.subj.noun == d.subj.noun or c.obj.noun == d.obj.noun) for d in clauses
-        ):
+        if any(c.verb == d.verb for d in clauses):  # one sentence per verb: the answer is determined
             continue
         clauses.append(c)
     sentences, offsets = [], []  # offsets: character offset of each sentence in the context
