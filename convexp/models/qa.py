@@ -157,7 +157,8 @@ class JointSpanHead(nn.Module):
             h_start = torch.gather(
                 features, 1, out.start_top_index.unsqueeze(-1).expand(-1, -1, features.shape[-1])
             )
-            end = self._end_logits(features, h_start, penalty)  # [B, k, L]
+            # one start at a time: [B, L, H] live instead of [B, k, L, H] (0.7 GB at B 32, L 512)
+            end = torch.cat([self._end_logits(features, h_start[:, i : i + 1], penalty) for i in range(k)], 1)
             out.end_top_log_probs, out.end_top_index = F.log_softmax(end.float(), -1).topk(k, -1)  # [B, k, k]
         if self.answerable is not None:
             p = F.softmax(start.float(), -1).to(features.dtype)  # [B, L]
