@@ -116,13 +116,15 @@ def test_window_starts_cover_the_context():
 def test_answer_straddling_two_windows_is_found_in_the_window_that_holds_it(tokenizer):
     words = [f"w{i}" for i in range(30)]
     context = " ".join(words)
-    answer = "w9 w10 w11"  # crosses the end of the first window (context tokens 0..11)
+    answer = "w10 w11 w12 w13"  # one token per word; windows 0-11, 4-15, ...: the first cuts it
     rec = _record("x", context, "q", [(answer, context.index(answer))])
     feats = squad_features([rec], tokenizer, max_len=16, doc_stride=4, max_query_len=4)
     n_ctx = len(tokenizer.backend.encode(context, add_special_tokens=False).ids)
     assert len(feats) > 2
+    a0, a1 = context.index(answer), context.index(answer) + len(answer)
     holding = [f for f in feats if f["start_position"] > 0]
     assert holding  # found whole in at least one window...
+    straddled = 0
     for f in feats:
         cls_only = f["start_position"] == f["end_position"] == 0
         ctx = [o for o in f["offsets"] if o is not None]
@@ -130,11 +132,13 @@ def test_answer_straddling_two_windows_is_found_in_the_window_that_holds_it(toke
             ctx and ctx[0][0] <= context.index(answer) and ctx[-1][1] >= context.index(answer) + len(answer)
         )
         assert cls_only != bool(whole)  # ...and exactly those windows point at it
+        straddled += bool(not whole and any(a0 <= o[0] < a1 for o in ctx))
         if not cls_only:
             s, e = f["offsets"][f["start_position"]][0], f["offsets"][f["end_position"]][1]
             assert context[s:e] == answer
         assert len(f["input_ids"]) <= 16 and f["input_ids"][0] == tokenizer.cls_id
         assert sum(f["context_mask"]) == len(ctx)
+    assert straddled  # a window that cuts the answer points at [CLS]
     # every context token is the max-context token of exactly one window
     covered = {}
     for f in feats:
