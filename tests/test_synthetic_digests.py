@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from convexp.data.glue import TASKS, synthetic_task
-from convexp.data.probing import PROBING_ORDER, synthetic_probing_task
+from convexp.data.synthetic_glue import synthetic_task
+from convexp.data.tasks import GLUE_TASKS, PROBING_ORDER
+from convexp.data.synthetic_probing import synthetic_probing_task
 from convexp.data.synthetic import synthetic_corpus
 
 RECORD = Path(__file__).parent / "data" / "synthetic_digests.json"
@@ -32,7 +33,7 @@ def _cases():
     for n, seed in CORPUS:
         yield f"corpus/{n}/{seed}", lambda n=n, seed=seed: synthetic_corpus(n, seed)
     for size, seed in TASK_DATA:
-        for name in TASKS:
+        for name in GLUE_TASKS:
             yield f"glue/{name}/{size}/{seed}", lambda t=name, s=size, d=seed: synthetic_task(t, s, d)
         for name in PROBING_ORDER:
             yield f"probing/{name}/{size}/{seed}", lambda t=name, s=size, d=seed: synthetic_probing_task(t, s, d)

@@ -23,7 +23,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.utils.data import DataLoader
 
-from ..data import glue, probing
+from ..data.encoding import collate, tokenize_task
+from ..data.loading import load_task
+from ..data.scores import collapsed, compute_metrics, convbert_score, glue_average, score_columns, task_score
+from ..data.submissions import write_submission, zip_submission
+from ..data.tasks import GROUPS, PROBING_COLUMNS, PROBING_ORDER, Task, get_task
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from .. import pruning as pruner
@@ -115,7 +119,7 @@ class FinetuneModule(pl.LightningModule):
     def __init__(
         self,
         model: SequenceClassifier,
-        task: glue.GlueTask,
+        task: Task,
         hp: dict,
         total_steps: int,
         seed: int,
@@ -180,7 +184,7 @@ class FinetuneModule(pl.LightningModule):
         if self._val:
             logits, labels = (torch.cat(x) for x in zip(*self._val))
             self._val = []
-            for k, v in glue.compute_metrics(self.task, logits, labels).items():
+            for k, v in compute_metrics(self.task, logits, labels).items():
                 self.log(f"val/{k}", v, prog_bar=True)
             if self.pruning is not None:
                 self.log("val/remaining_weights", 100 * pruner.remaining_weights(self.model))
@@ -242,7 +246,7 @@ class _Padded:
 
     def __call__(self, rows: list[dict]) -> dict:
         rows = [{k: v.tolist() if torch.is_tensor(v) else v for k, v in r.items()} for r in rows]
-        out = glue.collate(rows, self.pad_id)
+        out = collate(rows, self.pad_id)
         if "position" in rows[0]:
             out["position"] = torch.stack([torch.as_tensor(r["position"]) for r in rows])
         return out
@@ -251,7 +255,7 @@ class _Padded:
 # ----------------------------------------------------------------------------- one run
 
 
-def load_teacher(path: str, task: glue.GlueTask, init: Init) -> SequenceClassifier:
+def load_teacher(path: str, task: Task, init: Init) -> SequenceClassifier:
     """A fine-tuned teacher: a convexp fine-tuning run (or its model/) or a HF checkpoint."""
     from ..models.io import is_model_dir, read_model_config
 
@@ -296,7 +300,7 @@ def _predict(model: SequenceClassifier, rows, pad_id: int, batch_size: int = 64)
     return torch.cat(logits), torch.cat(labels), torch.cat(idx)
 
 
-def _save_predictions(path: Path, task: glue.GlueTask, idx, logits, labels) -> None:
+def _save_predictions(path: Path, task: Task, idx, logits, labels) -> None:
     from ..atomic import atomic_write
 
     pred = logits.squeeze(-1) if task.is_regression else logits.argmax(-1)
@@ -309,7 +313,7 @@ def _save_predictions(path: Path, task: glue.GlueTask, idx, logits, labels) -> N
 def finetune_one(cfg: DictConfig, init: Init, planned: Planned, splits: dict) -> Run:
     """Fine-tune one planned run, or reuse it when it has finished."""
     task_name, seed, hp, run, run_cfg = planned.task, planned.seed, planned.hp, planned.run, planned.run_cfg
-    task = glue.get_task(task_name)
+    task = get_task(task_name)
     if run.finished:
         return run
     if run.last_checkpoint() and not cfg.resume:
@@ -418,7 +422,7 @@ def _logged_config(cfg: DictConfig, task: str, seed: int, hp: dict) -> DictConfi
 def _evaluate_and_save(
     run: Run,
     model,
-    task: glue.GlueTask,
+    task: Task,
     splits: dict,
     pad: int,
     hp: dict,
@@ -439,28 +443,28 @@ def _evaluate_and_save(
     diverged = False
     for split in task.dev_splits:
         logits, labels, idx = _predict(model, splits[split], pad)
-        dev[split] = glue.compute_metrics(task, logits, labels)
-        diverged = diverged or glue.collapsed(task, logits)
+        dev[split] = compute_metrics(task, logits, labels)
+        diverged = diverged or collapsed(task, logits)
         _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
     for split in task.test_splits:
         if split in splits:
             logits, labels, idx = _predict(model, splits[split], pad)
             _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
             if task.submission:
-                glue.write_submission(task, split, idx, logits, run.dir / "submission")
+                write_submission(task, split, idx, logits, run.dir / "submission")
             if len(labels) and (labels >= 0).all():  # labelled test rows (SentEval's): scored too
-                test[split] = glue.compute_metrics(task, logits, labels)
+                test[split] = compute_metrics(task, logits, labels)
     if not run.model_dir.exists():  # with the tokenizer: the model dir is a self-contained init=
         files = sorted(tokenizer.save(run.dir / "tokenizer").iterdir()) if tokenizer is not None else []
         save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir, extra_files=files)
-    score = glue.task_score(task, dev[task.dev_splits[0]])
+    score = task_score(task, dev[task.dev_splits[0]])
     metrics = {
         "task": task.name,
         "dev": dev,
         "diverged": diverged,  # every dev prediction the same: the run collapsed
         **({"test": test} if test else {}),
         "score": score,
-        "convbert_score": glue.convbert_score(task, dev[task.dev_splits[0]]),
+        "convbert_score": convbert_score(task, dev[task.dev_splits[0]]),
         "hp": hp,
         "wall_time_s": seconds,
         "examples_per_s": examples / seconds if seconds else None,
@@ -489,9 +493,9 @@ def run_glue(cfg: DictConfig, compose_task, summary: bool = True) -> Path | None
         if not todo:
             continue  # data is loaded only for tasks with work left
         tcfg = compose_task(name) if cfg.task.name != name else cfg
-        task = glue.get_task(name)
-        raw = glue.load_glue_task(task, tcfg.glue)
-        splits = glue.tokenize_task(
+        task = get_task(name)
+        raw = load_task(task, tcfg.glue)
+        splits = tokenize_task(
             task, raw, init.tokenizer, tcfg.task.max_len, Path(cfg.outputs) / "cache" / "glue"
         )
         for planned in todo:
@@ -530,7 +534,7 @@ def write_summary(cfg: DictConfig, init: Init, results: dict) -> Path:
     per_task, columns = {}, {"convbert": {}, "chang": {}}
     best_runs = {}
     for name, by_seed in results.items():
-        task = glue.get_task(name)
+        task = get_task(name)
         runs = [(seed, r, r.read_json("metrics.json")) for seed, rs in by_seed.items() for r in rs]
         # with a grid: the setting with the best mean dev score over seeds is the task's result
         by_hp: dict[str, list] = {}
@@ -550,7 +554,7 @@ def write_summary(cfg: DictConfig, init: Init, results: dict) -> Path:
             m["test"][task.test_splits[0]] for _, _, m in chosen if task.test_splits[0] in m.get("test", {})
         ]
         if tests and len(tests) == len(chosen):  # labelled test rows (the probing tasks)
-            per_task[name]["test_score"] = aggregate([glue.task_score(task, t) for t in tests])
+            per_task[name]["test_score"] = aggregate([task_score(task, t) for t in tests])
         for style in ("convbert", "chang"):
             columns[style].update(_columns(task, [m for _, _, m in chosen], style))
     glue_scores = {}
@@ -558,10 +562,10 @@ def write_summary(cfg: DictConfig, init: Init, results: dict) -> Path:
         for stat in ("mean", "median", "best"):
             vals = {c: v[stat] for c, v in cols.items()}
             try:
-                glue_scores[f"{style}_{stat}"] = glue.glue_average(vals, style)
+                glue_scores[f"{style}_{stat}"] = glue_average(vals, style)
             except Exception:
                 glue_scores[f"{style}_{stat}"] = None  # not every task was run
-    is_probing = all(glue.get_task(name).benchmark == "probing" for name in results)
+    is_probing = all(get_task(name).benchmark == "probing" for name in results)
     slug = "-".join(filter(None, [init.slug, cfg.task.name, cfg.protocol, cfg.name]))
     every_run = sorted(r.id for by_seed in results.values() for rs in by_seed.values() for r in rs)
     kind = "probing" if is_probing else "glue"
@@ -582,7 +586,7 @@ def write_summary(cfg: DictConfig, init: Init, results: dict) -> Path:
         for f in (run.dir / "submission").glob("*.tsv"):
             (sub / f.name).write_bytes(f.read_bytes())
     if any(sub.iterdir()):
-        glue.zip_submission(sub, out / "submission.zip")
+        zip_submission(sub, out / "submission.zip")
     (print_probing_summary if is_probing else print_summary)(summary)
     print(f"summary: {out / 'summary.json'}")
     return out
@@ -592,7 +596,7 @@ def probing_averages(per_task: dict) -> dict:
     """BERMO Table 1's averages of the mean accuracies: over all ten tasks and per group (surface,
     syntactic, semantic), for every complete set: {set: {"dev": .., "test": .. or None}}."""
     out = {}
-    for group, names in {"all": probing.PROBING_ORDER, **probing.GROUPS}.items():
+    for group, names in {"all": PROBING_ORDER, **GROUPS}.items():
         if all(n in per_task for n in names):
             dev = statistics.fmean(per_task[n]["score"]["mean"] for n in names)
             has_test = all("test_score" in per_task[n] for n in names)
@@ -601,9 +605,9 @@ def probing_averages(per_task: dict) -> dict:
     return out
 
 
-def _columns(task: glue.GlueTask, ms: list[dict], style: str) -> dict:
+def _columns(task: Task, ms: list[dict], style: str) -> dict:
     """{column: aggregate over runs} for one task in one style."""
-    per_run = [glue.score_columns({task.name: m["dev"]}, style) for m in ms]
+    per_run = [score_columns({task.name: m["dev"]}, style) for m in ms]
     return {c: aggregate([pr[c] for pr in per_run]) for c in per_run[0]}
 
 
@@ -619,11 +623,11 @@ def print_probing_summary(summary: dict) -> None:
     for col in ("task", "SentEval file", "dev mean ± s.e.", "test mean ± s.e.", "best dev", "runs"):
         table.add_column(col, justify="left" if col in ("task", "SentEval file") else "right")
     tasks = summary["tasks"]
-    for name in [n for n in probing.PROBING_ORDER if n in tasks]:
+    for name in [n for n in PROBING_ORDER if n in tasks]:
         t = tasks[name]
-        file = f"{glue.get_task(name).folder}.txt"
+        file = f"{get_task(name).folder}.txt"
         table.add_row(
-            f"{probing.COLUMNS[name]} ({name})",
+            f"{PROBING_COLUMNS[name]} ({name})",
             file,
             cell(t["score"]),
             cell(t.get("test_score")),

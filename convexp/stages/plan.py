@@ -15,7 +15,7 @@ import itertools
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import model_config
-from ..data.probing import PROBING_ORDER
+from ..data.tasks import PROBING_ORDER
 from ..errors import UserError
 from ..runs import Run
 from . import recipes
