@@ -36,7 +36,10 @@ def _cases():
         for name in GLUE_TASKS:
             yield f"glue/{name}/{size}/{seed}", lambda t=name, s=size, d=seed: synthetic_task(t, s, d)
         for name in PROBING_ORDER:
-            yield f"probing/{name}/{size}/{seed}", lambda t=name, s=size, d=seed: synthetic_probing_task(t, s, d)
+            yield (
+                f"probing/{name}/{size}/{seed}",
+                lambda t=name, s=size, d=seed: synthetic_probing_task(t, s, d),
+            )
 
 
 def _digests(data) -> dict[str, str]:
@@ -53,5 +56,7 @@ def test_synthetic_data_is_unchanged(key, make):
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    RECORD.write_text(json.dumps({k: _digests(make()) for k, make in _cases()}, indent=1, sort_keys=True) + "\n")
+    RECORD.write_text(
+        json.dumps({k: _digests(make()) for k, make in _cases()}, indent=1, sort_keys=True) + "\n"
+    )
     print(f"wrote {RECORD}")

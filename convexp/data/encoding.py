@@ -1,9 +1,9 @@
 """Tokenising a task's splits for a sequence classifier, and padding batches.
 
-  tokenize_task(task, splits, tokenizer, max_len, cache_dir)  -> {split: Dataset} with
-      input_ids, token_type_ids, attention_mask, label, idx (cached on disk)
-  collate(rows, pad_id)  pads a batch into tensors
-  encode_example / truncated_lengths  one row: [CLS] a [SEP] (b [SEP]), "longest first"
+tokenize_task(task, splits, tokenizer, max_len, cache_dir)  -> {split: Dataset} with
+    input_ids, token_type_ids, attention_mask, label, idx (cached on disk)
+collate(rows, pad_id)  pads a batch into tensors
+encode_example / truncated_lengths  one row: [CLS] a [SEP] (b [SEP]), "longest first"
 """
 
 from __future__ import annotations
@@ -84,9 +84,7 @@ def _split_digest(ds) -> str:
     return h.hexdigest()
 
 
-def tokenize_task(
-    task: str | Task, splits: Mapping, tokenizer, max_len: int, cache_dir: Path | None = None
-):
+def tokenize_task(task: str | Task, splits: Mapping, tokenizer, max_len: int, cache_dir: Path | None = None):
     """{split: Dataset} with input_ids, token_type_ids, attention_mask, label and idx.
 
     Rows are [CLS] a [SEP] (single sentences) or [CLS] a [SEP] b [SEP] with token types 0/1,

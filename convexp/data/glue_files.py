@@ -9,8 +9,9 @@
                             are unlabelled and often not kept, so a folder with train and dev
                             files only loads without test splits.
 
-Each returns the task's splits with its columns (``tasks.py``: text fields, label, idx);
-problems raise ``TaskFileError`` / ``TaskLabelError`` with one line naming the file and the fix.
+A saved DatasetDict may lack the test splits too. Each returns the task's splits with its columns
+(``tasks.py``: text fields, label, idx); problems raise ``TaskFileError`` / ``TaskLabelError``
+with one line naming the file and the fix.
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ def _checked_splits(t: Task, splits: dict, where: str) -> dict:
     """Keep the task's splits and columns, with uniform label/idx types."""
     from datasets import Value
 
-    missing = [s for s in t.splits if s not in splits and s not in t.optional_splits]
-    if missing:
+    missing = [s for s in t.splits if s not in splits and s not in (*t.optional_splits, *t.test_splits)]
+    if missing:  # test splits may be absent (GLUE's are unlabelled): no test predictions then
         raise TaskFileError(
             f"{where} has no split {', '.join(missing)} for task {t.name} "
             f"(splits: {', '.join(splits)}); provide splits {', '.join(t.splits)}"
@@ -171,8 +172,8 @@ def read_classic(t: Task, root: Path) -> dict[str, dict[str, list]]:
     for split, spec in _classic_specs(t).items():
         path = (root / t.folder / spec.file).resolve()
         if not path.is_file():
-            if split in t.optional_splits:
-                log.info("no %s (optional %s split of %s)", path, split, t.name)
+            if split in (*t.optional_splits, *t.test_splits):  # train and dev are what fine-tuning needs
+                log.info("no %s: %s has no %s split", path, t.name, split)
                 continue
             raise TaskFileError(
                 f"missing GLUE file {path}; put the classic {t.folder}/{Path(spec.file).name} under {root} "

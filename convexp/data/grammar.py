@@ -30,8 +30,26 @@ _LEXICON_SEED = 20240611  # fixes the language; corpus and task seeds only chang
 NUM_TOPICS = 12
 
 _ONSETS = [
-    "b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "t", "v", "z",
-    "br", "tr", "kl", "gr", "pl", "sh", "th",
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "t",
+    "v",
+    "z",
+    "br",
+    "tr",
+    "kl",
+    "gr",
+    "pl",
+    "sh",
+    "th",
 ]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ou", "ee"]
 _CODAS = ["", "", "", "n", "r", "l", "m", "k"]

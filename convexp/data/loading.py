@@ -1,5 +1,9 @@
 """Loading a task's data: {split: datasets.Dataset} from the task's source.
 
+  prepare_task(task_cfg, source_cfg)  (Task, {split: Dataset}) of a composed fine-tuning config:
+                                      a registered task or ``task=custom`` (``custom.py``), cut
+                                      to ``task.max_train_samples`` / ``task.max_eval_samples``
+  task_data(task_cfg)                 the task keys that change a run's data (its run id)
   source_settings(source_cfg, task)   the ``glue:`` config node with defaults, validated
   load_task(task, source_cfg)         every split of a registered task (GLUE or SentEval probing)
   task_features(task), to_dataset     the columns every loaded split has (``tasks.py``)
@@ -20,13 +24,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import custom
 from .corpus import with_defaults
 from .errors import TaskError, TaskFileError
 from .glue_files import load_disk, load_hub, read_classic
 from .senteval import read_senteval, senteval_file
 from .synthetic_glue import synthetic_task
 from .synthetic_probing import synthetic_probing_task
-from .tasks import Task, get_task
+from .tasks import Task, get_task, register
 
 HUB_NAME = "nyu-mll/glue"
 SOURCES = ("synthetic", "hub", "local", "disk")
@@ -36,6 +41,51 @@ SOURCE_DEFAULTS: dict = {
     "seed": 0,
     "synthetic_size": 2000,
 }
+
+
+SAMPLE_KEYS = ("max_train_samples", "max_eval_samples")  # null: every row
+
+
+def task_data(task_cfg) -> dict:
+    """The task keys that change what a run trains or is scored on, without the null ones (so
+    that adding such a key to conf/task/ leaves existing run ids as they were): the sample limits
+    (checked here: a positive integer) and a custom task's files (absolute paths) and fields."""
+    out = {}
+    for key in SAMPLE_KEYS:
+        n = task_cfg.get(key)
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n <= 0):
+            raise TaskError(f"task.{key}={n}: give a positive number of rows, or null for all rows")
+        if n is not None:
+            out[key] = n
+    if task_cfg.get("name") == custom.NAME:
+        custom.custom_task(task_cfg)  # checked before anything runs
+        out.update({k: task_cfg.get(k) for k in custom.KEYS if task_cfg.get(k) is not None})
+        for key in custom.FILE_KEYS.values():
+            if key in out:
+                out[key] = str(Path(out[key]).expanduser().resolve())
+        out["text_fields"] = list(out["text_fields"])
+    return out
+
+
+def prepare_task(task_cfg, source_cfg) -> tuple[Task, dict]:
+    """(Task, {split: datasets.Dataset}) of a composed fine-tuning config's ``task`` and ``glue``
+    nodes. ``task=custom`` reads the user's files (and registers the task, with its label
+    names, for ``get_task``); ``task.max_train_samples`` keeps the first N training rows and
+    ``task.max_eval_samples`` the first N rows of each dev split (test splits are kept whole:
+    a submission needs every row)."""
+    limits = task_data(task_cfg)
+    if task_cfg.name == custom.NAME:
+        t, rows = custom.load_custom(task_cfg)
+        register(t, replace=True)
+        splits = {split: to_dataset(t, r) for split, r in rows.items()}
+    else:
+        t = get_task(task_cfg.name)
+        splits = load_task(t, source_cfg)
+    for split, ds in splits.items():
+        n = limits.get("max_train_samples" if split == "train" else "max_eval_samples")
+        if n is not None and split in ("train", *t.dev_splits) and n < len(ds):
+            splits[split] = ds.select(range(n))
+    return t, splits
 
 
 def source_settings(source_cfg, task: Task | None = None) -> dict:

@@ -1,9 +1,9 @@
 """Metrics and scores of fine-tuned tasks: per-task metrics, the papers' task scores, GLUE averages.
 
-  compute_metrics(task, predictions, labels)  the task's metrics in percent (torchmetrics)
-  collapsed(task, predictions)                 did a run diverge (BERMO Table 3's "Diverges")
-  task_score / convbert_score                  one number per task, as Chang et al. / ConvBERT
-  score_columns, glue_average, column_of       the GLUE table's columns and its two averages
+compute_metrics(task, predictions, labels)  the task's metrics in percent (torchmetrics)
+collapsed(task, predictions)                 did a run diverge (BERMO Table 3's "Diverges")
+task_score / convbert_score                  one number per task, as Chang et al. / ConvBERT
+score_columns, glue_average, column_of       the GLUE table's columns and its two averages
 """
 
 from __future__ import annotations

@@ -27,7 +27,15 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from .grammar import TASK_CONJUNCTIONS, TASK_PLURAL_DETS, TASK_SINGULAR_DETS, WH_WORDS, Clause, Words, sentence
+from .grammar import (
+    TASK_CONJUNCTIONS,
+    TASK_PLURAL_DETS,
+    TASK_SINGULAR_DETS,
+    WH_WORDS,
+    Clause,
+    Words,
+    sentence,
+)
 from .tasks import GLUE_TASKS, Task, get_task
 
 

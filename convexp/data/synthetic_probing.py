@@ -164,7 +164,9 @@ def _constituents(rng, w, sequence: str) -> list[str]:
             words += rng.choice((["what"], ["which", w.pick("nouns") + "s"]))
         else:
             words.append(
-                rng.choice({"ADVP": _ADVERBS, "RB": _RB, "IN": _IN, "CC": TASK_CONJUNCTIONS, "WHADVP": WH_WORDS}[sym])
+                rng.choice(
+                    {"ADVP": _ADVERBS, "RB": _RB, "IN": _IN, "CC": TASK_CONJUNCTIONS, "WHADVP": WH_WORDS}[sym]
+                )
             )
     return [*words, "."]
 

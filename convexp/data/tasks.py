@@ -225,8 +225,8 @@ GLUE_TASKS: dict[str, Task] = {
         ),
     )
 }
-SUBMISSION_FILES = tuple(name for t in GLUE_TASKS.values() for _, name in t.submission)  # the server's 11 files
-
+# the GLUE server's 11 files
+SUBMISSION_FILES = tuple(name for t in GLUE_TASKS.values() for _, name in t.submission)
 
 
 # ============================================================================ SentEval probing

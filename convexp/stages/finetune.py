@@ -24,10 +24,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.utils.data import DataLoader
 
 from ..data.encoding import collate, tokenize_task
-from ..data.loading import load_task
+from ..data.custom import custom_task
+from ..data.loading import prepare_task
 from ..data.scores import collapsed, compute_metrics, convbert_score, glue_average, score_columns, task_score
 from ..data.submissions import write_submission, zip_submission
-from ..data.tasks import GROUPS, PROBING_COLUMNS, PROBING_ORDER, Task, get_task
+from ..data.tasks import GROUPS, PROBING_COLUMNS, PROBING_ORDER, Task, get_task, register
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from .. import pruning as pruner
@@ -454,6 +455,9 @@ def _evaluate_and_save(
                 write_submission(task, split, idx, logits, run.dir / "submission")
             if len(labels) and (labels >= 0).all():  # labelled test rows (SentEval's): scored too
                 test[split] = compute_metrics(task, logits, labels)
+    absent = [s for s in task.test_splits if s not in splits and s not in task.optional_splits]
+    if absent:  # e.g. a GLUE folder with train and dev files only
+        print(f"{task.name}: no {'/'.join(absent)} data; test predictions and submission skipped")
     if not run.model_dir.exists():  # with the tokenizer: the model dir is a self-contained init=
         files = sorted(tokenizer.save(run.dir / "tokenizer").iterdir()) if tokenizer is not None else []
         save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir, extra_files=files)
@@ -487,14 +491,15 @@ def run_glue(cfg: DictConfig, compose_task, summary: bool = True) -> Path | None
 
     datasets.disable_progress_bars()
     init = resolve_init(cfg)
+    if cfg.task.name == "custom":  # a user's task: its config says what it is (data/custom.py)
+        register(custom_task(cfg.task), replace=True)
     plan = plan_glue(cfg, init.slug, init.model_cfg.hidden_size, compose_task)
     for name in dict.fromkeys(p.task for p in plan):
         todo = [p for p in plan if p.task == name and not p.run.finished]
         if not todo:
             continue  # data is loaded only for tasks with work left
         tcfg = compose_task(name) if cfg.task.name != name else cfg
-        task = get_task(name)
-        raw = load_task(task, tcfg.glue)
+        task, raw = prepare_task(tcfg.task, tcfg.glue)
         splits = tokenize_task(
             task, raw, init.tokenizer, tcfg.task.max_len, Path(cfg.outputs) / "cache" / "glue"
         )
