@@ -21,7 +21,8 @@ import math
 import statistics
 from typing import Callable, Iterable, TypeVar
 
-from .data import glue
+from .data import scores
+from .data.tasks import Task
 
 T = TypeVar("T")
 STATS = ("mean", "median", "best")
@@ -54,13 +55,13 @@ def best_setting(runs: Iterable[T], metrics: Callable[[T], dict] = lambda m: m) 
     )
 
 
-def style_score(task: str | glue.GlueTask, metrics: dict, style: str) -> float:
+def style_score(task: str | Task, metrics: dict, style: str) -> float:
     """A task's score from one split's metrics in a paper's style (see the module docstring)."""
-    return (glue.convbert_score if style == "convbert" else glue.task_score)(task, metrics)
+    return (scores.convbert_score if style == "convbert" else scores.task_score)(task, metrics)
 
 
 def style_columns(task: str, runs: list[dict], style: str) -> dict[str, dict]:
     """{GLUE column: seed statistics over ``runs``} of one task's dev results in a paper's style
     (MNLI gives two columns in Chang et al.'s style)."""
-    per_run = [glue.score_columns({task: m["dev"]}, style) for m in runs]
+    per_run = [scores.score_columns({task: m["dev"]}, style) for m in runs]
     return {c: seed_stats([pr[c] for pr in per_run]) for c in per_run[0]}

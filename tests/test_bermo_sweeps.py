@@ -204,8 +204,8 @@ def test_per_seed_columns_show_diverges_and_averages_leave_them_out():
 
 
 def test_metric_columns_and_probing_groups():
+    from convexp.data.tasks import PROBING_ORDER
     from convexp.sweep.spec import Variant
-    from convexp.data.probing import PROBING_ORDER
     from convexp.report.tables import variant_row
 
     mnli = _m(

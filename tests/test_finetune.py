@@ -267,7 +267,7 @@ def test_fine_pruning_saves_the_masked_model_it_evaluated(tmp_path, pretrained, 
     from safetensors.torch import load_file
 
     from convexp import pruning
-    from convexp.data import glue
+    from convexp.data import encoding, loading, tasks
     from convexp.models import SequenceClassifier
     from convexp.models.io import read_model_config
 
@@ -298,9 +298,9 @@ def test_fine_pruning_saves_the_masked_model_it_evaluated(tmp_path, pretrained, 
     from convexp.data.tokenizer import Tokenizer
 
     tok = Tokenizer.load(pretrained / "model")
-    task = glue.get_task("sst2")
-    raw = glue.load_glue_task(task, {"source": "synthetic", "synthetic_size": 160, "seed": 0, "path": None})
-    splits = glue.tokenize_task(task, raw, tok, 48, tmp_path / "cache")
+    task = tasks.get_task("sst2")
+    raw = loading.load_task(task, {"source": "synthetic", "synthetic_size": 160, "seed": 0, "path": None})
+    splits = encoding.tokenize_task(task, raw, tok, 48, tmp_path / "cache")
     from convexp.stages.glue_eval import predict
 
     logits, _, idx = predict(model, splits["validation"], tok.pad_id)

@@ -13,26 +13,12 @@ from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from convexp.data.glue import (
-    SUBMISSION_FILES,
-    TASKS,
-    GlueFileError,
-    GlueLabelError,
-    UnknownTaskError,
-    collate,
-    compute_metrics,
-    convbert_score,
-    encode_example,
-    glue_features,
-    glue_average,
-    load_glue_task,
-    score_columns,
-    task_score,
-    tokenize_task,
-    truncated_lengths,
-    write_submission,
-    zip_submission,
-)
+from convexp.data.encoding import collate, encode_example, tokenize_task, truncated_lengths
+from convexp.data.errors import TaskFileError, TaskLabelError, UnknownTaskError
+from convexp.data.loading import load_task, task_features
+from convexp.data.scores import compute_metrics, convbert_score, glue_average, score_columns, task_score
+from convexp.data.submissions import write_submission, zip_submission
+from convexp.data.tasks import GLUE_TASKS, SUBMISSION_FILES
 from convexp.data.tokenizer import build_tokenizer
 from convexp.errors import UserError
 
@@ -236,10 +222,10 @@ def glue_root(tmp_path):
     return write_classic(tmp_path / "glue")
 
 
-@pytest.mark.parametrize("task", list(TASKS))
+@pytest.mark.parametrize("task", list(GLUE_TASKS))
 def test_classic_layout_loads_every_task(glue_root, task):
-    splits = load_glue_task(task, {"source": "local", "path": str(glue_root)})
-    t = TASKS[task]
+    splits = load_task(task, {"source": "local", "path": str(glue_root)})
+    t = GLUE_TASKS[task]
     assert list(splits) == list(EXPECTED[task])
     for split, (labels, first) in EXPECTED[task].items():
         ds = splits[split]
@@ -253,16 +239,16 @@ def test_classic_layout_loads_every_task(glue_root, task):
 
 def test_mnli_without_diagnostic_file_has_no_ax_split(tmp_path):
     root = write_classic(tmp_path / "glue", {k: v for k, v in CLASSIC.items() if k != "diagnostic"})
-    splits = load_glue_task("mnli", {"source": "local", "path": str(root)})
+    splits = load_task("mnli", {"source": "local", "path": str(root)})
     assert "test_ax" not in splits and "test_mismatched" in splits
 
 
 def test_disk_source_round_trip(tmp_path):
     import datasets
 
-    splits = load_glue_task("rte", {"source": "synthetic", "synthetic_size": 60})
+    splits = load_task("rte", {"source": "synthetic", "synthetic_size": 60})
     datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "saved" / "rte"))
-    again = load_glue_task("rte", {"source": "disk", "path": str(tmp_path / "saved")})
+    again = load_task("rte", {"source": "disk", "path": str(tmp_path / "saved")})
     assert {k: v[:] for k, v in again.items()} == {k: v[:] for k, v in splits.items()}
 
 
@@ -278,60 +264,60 @@ def one_line_error(exc_info, *parts):
 
 def test_unknown_task():
     with pytest.raises(UnknownTaskError) as e:
-        load_glue_task("squad", {"source": "synthetic"})
+        load_task("squad", {"source": "synthetic"})
     one_line_error(e, "squad", "cola")
 
 
 def test_missing_file(glue_root):
     (glue_root / "RTE" / "dev.tsv").unlink()
-    with pytest.raises(GlueFileError) as e:
-        load_glue_task("rte", {"source": "local", "path": str(glue_root)})
+    with pytest.raises(TaskFileError) as e:
+        load_task("rte", {"source": "local", "path": str(glue_root)})
     one_line_error(e, "RTE/dev.tsv")
 
 
 def test_missing_root(tmp_path):
-    with pytest.raises(GlueFileError) as e:
-        load_glue_task("cola", {"source": "local", "path": str(tmp_path / "nowhere")})
+    with pytest.raises(TaskFileError) as e:
+        load_task("cola", {"source": "local", "path": str(tmp_path / "nowhere")})
     one_line_error(e, "nowhere")
 
 
 def test_wrong_columns(glue_root):
     (glue_root / "STS-B" / "train.tsv").write_text("sentence1\tsentence2\tlabel\na\tb\t1.0\n")
-    with pytest.raises(GlueFileError) as e:
-        load_glue_task("stsb", {"source": "local", "path": str(glue_root)})
+    with pytest.raises(TaskFileError) as e:
+        load_task("stsb", {"source": "local", "path": str(glue_root)})
     one_line_error(e, "STS-B/train.tsv", "score")
 
 
 def test_headerless_row_with_wrong_width(glue_root):
     (glue_root / "CoLA" / "dev.tsv").write_text("bc01\t1\t\tfine\nbc01\t1\tonly three\n")
-    with pytest.raises(GlueFileError) as e:
-        load_glue_task("cola", {"source": "local", "path": str(glue_root)})
+    with pytest.raises(TaskFileError) as e:
+        load_task("cola", {"source": "local", "path": str(glue_root)})
     one_line_error(e, "CoLA/dev.tsv:2")
 
 
 def test_unknown_label_string(glue_root):
     path = glue_root / "RTE" / "train.tsv"
     path.write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tneutral\n")
-    with pytest.raises(GlueLabelError) as e:
-        load_glue_task("rte", {"source": "local", "path": str(glue_root)})
+    with pytest.raises(TaskLabelError) as e:
+        load_task("rte", {"source": "local", "path": str(glue_root)})
     one_line_error(e, "RTE/train.tsv:2", "neutral", "not_entailment")
 
 
 def test_bad_source_config():
     with pytest.raises(UserError):
-        load_glue_task("cola", {"source": "ftp"})
+        load_task("cola", {"source": "ftp"})
     with pytest.raises(UserError):
-        load_glue_task("cola", {"source": "synthetic", "sizes": 3})
+        load_task("cola", {"source": "synthetic", "sizes": 3})
     with pytest.raises(UserError):
-        load_glue_task("cola", {"source": "local"})
+        load_task("cola", {"source": "local"})
 
 
 # ---------------------------------------------------------------------------- metrics and averages
 
 
-@pytest.mark.parametrize("task", list(TASKS))
+@pytest.mark.parametrize("task", list(GLUE_TASKS))
 def test_metrics_match_sklearn_and_scipy(task):
-    t, rng = TASKS[task], np.random.default_rng(len(task))
+    t, rng = GLUE_TASKS[task], np.random.default_rng(len(task))
     n = 300
     if t.is_regression:
         labels = np.round(rng.uniform(0, 5, n), 1)  # ties, as in STS-B
@@ -407,7 +393,7 @@ def test_score_columns():
 def test_submission_files_and_zip(tmp_path):
     out = tmp_path / "submission"
     written = {}
-    for t in TASKS.values():
+    for t in GLUE_TASKS.values():
         for split, name in t.submission:
             idx = np.array([2, 0, 1])  # unsorted on purpose
             if t.is_regression:
@@ -442,10 +428,10 @@ SYNTH = {"source": "synthetic", "synthetic_size": 1600, "seed": 3}
 
 
 def test_synthetic_is_deterministic_with_all_splits():
-    for task, t in TASKS.items():
-        a = load_glue_task(task, {"source": "synthetic", "synthetic_size": 80, "seed": 1})
-        b = load_glue_task(task, {"source": "synthetic", "synthetic_size": 80, "seed": 1})
-        c = load_glue_task(task, {"source": "synthetic", "synthetic_size": 80, "seed": 2})
+    for task, t in GLUE_TASKS.items():
+        a = load_task(task, {"source": "synthetic", "synthetic_size": 80, "seed": 1})
+        b = load_task(task, {"source": "synthetic", "synthetic_size": 80, "seed": 1})
+        c = load_task(task, {"source": "synthetic", "synthetic_size": 80, "seed": 2})
         assert list(a) == list(t.splits)
         assert {k: v[:] for k, v in a.items()} == {k: v[:] for k, v in b.items()}
         assert a["train"][:] != c["train"][:]
@@ -457,7 +443,7 @@ def test_synthetic_is_deterministic_with_all_splits():
             assert min(labels) >= 0 and max(labels) <= 5 and len(set(labels)) > 10
         else:
             assert set(labels) == set(range(t.num_labels))
-        assert all(ds.features == glue_features(task) for ds in a.values())
+        assert all(ds.features == task_features(task) for ds in a.values())
 
 
 FUNCTION_WORDS = set("a an the this that every one these those many some two few do does not".split())
@@ -494,11 +480,11 @@ def _features(vec, t, rows, fit=False):
     return sparse.hstack([A, B, both, sparse.csr_matrix(5 * ratios)]).tocsr()
 
 
-@pytest.mark.parametrize("task", list(TASKS))
+@pytest.mark.parametrize("task", list(GLUE_TASKS))
 def test_synthetic_tasks_are_learnable(task):
     """A bag-of-words model (word shapes for CoLA; word overlap for pairs) beats chance on dev."""
-    t = TASKS[task]
-    splits = load_glue_task(task, SYNTH)
+    t = GLUE_TASKS[task]
+    splits = load_task(task, SYNTH)
     analyzer = _shapes if task == "cola" else _stems
     ngrams = (1, 3) if task == "cola" else (1, 1 if t.is_pair else 2)
     vec = CountVectorizer(
@@ -548,15 +534,15 @@ def tokenizer():
     texts = [
         r
         for task in ("mnli", "sst2")
-        for r in load_glue_task(task, SYNTH)["train"][:][TASKS[task].text_fields[0]]
+        for r in load_task(task, SYNTH)["train"][:][GLUE_TASKS[task].text_fields[0]]
     ]
     return build_tokenizer({"kind": "wordpiece", "vocab_size": 600}, lambda: iter([texts]))
 
 
 def test_tokenize_task_pairs_and_cache(tokenizer, tmp_path, monkeypatch):
-    import convexp.data.glue as glue
+    import convexp.data.encoding as encoding
 
-    splits = load_glue_task("rte", {"source": "synthetic", "synthetic_size": 60})
+    splits = load_task("rte", {"source": "synthetic", "synthetic_size": 60})
     out = tokenize_task("rte", splits, tokenizer, max_len=24, cache_dir=tmp_path / "cache")
     assert list(out) == list(splits)
     row, src = out["validation"][0], splits["validation"][0]
@@ -570,7 +556,7 @@ def test_tokenize_task_pairs_and_cache(tokenizer, tmp_path, monkeypatch):
     assert max(len(x) for x in out["train"]["input_ids"]) <= 24
     assert out["test"]["label"] == [-1] * len(splits["test"])
 
-    monkeypatch.setattr(glue, "_tokenize_split", lambda *a, **k: pytest.fail("cache not used"))
+    monkeypatch.setattr(encoding, "_tokenize_split", lambda *a, **k: pytest.fail("cache not used"))
     again = tokenize_task("rte", splits, tokenizer, max_len=24, cache_dir=tmp_path / "cache")
     assert again["train"][:] == out["train"][:]
     assert len(list((tmp_path / "cache").iterdir())) == 1
@@ -578,12 +564,12 @@ def test_tokenize_task_pairs_and_cache(tokenizer, tmp_path, monkeypatch):
 
 def test_tokenize_single_sentence_regression_and_collate(tokenizer):
     stsb = tokenize_task(
-        "stsb", load_glue_task("stsb", {"source": "synthetic", "synthetic_size": 50}), tokenizer, 32
+        "stsb", load_task("stsb", {"source": "synthetic", "synthetic_size": 50}), tokenizer, 32
     )
     batch = collate([stsb["train"][i] for i in range(4)], pad_id=tokenizer.pad_id)
     assert batch["labels"].dtype.is_floating_point and batch["input_ids"].shape[0] == 4
     cola = tokenize_task(
-        "cola", load_glue_task("cola", {"source": "synthetic", "synthetic_size": 50}), tokenizer, 16
+        "cola", load_task("cola", {"source": "synthetic", "synthetic_size": 50}), tokenizer, 16
     )
     rows = [cola["train"][i] for i in range(5)]
     assert all(set(r["token_type_ids"]) == {0} and r["input_ids"][0] == tokenizer.cls_id for r in rows)
@@ -601,7 +587,7 @@ def test_collapsed_runs_are_detected():
     """BERMO's "Diverges": every prediction the same class (or score), or non-finite outputs."""
     import numpy as np
 
-    from convexp.data.glue import collapsed
+    from convexp.data.scores import collapsed
 
     assert collapsed("sst2", np.array([[0.1, 2.0], [0.3, 1.0], [-1.0, 0.5]]))  # always class 1
     assert not collapsed("sst2", np.array([[0.1, 2.0], [3.0, 1.0]]))

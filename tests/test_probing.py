@@ -13,9 +13,11 @@ from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score
 
-from convexp.data import glue
-from convexp.data.glue import GlueFileError, GlueLabelError, load_glue_task
-from convexp.data.probing import PROBING_ORDER, PROBING_TASKS, synthetic_probing_task, wc_label_names
+from convexp.data import loading, scores, tasks
+from convexp.data.errors import TaskFileError, TaskLabelError
+from convexp.data.loading import load_task
+from convexp.data.synthetic_probing import synthetic_probing_task, wc_label_names
+from convexp.data.tasks import PROBING_ORDER, PROBING_TASKS
 from convexp.errors import UserError
 from test_pretrain import convexp
 
@@ -67,7 +69,7 @@ def test_senteval_files_splits_and_labels(tmp_path):
         "tree_depth",
         [("tr", "10", "a ."), ("tr", "5", "b ."), ("va", "12", "c ."), ("te", "9", "d .")],
     )
-    tense = load_glue_task("tense", local(tmp_path))
+    tense = load_task("tense", local(tmp_path))
     assert list(tense) == ["train", "validation", "test"]
     assert tense["train"][:] == {
         "sentence": ["She walks home .", "He walked home ."],
@@ -75,11 +77,11 @@ def test_senteval_files_splits_and_labels(tmp_path):
         "idx": [0, 1],
     }
     assert tense["validation"]["label"] == [0] and tense["test"]["label"] == [1, 0]  # PAST=0, PRES=1
-    assert tense["test"].features == glue.glue_features("tense")
-    wc = load_glue_task("wc", local(tmp_path))
+    assert tense["test"].features == loading.task_features("tense")
+    wc = load_task("wc", local(tmp_path))
     assert wc["train"]["label"] == [2, 0, 1] and wc["train"]["sentence"][2] == "a mango ."
     assert wc["validation"]["label"] == [1] and wc["test"]["label"] == [2]
-    depth = load_glue_task("treedepth", local(tmp_path))  # SentEval's string order: "10" < "12" < "5"
+    depth = load_task("treedepth", local(tmp_path))  # SentEval's string order: "10" < "12" < "5"
     assert PROBING_TASKS["treedepth"].label_names == ("10", "11", "12", "5", "6", "7", "8", "9")
     assert [depth[s]["label"][0] for s in ("train", "validation", "test")] == [0, 2, 7]
 
@@ -87,22 +89,22 @@ def test_senteval_files_splits_and_labels(tmp_path):
 @pytest.mark.parametrize(
     "task, lines, error, parts",
     [
-        ("tense", "tr\tPAST\tok .\nva\tPAST\n", GlueFileError, ["past_present.txt:2", "split<TAB>label"]),
-        ("tense", "tr\tPAST\tok .\nxx\tPAST\tno .\n", GlueFileError, ["past_present.txt:2", "'xx'"]),
+        ("tense", "tr\tPAST\tok .\nva\tPAST\n", TaskFileError, ["past_present.txt:2", "split<TAB>label"]),
+        ("tense", "tr\tPAST\tok .\nxx\tPAST\tno .\n", TaskFileError, ["past_present.txt:2", "'xx'"]),
         (
             "tense",
             "tr\tPAST\tok .\nva\tFUTURE\tno .\nte\tPAST\tx\n",
-            GlueLabelError,
+            TaskLabelError,
             [":2", "FUTURE", "PRES"],
         ),
-        ("tense", "tr\tPAST\tok .\nva\tPAST\tok .\n", GlueFileError, ["past_present.txt", "no te rows"]),
+        ("tense", "tr\tPAST\tok .\nva\tPAST\tok .\n", TaskFileError, ["past_present.txt", "no te rows"]),
         (
             "wc",
             "tr\tcat\ta cat .\nva\tdog\ta dog .\nte\tcat\tx\n",
-            GlueLabelError,
+            TaskLabelError,
             ["word_content.txt:2", "'dog'"],
         ),
-        ("subjnum", None, GlueFileError, ["missing SentEval probing file", "subj_number.txt"]),
+        ("subjnum", None, TaskFileError, ["missing SentEval probing file", "subj_number.txt"]),
     ],
 )
 def test_senteval_file_errors_are_one_line(tmp_path, task, lines, error, parts):
@@ -110,7 +112,7 @@ def test_senteval_file_errors_are_one_line(tmp_path, task, lines, error, parts):
     if lines is not None:
         (tmp_path / f"{t.folder}.txt").write_text(lines)
     with pytest.raises(error) as e:
-        load_glue_task(task, local(tmp_path))
+        load_task(task, local(tmp_path))
     message = str(e.value)
     assert isinstance(e.value, UserError) and "\n" not in message
     assert all(p in message for p in parts), message
@@ -119,29 +121,29 @@ def test_senteval_file_errors_are_one_line(tmp_path, task, lines, error, parts):
 def test_other_sources(tmp_path):
     import datasets
 
-    splits = load_glue_task("somo", {"source": "synthetic", "synthetic_size": 60})
+    splits = load_task("somo", {"source": "synthetic", "synthetic_size": 60})
     datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "saved" / "somo"))  # GLUE's disk source
-    again = load_glue_task("somo", {"source": "disk", "path": str(tmp_path / "saved")})
+    again = load_task("somo", {"source": "disk", "path": str(tmp_path / "saved")})
     assert {k: v[:] for k, v in again.items()} == {k: v[:] for k, v in splits.items()}
-    with pytest.raises(GlueFileError, match="no such SentEval probing folder"):
-        load_glue_task("tense", {"source": "local", "path": "/no/such/probing"})
-    with pytest.raises(GlueFileError, match="SentEval probing folder"):
-        load_glue_task("tense", {"source": "local"})
+    with pytest.raises(TaskFileError, match="no such SentEval probing folder"):
+        load_task("tense", {"source": "local", "path": "/no/such/probing"})
+    with pytest.raises(TaskFileError, match="SentEval probing folder"):
+        load_task("tense", {"source": "local"})
     with pytest.raises(UserError, match="no hub source"):
-        load_glue_task("tense", {"source": "hub"})
+        load_task("tense", {"source": "hub"})
 
 
 # ---------------------------------------------------------------------------- registry
 
 
 def test_registry_and_glue_averages_never_include_probing():
-    assert set(PROBING_TASKS).isdisjoint(glue.TASKS) and len(PROBING_TASKS) == 10
+    assert set(PROBING_TASKS).isdisjoint(tasks.GLUE_TASKS) and len(PROBING_TASKS) == 10
     for name in PROBING_ORDER:
-        t = glue.get_task(name)
+        t = tasks.get_task(name)
         assert (
             t.benchmark == "probing" and not t.in_average and not t.submission and t.metrics == ("accuracy",)
         )
-    classes = {n: glue.get_task(n).num_labels for n in PROBING_ORDER}
+    classes = {n: tasks.get_task(n).num_labels for n in PROBING_ORDER}
     assert classes == dict(
         sentlen=6,
         wc=1000,
@@ -164,10 +166,10 @@ def test_registry_and_glue_averages_never_include_probing():
         "qnli": 88.0,
         "rte": 68.0,
     }
-    probing_scores = glue.score_columns({"tense": {"validation": {"accuracy": 0.0}}}, "convbert")
+    probing_scores = scores.score_columns({"tense": {"validation": {"accuracy": 0.0}}}, "convbert")
     assert probing_scores == {"tense": 0.0}
-    assert glue.glue_average({**row, **probing_scores}) == pytest.approx(652.0 / 8)
-    assert glue.compute_metrics("wc", np.array([3, 999, 5]), np.array([3, 999, 4])) == pytest.approx(
+    assert scores.glue_average({**row, **probing_scores}) == pytest.approx(652.0 / 8)
+    assert scores.compute_metrics("wc", np.array([3, 999, 5]), np.array([3, 999, 4])) == pytest.approx(
         {"accuracy": 200 / 3}
     )
 
@@ -177,15 +179,15 @@ def test_registry_and_glue_averages_never_include_probing():
 
 def test_synthetic_shapes_and_determinism():
     for name in PROBING_ORDER:
-        t = glue.get_task(name)
-        a = load_glue_task(name, {"source": "synthetic", "synthetic_size": 120, "seed": 1})
-        b = load_glue_task(name, {"source": "synthetic", "synthetic_size": 120, "seed": 1})
-        c = load_glue_task(name, {"source": "synthetic", "synthetic_size": 120, "seed": 2})
+        t = tasks.get_task(name)
+        a = load_task(name, {"source": "synthetic", "synthetic_size": 120, "seed": 1})
+        b = load_task(name, {"source": "synthetic", "synthetic_size": 120, "seed": 1})
+        c = load_task(name, {"source": "synthetic", "synthetic_size": 120, "seed": 2})
         assert list(a) == ["train", "validation", "test"]
         assert [len(a[s]) for s in a] == [120, 50, 50]
         assert {k: v[:] for k, v in a.items()} == {k: v[:] for k, v in b.items()}
         assert a["train"]["sentence"] != c["train"]["sentence"]
-        assert all(ds.features == glue.glue_features(name) for ds in a.values())
+        assert all(ds.features == loading.task_features(name) for ds in a.values())
         labels = [y for s in a.values() for y in s["label"]]
         assert min(labels) >= 0 and max(labels) < t.num_labels  # test rows are labelled too
         if t.num_labels <= 8:
@@ -274,7 +276,7 @@ def test_bermo_scalar_mix_learns_at_its_own_rate():
     )
     hp = {"lr": 5e-5, "weight_decay": 0.0, "warmup_fraction": 0.0, "layerwise_lr_decay": None}
     hp |= {"adam_epsilon": 1e-8, "scalar_mix_lr": 1e-2}
-    module = FinetuneModule(cfg, glue.get_task("tense"), hp, 10, 0)
+    module = FinetuneModule(cfg, tasks.get_task("tense"), hp, 10, 0)
     opt = module.configure_optimizers()["optimizer"]
     by_lr = {g["lr"]: sum(p.numel() for p in g["params"]) for g in opt.param_groups}
     assert by_lr[1e-2] == 2 + 1 + 1  # α over embeddings + 2 layers, γ

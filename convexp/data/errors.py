@@ -29,3 +29,19 @@ class HubDatasetError(DataError):
 
 class TokenizerError(DataError):
     """A tokenizer that cannot be built or loaded (bad kind, missing file, missing special token)."""
+
+
+class TaskError(DataError):
+    """A fine-tuning task, file or label problem (GLUE, SentEval probing, a custom task)."""
+
+
+class UnknownTaskError(TaskError):
+    """A task name that is not in the task registry."""
+
+
+class TaskFileError(TaskError):
+    """A missing task file, a file with the wrong columns, or a malformed row."""
+
+
+class TaskLabelError(TaskError):
+    """A label that the task does not know."""

@@ -39,7 +39,7 @@ from .corpus import with_defaults
 from .errors import DataError
 
 # The synthetic language's phrase builders; one import site, so moving the grammar touches one line.
-from .glue import _Clause, _sentence, _Words
+from .grammar import Clause, Words, sentence
 
 VERSIONS = ("v1.1", "v2.0")
 SOURCES = ("synthetic", "hub", "local")
@@ -207,8 +207,8 @@ def _np_text(words: list[str]) -> str:
 
 def _synthetic_record(rng: random.Random, version: str, qid: str) -> dict:
     """One synthetic question with its document (see the module docstring)."""
-    w = _Words(rng, range(12))
-    clauses: list[_Clause] = []
+    w = Words(rng, range(12))
+    clauses: list[Clause] = []
     n_sentences = rng.randint(3, 7)
     while len(clauses) < n_sentences:
         c = w.clause()
@@ -218,7 +218,7 @@ def _synthetic_record(rng: random.Random, version: str, qid: str) -> dict:
     sentences, offsets = [], []  # offsets: character offset of each sentence in the context
     pos = 0
     for c in clauses:
-        s = _sentence([*c.words(), "."])
+        s = sentence([*c.words(), "."])
         sentences.append(s)
         offsets.append(pos)
         pos += len(s) + 1
@@ -232,18 +232,18 @@ def _synthetic_record(rng: random.Random, version: str, qid: str) -> dict:
         used = {d.verb for d in clauses}
         verb = w.pick("verbs", avoid=used)
         if asks_object:
-            question = _sentence(["what", aux, *c.subj.words(), verb, "?"])
+            question = sentence(["what", aux, *c.subj.words(), verb, "?"])
         else:
-            question = _sentence(["what", verb + "s", *c.obj.words(), "?"])
+            question = sentence(["what", verb + "s", *c.obj.words(), "?"])
         answers = {"text": [], "answer_start": []}
     else:
         subj, verb_words = _np_text(c.subj.words()), " ".join(c.verb_words())
         if asks_object:
-            question = _sentence(["what", aux, *c.subj.words(), c.verb, "?"])
+            question = sentence(["what", aux, *c.subj.words(), c.verb, "?"])
             text = _np_text(c.obj.words())
             start = offsets[k] + len(subj) + 1 + len(verb_words) + 1
         else:
-            question = _sentence(["what", c.verb + "s", *c.obj.words(), "?"])
+            question = sentence(["what", c.verb + "s", *c.obj.words(), "?"])
             text, start = subj, offsets[k]
         answers = {"text": [text], "answer_start": [start]}
     return {

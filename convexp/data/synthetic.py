@@ -1,7 +1,8 @@
 """A built-in synthetic English-like corpus, so that pre-training runs with no download.
 
-The language is small (about 2,600 distinct words, generated from syllables with a fixed seed,
-so it is the same language for every corpus seed) but it has structure at two ranges:
+The language (its words and word lists: ``grammar.py``) is small (about 2,600 distinct words,
+generated from syllables with a fixed seed, so it is the same language for every corpus seed)
+but the documents written here have structure at two ranges:
 
 Local structure (a bigram model can learn it):
   * determiners agree in number with their noun ("a"/"an"/"this"/"every" + singular,
@@ -30,91 +31,8 @@ import math
 import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
 
-_LEXICON_SEED = 20240611  # fixes the language; corpus seeds only change the documents
-NUM_TOPICS = 12
-
-_ONSETS = [
-    "b",
-    "d",
-    "f",
-    "g",
-    "k",
-    "l",
-    "m",
-    "n",
-    "p",
-    "r",
-    "t",
-    "v",
-    "z",
-    "br",
-    "tr",
-    "kl",
-    "gr",
-    "pl",
-    "sh",
-    "th",
-]
-_VOWELS = ["a", "e", "i", "o", "u", "ai", "ou", "ee"]
-_CODAS = ["", "", "", "n", "r", "l", "m", "k"]
-
-_DET_SINGULAR = ["a", "this", "that", "every", "one"]
-_DET_PLURAL = ["these", "those", "many", "some", "two", "few"]
-_PREPOSITIONS = ["in", "on", "near", "under", "with", "behind", "beside"]
-_CONJUNCTIONS = ["because", "while", "but", "and", "although"]
-_BRACKETS = [("(", ")"), ("[", "]")]
-
-
-@dataclass(frozen=True)
-class _Vocabulary:
-    nouns: tuple[str, ...]  # singular stems; plural = stem + "s"
-    verbs: tuple[str, ...]  # base forms; third person singular = stem + "s"
-    adjectives: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class _Lexicon:
-    topics: tuple[_Vocabulary, ...]
-    general: _Vocabulary  # shared by every topic
-    names: tuple[str, ...]
-
-
-def _syllable(rng: random.Random) -> str:
-    return rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
-
-
-def _new_words(rng: random.Random, count: int, syllables: tuple[int, int], taken: set[str], suffixes=("",)):
-    """``count`` new pronounceable words; a word and its "-s" form are both kept out of ``taken``."""
-    words = []
-    while len(words) < count:
-        stem = "".join(_syllable(rng) for _ in range(rng.randint(*syllables)))
-        w = stem + rng.choice(suffixes)
-        if stem.endswith("s") or w in taken or w + "s" in taken:
-            continue
-        taken.update((w, w + "s"))
-        words.append(w)
-    return tuple(words)
-
-
-@lru_cache(maxsize=1)
-def _lexicon() -> _Lexicon:
-    rng = random.Random(_LEXICON_SEED)
-    taken = set(_DET_SINGULAR + _DET_PLURAL + _PREPOSITIONS + _CONJUNCTIONS + ["the", "an", "he", "she"])
-
-    def vocabulary(n_nouns, n_verbs, n_adjs):
-        return _Vocabulary(
-            nouns=_new_words(rng, n_nouns, (2, 3), taken),
-            verbs=_new_words(rng, n_verbs, (1, 2), taken),
-            adjectives=_new_words(rng, n_adjs, (1, 2), taken, suffixes=("ous", "ic", "al")),
-        )
-
-    topics = tuple(vocabulary(50, 25, 20) for _ in range(NUM_TOPICS))
-    general = vocabulary(40, 20, 20)
-    names = tuple(w.capitalize() for w in _new_words(rng, 150, (2, 2), taken))
-    return _Lexicon(topics, general, names)
+from .grammar import BRACKETS, CONJUNCTIONS, PLURAL_DETS, PREPOSITIONS, SINGULAR_DETS, lexicon
 
 
 def _pronoun(name: str) -> str:
@@ -125,7 +43,7 @@ class _DocumentWriter:
     """Writes one document: a topic, a protagonist, then sentences from a few templates."""
 
     def __init__(self, rng: random.Random):
-        lex = _lexicon()
+        lex = lexicon()
         self.rng = rng
         self.topic = rng.choice(lex.topics)
         self.general = lex.general
@@ -138,14 +56,14 @@ class _DocumentWriter:
 
     def noun_phrase(self, plural: bool, depth: int = 0) -> list[str]:
         rng = self.rng
-        det = rng.choice(_DET_PLURAL if plural else _DET_SINGULAR) if rng.random() < 0.6 else "the"
+        det = rng.choice(PLURAL_DETS if plural else SINGULAR_DETS) if rng.random() < 0.6 else "the"
         words = [self._pick("adjectives")] if rng.random() < 0.4 else []
         words.append(self._pick("nouns") + ("s" if plural else ""))
         if det == "a" and words[0][0] in "aeiou":
             det = "an"
         phrase = [det, *words]
         if depth == 0 and rng.random() < 0.2:
-            phrase += [rng.choice(_PREPOSITIONS), *self.noun_phrase(rng.random() < 0.5, depth + 1)]
+            phrase += [rng.choice(PREPOSITIONS), *self.noun_phrase(rng.random() < 0.5, depth + 1)]
         return phrase
 
     def subject(self) -> tuple[list[str], bool]:
@@ -165,14 +83,14 @@ class _DocumentWriter:
         verb = self._pick("verbs") + ("" if plural else "s")
         words = [*subject, verb, *self.noun_phrase(self.rng.random() < 0.5)]
         if depth < 2 and self.rng.random() < 0.25:  # a bracketed aside, possibly nested
-            open_, close = self.rng.choice(_BRACKETS)
+            open_, close = self.rng.choice(BRACKETS)
             words += [open_, *self.clause(depth + 1), close]
         return words
 
     def sentence(self) -> list[str]:
         words = self.clause()
         if self.rng.random() < 0.3:
-            words += [",", self.rng.choice(_CONJUNCTIONS), *self.clause()]
+            words += [",", self.rng.choice(CONJUNCTIONS), *self.clause()]
         return [*words, "."]
 
     def document(self) -> str:
@@ -202,8 +120,8 @@ def synthetic_corpus(num_docs: int, seed: int) -> list[str]:
 
 def vocabulary_words() -> set[str]:
     """Every word form of the language (lower case), e.g. to check a tokenizer covers it."""
-    lex = _lexicon()
-    words = set(_DET_SINGULAR + _DET_PLURAL + _PREPOSITIONS + _CONJUNCTIONS)
+    lex = lexicon()
+    words = set(SINGULAR_DETS + PLURAL_DETS + PREPOSITIONS + CONJUNCTIONS)
     words |= {"the", "an", "he", "she", "there", "was", "called"}
     for v in (*lex.topics, lex.general):
         words |= {f for n in v.nouns + v.verbs for f in (n, n + "s")} | set(v.adjectives)

@@ -21,8 +21,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from .. import results
-from ..data import glue
-from ..data.probing import GROUPS, PROBING_ORDER
+from ..data import scores
+from ..data.tasks import GROUPS, PROBING_ORDER
 
 HEADERS = {
     "params": "Params",
@@ -130,10 +130,10 @@ def run_values(m: dict, style: str, split: str = "dev") -> dict[str, float]:
     task = m["task"]
     results = m.get(split) or {}
     out = (
-        dict(glue.score_columns({task: results}, "chang" if style == "probing" else style)) if results else {}
+        dict(scores.score_columns({task: results}, "chang" if style == "probing" else style)) if results else {}
     )
     for i, (sp, metrics) in enumerate(results.items()):
-        column = glue.column_of(task, sp)
+        column = scores.column_of(task, sp)
         names = [column, task] if i == 0 and column != task else [column]
         for name in names:
             out.update({f"{name}.{k}": float(v) for k, v in metrics.items()})
@@ -201,7 +201,7 @@ def variant_row(
 
 
 def glue_columns(style: str) -> tuple[str, ...]:
-    return glue.CONVBERT_COLUMNS if style == "convbert" else glue.CHANG_COLUMNS
+    return scores.CONVBERT_COLUMNS if style == "convbert" else scores.CHANG_COLUMNS
 
 
 def _glue_cell(per_seed: dict, per_column: dict, style: str, how: str) -> Cell:

@@ -27,7 +27,11 @@ from torch.utils.data import DataLoader
 
 from .. import pruning as pruner
 from ..checkpoint import Checkpoint, open_checkpoint
-from ..data import glue
+from ..data.custom import custom_task
+from ..data.encoding import tokenize_task
+from ..data.loading import prepare_task
+from ..data.scores import compute_metrics
+from ..data.tasks import Task, get_task, register
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..record import warn_if_other_version, write_record
@@ -104,7 +108,7 @@ class FinetuneModule(pl.LightningModule):
     def __init__(
         self,
         model_cfg: ModelConfig,
-        task: glue.GlueTask,
+        task: Task,
         hp: dict,
         total_steps: int,
         seed: int,
@@ -180,7 +184,7 @@ class FinetuneModule(pl.LightningModule):
         if self._val:
             logits, labels = (torch.cat(x) for x in zip(*self._val))
             self._val = []
-            for k, v in glue.compute_metrics(self.task, logits, labels).items():
+            for k, v in compute_metrics(self.task, logits, labels).items():
                 self.log(f"val/{k}", v, prog_bar=True)
             if self.pruning is not None:
                 self.log("val/remaining_weights", 100 * pruner.remaining_weights(self.model))
@@ -234,7 +238,7 @@ def layerwise_groups(model: SequenceClassifier, lr: float, decay: float | None) 
     return [{"params": ps, "lr": g_lr} for g_lr, ps in groups.items()]
 
 
-def load_teacher(ckpt: Checkpoint, task: glue.GlueTask, student: ModelConfig) -> SequenceClassifier:
+def load_teacher(ckpt: Checkpoint, task: Task, student: ModelConfig) -> SequenceClassifier:
     """A frozen fine-tuned teacher of ``task`` (a convexp fine-tuning run or a HF checkpoint) that
     shares the student's vocabulary."""
     teacher = ckpt.classifier(task.num_labels, task.name)
@@ -274,7 +278,7 @@ class FinetuneData(pl.LightningDataModule):
 def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) -> Run:
     """Fine-tune one planned run, or reuse it when it has finished."""
     task_name, seed, hp, run, run_cfg = planned.task, planned.seed, planned.hp, planned.run, planned.run_cfg
-    task = glue.get_task(task_name)
+    task = get_task(task_name)
     if run.finished:
         return run
     if run.last_checkpoint() and not cfg.resume:
@@ -381,6 +385,8 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
 
     datasets.disable_progress_bars()
     init = resolve_init(cfg)
+    if cfg.task.name == "custom":  # a user's task: its config says what it is (data/custom.py)
+        register(custom_task(cfg.task), replace=True)
     runs = glue_runs(cfg, init.slug, init.model_cfg.hidden_size, task_cfgs)
     for p in runs:
         if p.run.finished:
@@ -390,9 +396,8 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
         if not todo:
             continue  # data is loaded only for tasks with work left
         tcfg = task_config(cfg, task_cfgs, name)
-        task = glue.get_task(name)
-        raw = glue.load_glue_task(task, tcfg.glue)
-        splits = glue.tokenize_task(
+        task, raw = prepare_task(tcfg.task, tcfg.glue)
+        splits = tokenize_task(
             task, raw, init.tokenizer, tcfg.task.max_len, Path(cfg.outputs) / "cache" / "glue"
         )
         for planned in todo:

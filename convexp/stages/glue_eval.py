@@ -17,7 +17,10 @@ from torch.utils.data import DataLoader
 
 from .. import pruning as pruner
 from ..atomic import atomic_write
-from ..data import glue
+from ..data.encoding import collate
+from ..data.scores import collapsed, compute_metrics, convbert_score, task_score
+from ..data.submissions import write_submission
+from ..data.tasks import Task
 from ..models import SequenceClassifier
 from ..models.io import save_model_dir
 from ..runs import Run
@@ -32,7 +35,7 @@ class Padded:
 
     def __call__(self, rows: list[dict]) -> dict:
         rows = [{k: v.tolist() if torch.is_tensor(v) else v for k, v in r.items()} for r in rows]
-        out = glue.collate(rows, self.pad_id)
+        out = collate(rows, self.pad_id)
         if "position" in rows[0]:
             out["position"] = torch.stack([torch.as_tensor(r["position"]) for r in rows])
         return out
@@ -51,7 +54,7 @@ def predict(model: SequenceClassifier, rows, pad_id: int, batch_size: int = 64):
     return torch.cat(logits), torch.cat(labels), torch.cat(idx)
 
 
-def _save_predictions(path: Path, task: glue.GlueTask, idx, logits, labels) -> None:
+def _save_predictions(path: Path, task: Task, idx, logits, labels) -> None:
     pred = logits.squeeze(-1) if task.is_regression else logits.argmax(-1)
     lines = ["idx\tlabel\tprediction"] + [
         f"{int(i)}\t{float(y):.9g}\t{float(p):.9g}" for i, y, p in zip(idx, labels, pred)
@@ -62,7 +65,7 @@ def _save_predictions(path: Path, task: glue.GlueTask, idx, logits, labels) -> N
 def evaluate_and_save(
     run: Run,
     model,
-    task: glue.GlueTask,
+    task: Task,
     splits: dict,
     pad: int,
     hp: dict,
@@ -83,28 +86,31 @@ def evaluate_and_save(
     diverged = False
     for split in task.dev_splits:
         logits, labels, idx = predict(model, splits[split], pad)
-        dev[split] = glue.compute_metrics(task, logits, labels)
-        diverged = diverged or glue.collapsed(task, logits)
+        dev[split] = compute_metrics(task, logits, labels)
+        diverged = diverged or collapsed(task, logits)
         _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
     for split in task.test_splits:
         if split in splits:
             logits, labels, idx = predict(model, splits[split], pad)
             _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
             if task.submission:
-                glue.write_submission(task, split, idx, logits, run.dir / "submission")
+                write_submission(task, split, idx, logits, run.dir / "submission")
             if len(labels) and (labels >= 0).all():  # labelled test rows (SentEval's): scored too
-                test[split] = glue.compute_metrics(task, logits, labels)
+                test[split] = compute_metrics(task, logits, labels)
+    absent = [s for s in task.test_splits if s not in splits and s not in task.optional_splits]
+    if absent:  # e.g. a GLUE folder with train and dev files only
+        print(f"{task.name}: no {'/'.join(absent)} data; test predictions and submission skipped")
     if not run.model_dir.exists():  # with the tokenizer: the model dir is a self-contained init=
         files = sorted(tokenizer.save(run.dir / "tokenizer").iterdir()) if tokenizer is not None else []
         save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir, extra_files=files)
-    score = glue.task_score(task, dev[task.dev_splits[0]])
+    score = task_score(task, dev[task.dev_splits[0]])
     metrics = {
         "task": task.name,
         "dev": dev,
         "diverged": diverged,  # every dev prediction the same: the run collapsed
         **({"test": test} if test else {}),
         "score": score,
-        "convbert_score": glue.convbert_score(task, dev[task.dev_splits[0]]),
+        "convbert_score": convbert_score(task, dev[task.dev_splits[0]]),
         "hp": hp,
         "wall_time_s": seconds,
         "examples_per_s": examples / seconds if seconds else None,

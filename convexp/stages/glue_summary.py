@@ -17,7 +17,9 @@ from omegaconf import DictConfig
 
 from .. import results
 from ..atomic import config_hash
-from ..data import glue, probing
+from ..data.scores import glue_average, task_score
+from ..data.submissions import zip_submission
+from ..data.tasks import GROUPS, PROBING_COLUMNS, PROBING_ORDER, get_task
 from ..runs import Run
 
 
@@ -26,7 +28,7 @@ def write_summary(cfg: DictConfig, init_slug: str, runs_by_task: dict) -> Path:
     per_task, columns = {}, {"convbert": {}, "chang": {}}
     best_runs = {}
     for name, by_seed in runs_by_task.items():
-        task = glue.get_task(name)
+        task = get_task(name)
         runs = [(seed, r, r.read_json("metrics.json")) for seed, rs in by_seed.items() for r in rs]
         # with a grid: the setting with the best mean dev score over seeds is the task's result
         chosen = results.best_setting(runs, metrics=_metrics)
@@ -43,7 +45,7 @@ def write_summary(cfg: DictConfig, init_slug: str, runs_by_task: dict) -> Path:
             m["test"][task.test_splits[0]] for _, _, m in chosen if task.test_splits[0] in m.get("test", {})
         ]
         if tests and len(tests) == len(chosen):  # labelled test rows (the probing tasks)
-            per_task[name]["test_score"] = results.seed_stats([glue.task_score(task, t) for t in tests])
+            per_task[name]["test_score"] = results.seed_stats([task_score(task, t) for t in tests])
         for style in ("convbert", "chang"):
             columns[style].update(results.style_columns(name, [m for _, _, m in chosen], style))
     glue_scores = {}
@@ -51,10 +53,10 @@ def write_summary(cfg: DictConfig, init_slug: str, runs_by_task: dict) -> Path:
         for stat in results.STATS:
             vals = {c: v[stat] for c, v in cols.items()}
             try:
-                glue_scores[f"{style}_{stat}"] = glue.glue_average(vals, style)
+                glue_scores[f"{style}_{stat}"] = glue_average(vals, style)
             except Exception:
                 glue_scores[f"{style}_{stat}"] = None  # not every task was run
-    is_probing = all(glue.get_task(name).benchmark == "probing" for name in runs_by_task)
+    is_probing = all(get_task(name).benchmark == "probing" for name in runs_by_task)
     slug = "-".join(filter(None, [init_slug, cfg.task.name, cfg.protocol, cfg.name]))
     every_run = sorted(r.id for by_seed in runs_by_task.values() for rs in by_seed.values() for r in rs)
     kind = "probing" if is_probing else "glue"
@@ -75,7 +77,7 @@ def write_summary(cfg: DictConfig, init_slug: str, runs_by_task: dict) -> Path:
         for f in (run.dir / "submission").glob("*.tsv"):
             (sub / f.name).write_bytes(f.read_bytes())
     if any(sub.iterdir()):
-        glue.zip_submission(sub, out / "submission.zip")
+        zip_submission(sub, out / "submission.zip")
     (print_probing_summary if is_probing else print_summary)(summary)
     print(f"summary: {out / 'summary.json'}")
     return out
@@ -89,7 +91,7 @@ def probing_averages(per_task: dict) -> dict:
     """BERMO Table 1's averages of the mean accuracies: over all ten tasks and per group (surface,
     syntactic, semantic), for every complete set: {set: {"dev": .., "test": .. or None}}."""
     out = {}
-    for group, names in {"all": probing.PROBING_ORDER, **probing.GROUPS}.items():
+    for group, names in {"all": PROBING_ORDER, **GROUPS}.items():
         if all(n in per_task for n in names):
             dev = statistics.fmean(per_task[n]["score"]["mean"] for n in names)
             has_test = all("test_score" in per_task[n] for n in names)
@@ -110,11 +112,11 @@ def print_probing_summary(summary: dict) -> None:
     for col in ("task", "SentEval file", "dev mean ± s.e.", "test mean ± s.e.", "best dev", "runs"):
         table.add_column(col, justify="left" if col in ("task", "SentEval file") else "right")
     tasks = summary["tasks"]
-    for name in [n for n in probing.PROBING_ORDER if n in tasks]:
+    for name in [n for n in PROBING_ORDER if n in tasks]:
         t = tasks[name]
-        file = f"{glue.get_task(name).folder}.txt"
+        file = f"{get_task(name).folder}.txt"
         table.add_row(
-            f"{probing.COLUMNS[name]} ({name})",
+            f"{PROBING_COLUMNS[name]} ({name})",
             file,
             cell(t["score"]),
             cell(t.get("test_score")),

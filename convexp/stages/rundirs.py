@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import compose_stage, model_config
-from ..data.probing import PROBING_ORDER
+from ..data.loading import task_data
+from ..data.tasks import PROBING_ORDER
 from ..errors import UserError
 from ..runs import Run
 from . import recipes
@@ -214,6 +215,9 @@ def finetune_run(
             },
         }
     )
+    data = task_data(cfg.task)  # sample limits, a custom task's files: only when set (older ids stay)
+    if data:
+        run_cfg.task_data = data
     # pruning and distillation change a run only when they are on (older runs keep their ids)
     if cfg.pruning.method != "none":
         run_cfg.pruning = OmegaConf.to_container(cfg.pruning)

@@ -45,7 +45,7 @@ class Node:
 
     @property
     def command(self) -> str:
-        from ..data.probing import PROBING_ORDER
+        from ..data.tasks import PROBING_ORDER
 
         kind = "probing" if self.task in PROBING_ORDER else "glue"
         head = "convexp pretrain" if self.stage == "pretrain" else f"convexp finetune {kind}"
@@ -95,7 +95,7 @@ def finetune_nodes(
     """One node per (task, seed) fine-tuning the variant's start (MNLI included when the protocol
     starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
     run of that task (its first seed), which must be planned first."""
-    from ..data.probing import PROBING_ORDER
+    from ..data.tasks import PROBING_ORDER
     from ..stages.rundirs import glue_runs, glue_task_names
 
     where = f"sweep {sweep.name}, variant {v.name}"

@@ -225,8 +225,8 @@ def _names(x, where: str) -> tuple[str, ...]:
 
 
 def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, where: str) -> None:
-    from ..data import glue
-    from ..data.probing import GROUPS, PROBING_ORDER
+    from ..data.scores import CHANG_COLUMNS, CONVBERT_COLUMNS
+    from ..data.tasks import GROUPS, PROBING_ORDER
 
     if r.style not in ("convbert", "chang", "probing"):
         raise SweepError(f"{where}: report.style must be convbert, chang or probing, not {r.style!r}")
@@ -234,7 +234,7 @@ def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, 
         raise SweepError(f"{where}: report.aggregate must be median, mean or best, not {r.aggregate!r}")
     if r.split not in ("dev", "test"):
         raise SweepError(f"{where}: report.split must be dev or test, not {r.split!r}")
-    task_columns = set(glue.CONVBERT_COLUMNS) | set(glue.CHANG_COLUMNS) | {"mnli-m", "mnli-mm", "wnli"}
+    task_columns = set(CONVBERT_COLUMNS) | set(CHANG_COLUMNS) | {"mnli-m", "mnli-mm", "wnli"}
     task_columns |= set(PROBING_ORDER) | set(GROUPS) | {"probing", "seeds", "diverged"}
     for c in r.columns:
         head = c.split(".", 1)[0]
