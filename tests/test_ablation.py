@@ -58,6 +58,7 @@ def write_sweep(path: Path, variants: dict, finetune: bool = True, **extra) -> P
 # ----------------------------------------------------------------------------- plans, no training
 
 
+@pytest.mark.slow
 def test_every_sweep_plans_at_every_scale():
     """Every named sweep composes (all overrides valid) and expands as its file says."""
     from convexp.sweep.plan import build_plan
@@ -94,6 +95,7 @@ def test_every_sweep_plans_at_every_scale():
     assert sizes.pretrain_cfgs["small"].data.path == "Skylion007/openwebtext"  # the paper's corpus
 
 
+@pytest.mark.slow
 def test_list_dry_run_and_wandb_sweep(tmp_path):
     res = convexp("ablate", "--list", outputs=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -220,6 +222,7 @@ def test_command_line_keys_go_to_the_stages_that_have_them():
     assert stages["finetune"] == ["trainer.precision=bf16-mixed", "glue.source=local", "lr=1e-4"]
 
 
+@pytest.mark.slow
 def test_convbert_sweep_end_to_end_report_matches_run_store(tmp_path, monkeypatch):
     args = ["convbert-conv-type", *SHRINK, "variants=[electra_small,sdconv]", "seeds=[1,2,3]"]
     res = convexp("ablate", *args, outputs=tmp_path)
@@ -293,6 +296,7 @@ def test_convbert_sweep_end_to_end_report_matches_run_store(tmp_path, monkeypatc
     assert "8 runs (8 cached)" in res.stdout
 
 
+@pytest.mark.slow
 def test_chang_sweep_with_intermediate_mnli_and_analysis(tmp_path):
     args = ["relative-positions", *SHRINK, "variants=[nopos,fixed]", "seeds=[1,2]"]
     res = convexp("ablate", *args, outputs=tmp_path, env=QUIET)
@@ -326,6 +330,7 @@ def test_chang_sweep_with_intermediate_mnli_and_analysis(tmp_path):
     assert (out / "attention_fixed.png").exists() and (out / "kernels_fixed.png").exists()
 
 
+@pytest.mark.slow
 def test_failing_run_is_reported_while_the_others_complete(tmp_path):
     """Two worker processes; one variant's corpus is missing (found only when its run starts)."""
     missing = tmp_path / "no-such-corpus.txt"
@@ -348,6 +353,7 @@ def test_failing_run_is_reported_while_the_others_complete(tmp_path):
     assert "Traceback" in log.read_text()
 
 
+@pytest.mark.slow
 def test_killed_sweep_finishes_only_what_was_missing(tmp_path):
     sweep = write_sweep(tmp_path / "two.yaml", {"a": {}, "b": {"pretrain": ["seed=7"]}}, finetune=False)
     args = [
@@ -386,6 +392,7 @@ def test_killed_sweep_finishes_only_what_was_missing(tmp_path):
     assert steps == [40, 40]
 
 
+@pytest.mark.slow
 def test_submitit_local_executor(tmp_path):
     sweep = write_sweep(tmp_path / "sub.yaml", {"a": {}})
     args = [str(sweep), *SHRINK, "launcher=submitit", "launcher.cluster=local", "launcher.timeout_min=10"]

@@ -44,6 +44,7 @@ def ft_nodes(plan, variant=None):
 # ----------------------------------------------------------------------------- plans
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BERMO)
 def test_bermo_sweeps_share_one_pretraining_at_smoke_and_use_bert_base_above(name):
     sweep = load_sweep(name)
@@ -91,6 +92,7 @@ def test_init_on_the_command_line(tmp_path):
         build_plan(load_sweep("bermo-glue"), ["scale=smoke", f"init={tmp_path}"])
 
 
+@pytest.mark.slow
 def test_probing_sweep_needs_senteval_files_above_smoke(tmp_path):
     res = convexp("ablate", "bermo-probing", "--dry-run", outputs=tmp_path, env=QUIET)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
@@ -148,6 +150,7 @@ def test_default_pruning_warmup_is_one_epoch_unless_the_run_is_too_short():
     assert ts[0] == 1.0 and ts[-1] == pytest.approx(0.1) and 0.1 < ts[47] < 1.0  # a real ramp
 
 
+@pytest.mark.slow
 def test_distillation_teacher_is_a_planned_dependency():
     plan = build_plan(load_sweep("bermo-distill"), ["scale=smoke"])
     glue = build_plan(load_sweep("bermo-glue"), ["scale=smoke"])
@@ -252,6 +255,7 @@ def test_metric_columns_and_probing_groups():
 # ----------------------------------------------------------------------------- end to end, tiny
 
 
+@pytest.mark.slow
 def test_stability_sweep_end_to_end_with_per_seed_report(tmp_path):
     args = ["bermo-prune-stability", *TINY_BERMO, "seeds=[9,25]"]
     res = convexp("ablate", *args, outputs=tmp_path, env=QUIET)
@@ -280,6 +284,7 @@ def test_stability_sweep_end_to_end_with_per_seed_report(tmp_path):
     assert "Seed 9" in table and "Diverges" in table  # the paper's cells as printed
 
 
+@pytest.mark.slow
 def test_distill_and_convergence_sweeps_end_to_end(tmp_path):
     res = convexp(
         "ablate",

@@ -202,6 +202,7 @@ def test_no_structured_keeps_the_sizes(tmp_path):
     assert shapes(load_model_dir(tmp_path / "plain")) == shapes(model)
 
 
+@pytest.mark.slow
 def test_export_loads_through_finetune_init(tmp_path, pretrained):
     """A pre-trained model with dead heads/units, saved like a fine-tuning run (no tokenizer files),
     exported with --tokenizer: `convexp finetune glue init=<export>` resolves it and its encoder

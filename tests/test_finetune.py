@@ -25,6 +25,7 @@ def finetune_runs(outputs: Path) -> list[Path]:
     return sorted((outputs / "runs" / "finetune").glob("*"))
 
 
+@pytest.mark.slow
 def test_all_tasks_metrics_submission(tmp_path, pretrained):
     res = convexp("finetune", "glue", "task=all", f"init={pretrained}", *FAST, outputs=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -87,6 +88,7 @@ def test_all_tasks_metrics_submission(tmp_path, pretrained):
     assert header == "index\tprediction" and first.split("\t")[1] in ("entailment", "not_entailment")
 
 
+@pytest.mark.slow
 def test_seeds_are_aggregated(tmp_path, pretrained):
     res = convexp(
         "finetune", "glue", "task=sst2", f"init={pretrained}", *FAST, "seeds=[1,2,3]", outputs=tmp_path
@@ -101,6 +103,7 @@ def test_seeds_are_aggregated(tmp_path, pretrained):
     assert t["score"]["best"] == max(scores)
 
 
+@pytest.mark.slow
 def test_intermediate_task_starts_from_the_mnli_model(tmp_path, pretrained):
     res = convexp(
         "finetune", "glue", "task=rte", "protocol=chang", f"init={pretrained}", *FAST, outputs=tmp_path
@@ -125,6 +128,7 @@ def test_intermediate_task_starts_from_the_mnli_model(tmp_path, pretrained):
     assert init.slug == mnli.name and init.tokenizer.vocab_size == init.model_cfg.vocab_size
 
 
+@pytest.mark.slow
 def test_killed_finetune_resumes_to_the_same_result(tmp_path, pretrained):
     args = [
         "finetune",
@@ -155,6 +159,7 @@ def write_vocab(path: Path, words: list[str]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_hugging_face_bert_checkpoint_with_its_own_vocab(tmp_path):
     from transformers import BertConfig, BertModel
 
@@ -178,6 +183,7 @@ def test_hugging_face_bert_checkpoint_with_its_own_vocab(tmp_path):
     assert summary_of(tmp_path)["tasks"]["rte"]["runs"][0]["score"] >= 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -193,6 +199,7 @@ def test_bad_input_one_line_exit_2(tmp_path, pretrained, args, message):
     assert len(lines) == 1 and message in lines[0], res.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_wrong_columns_and_other_vocabulary(tmp_path, pretrained):
     root = tmp_path / "glue"
     (root / "SST-2").mkdir(parents=True)
@@ -260,6 +267,7 @@ def test_protocol_hyperparameters_and_grid():
     assert OmegaConf.select(cfg, "task.name") == "mnli"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["movement", "l0"])
 def test_fine_pruning_saves_the_masked_model_it_evaluated(tmp_path, pretrained, method):
     """pruning=movement keeps 10% of every masked matrix; the saved (folded) model reproduces the
@@ -311,6 +319,7 @@ def test_fine_pruning_saves_the_masked_model_it_evaluated(tmp_path, pretrained, 
     assert len(saved) == len(again) and all(again[int(i)] == int(p) for i, _, p in saved)
 
 
+@pytest.mark.slow
 def test_distillation_from_a_fine_tuned_teacher(tmp_path, pretrained):
     base = ["finetune", "glue", "task=sst2", f"init={pretrained}", *FAST]
     res = convexp(*base, outputs=tmp_path, env={"WANDB_MODE": "disabled"})
@@ -343,6 +352,7 @@ def test_distillation_from_a_fine_tuned_teacher(tmp_path, pretrained):
     assert bad.returncode == 2 and "is not a mnli classifier" in bad.stderr, bad.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_bermo_layer_mixing_on_any_init(tmp_path, pretrained):
     """scalar_mix=true fine-tunes the init model with BERMO's combine block (eq. 1), as its own run."""
     from safetensors.torch import load_file
@@ -365,6 +375,7 @@ def test_bermo_layer_mixing_on_any_init(tmp_path, pretrained):
     assert json.loads((run / "model" / "model_config.json").read_text())["scalar_mix"] is True
 
 
+@pytest.mark.slow
 def test_random_init_baseline(tmp_path, pretrained):
     """init=none model=<preset>: the same architecture without pre-training (tokenizer given)."""
     res = convexp(

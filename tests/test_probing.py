@@ -286,6 +286,7 @@ def test_bermo_scalar_mix_learns_at_its_own_rate():
 # ---------------------------------------------------------------------------- the command
 
 
+@pytest.mark.slow
 def test_probing_all_end_to_end_and_errors(tmp_path, pretrained):
     res = convexp(
         "finetune", "probing", "task=all", f"init={pretrained}", *FAST, outputs=tmp_path, env=NO_WANDB

@@ -63,6 +63,7 @@ def outputs(tmp_path, monkeypatch):
     return tmp_path.resolve()
 
 
+@pytest.mark.slow
 def test_smoke_plans_unchanged(outputs):
     check("smoke", outputs)
 

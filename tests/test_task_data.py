@@ -221,6 +221,7 @@ def test_custom_task_errors(tmp_path):
 # ---------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 def test_train_dev_only_folder_fine_tunes_without_test_predictions(tmp_path, pretrained):
     root = sst2_train_dev_only(tmp_path / "glue", n_train=64, n_dev=20)
     args = [
@@ -247,6 +248,7 @@ def test_train_dev_only_folder_fine_tunes_without_test_predictions(tmp_path, pre
     ]
 
 
+@pytest.mark.slow
 def test_custom_csv_task_fine_tunes_end_to_end(tmp_path, pretrained):
     files = write_nli_csv(tmp_path / "nli")
     args = ["finetune", "glue", f"init={pretrained}", *FAST, *custom_overrides(files, "task.num_labels=3")]
