@@ -23,8 +23,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch.utils.data import DataLoader
 
-from ..data.encoding import collate, tokenize_task
 from ..data.custom import custom_task
+from ..data.encoding import collate, tokenize_task
 from ..data.loading import prepare_task
 from ..data.scores import collapsed, compute_metrics, convbert_score, glue_average, score_columns, task_score
 from ..data.submissions import write_submission, zip_submission
