@@ -31,13 +31,13 @@ from functools import lru_cache
 
 from .grammar import (
     BRACKETS,
+    NP,
     NUM_TOPICS,
     PREPOSITIONS,
     TASK_CONJUNCTIONS,
     TASK_PLURAL_DETS,
     TASK_SINGULAR_DETS,
     WH_WORDS,
-    NP,
     Clause,
     Words,
     lexicon,
@@ -45,7 +45,6 @@ from .grammar import (
 )
 from .synthetic_glue import synthetic_split_sizes
 from .tasks import TOP_CONSTITUENTS, WC_CLASSES, Task, get_task
-
 
 _LENGTH_BINS = ((5, 8), (9, 12), (13, 16), (17, 20), (21, 25), (26, 28))
 _SPLIT_BUCKETS = {"train": range(8), "validation": (8,), "test": (9,)}  # of crc32(word) % 10
