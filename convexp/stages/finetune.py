@@ -27,9 +27,10 @@ from ..data import glue, probing
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from .. import pruning as pruner
-from ..runs import Run
+from ..runs import Run, RunDiverged, non_finite
 from .plan import CONVBERT_GRID, INTERMEDIATE, TASK_ORDER, Planned, finetune_run, hyperparameters, plan_glue  # noqa: F401
 from .common import adamw_with_linear_schedule, finish_wandb, log_result, make_loggers, step_seed
+from .health import Health, fit
 from .streams import PermutedStream, StreamSampler
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
@@ -380,31 +381,30 @@ def finetune_one(cfg: DictConfig, init: Init, planned: Planned, splits: dict) ->
                 save_top_k=0,
             ),
             RichProgressBar(),
+            Health(cfg.trainer.nonfinite_patience),
         ],
     )
-    run.set_status("running", stage="finetune", task=task_name, seed=seed)
     started = time.time()
-    try:
-        trainer.fit(
-            module, datamodule=Data(), ckpt_path=str(run.last_checkpoint()) if run.last_checkpoint() else None
-        )
-        _evaluate_and_save(
-            run,
-            model,
-            task,
-            splits,
-            pad,
-            hp,
-            time.time() - started,
-            len(train) * hp["epochs"],
-            pruning,
-            init.tokenizer,
-        )
-    except BaseException as e:
-        run.set_status("failed", error=f"{type(e).__name__}: {e}".splitlines()[0])
-        finish_wandb()
-        raise
-    finish_wandb()
+    # one writer per run; status running -> finished | failed | diverged | interrupted
+    with run.attempt(wait=cfg.trainer.lock_wait, stage="finetune", task=task_name, seed=seed) as fresh:
+        try:
+            if fresh:  # (not fresh: another process finished it while this one waited)
+                ckpt = run.resume_checkpoint()
+                fit(trainer, module, datamodule=Data(), ckpt_path=str(ckpt) if ckpt else None)
+                _evaluate_and_save(
+                    run,
+                    model,
+                    task,
+                    splits,
+                    pad,
+                    hp,
+                    time.time() - started,
+                    len(train) * hp["epochs"],
+                    pruning,
+                    init.tokenizer,
+                )
+        finally:
+            finish_wandb()
     return run
 
 
@@ -442,6 +442,9 @@ def _evaluate_and_save(
         dev[split] = glue.compute_metrics(task, logits, labels)
         diverged = diverged or glue.collapsed(task, logits)
         _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
+    if non_finite(dev):  # a non-finite score is a diverged run, not a result; nothing is exported
+        path, value = non_finite(dev)[0]
+        raise RunDiverged(f"training diverged: dev {path}={value}; lower the learning rate", result=dict(non_finite(dev)))
     for split in task.test_splits:
         if split in splits:
             logits, labels, idx = _predict(model, splits[split], pad)
@@ -466,9 +469,8 @@ def _evaluate_and_save(
         "examples_per_s": examples / seconds if seconds else None,
         **({"remaining_weights": remaining, "pruning": pruning.method} if pruning is not None else {}),
     }
-    run.write_json("metrics.json", metrics)
     log_result(metrics)
-    run.set_status("finished")
+    run.finish(metrics)
 
 
 # ----------------------------------------------------------------------------- a GLUE invocation
