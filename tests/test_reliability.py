@@ -258,7 +258,8 @@ def test_finetune_divergence_is_recorded_and_exits_non_zero(tmp_path, pretrained
 
 
 @pytest.mark.slow
-def test_ctrl_c_is_interrupted_and_the_resume_clears_it(tmp_path):
+@pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_ctrl_c_or_sigterm_is_interrupted_and_the_resume_clears_it(tmp_path, sig, code, name):
     args = [*TINY, "trainer.max_steps=400", "trainer.checkpoint_every_n_steps=20", "trainer.val_every_n_steps=200"]
     env = {**os.environ, "CONVEXP_OUTPUTS": str(tmp_path), **QUIET}
     proc = subprocess.Popen([sys.executable, "-m", "convexp.cli", "pretrain", *args], env=env,
@@ -266,16 +267,41 @@ def test_ctrl_c_is_interrupted_and_the_resume_clears_it(tmp_path):
     deadline = time.time() + 300
     while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
         time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)  # last.ckpt is written right after step=20.ckpt
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    assert proc.returncode == code, err[-2000:]
     assert "Traceback" not in err and "interrupted:" in err
     [run] = run_dirs(tmp_path)
     s = status(run)
-    assert s["status"] == "interrupted" and "SIGINT" in s["error"] and (run / "checkpoints" / "last.ckpt").exists()
+    assert s["status"] == "interrupted" and name in s["error"] and (run / "checkpoints" / "last.ckpt").exists()
 
     res = convexp("pretrain", *args, outputs=tmp_path, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]
     s = status(run)
     assert s["status"] == "finished" and "error" not in s
     assert [a["status"] for a in s["attempts"]] == ["interrupted", "finished"]
+
+
+@pytest.mark.slow
+def test_two_identical_commands_train_once(tmp_path):
+    args = [*TINY, "trainer.max_steps=40", "trainer.val_every_n_steps=20"]
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(tmp_path), **QUIET}
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "convexp.cli", "pretrain", *args], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=600) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    [run] = run_dirs(tmp_path)
+    assert status(run)["status"] == "finished" and len(status(run)["attempts"]) == 1
+    assert codes[0] == 0, outs
+    if codes[1] == 2:  # refused while the other trained: one line naming the holder
+        err = next(e for (o, e), p in zip(outs, procs) if p.returncode == 2)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and "is being written by host" in lines[0] and "pid" in lines[0]
+    else:  # it took the lock after the other had finished
+        assert codes[1] == 0 and any("already finished" in o for o, _ in outs)
+    rows = csv_rows(run)
+    assert len({r["step"] for r in rows if "train/loss" in r}) == len([r for r in rows if "train/loss" in r])

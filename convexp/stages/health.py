@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import signal
+import threading
 
 import pytorch_lightning as pl
 import torch
@@ -116,6 +117,9 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
     [health] = [c for c in trainer.callbacks if isinstance(c, Health)]
+    main = threading.current_thread() is threading.main_thread()
+    # inside fit, Lightning's own SIGTERM handling stops at the end of the step (graceful)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL) if main else None
     try:
         trainer.fit(module, **kwargs)
     except SIGTERMException:
@@ -125,4 +129,7 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
             signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning left it ignored
             raise KeyboardInterrupt from None
         raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     return health
