@@ -126,7 +126,13 @@ class Run:
 
     @property
     def finished(self) -> bool:
-        return self.status == "finished" and (self.dir / "metrics.json").exists()
+        """Status finished and finite metrics (a run recorded before divergence was detected,
+        with NaN in its metrics, is not finished: the next command redoes its end and finds it
+        diverged)."""
+        if self.status != "finished":
+            return False
+        metrics = self.read_json("metrics.json")
+        return metrics is not None and not non_finite(metrics)
 
     def set_status(self, status: str, **info: Any) -> None:
         """Rewrite status.json (atomically) with ``status`` and ``info``; keeps the attempts."""

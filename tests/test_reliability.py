@@ -67,6 +67,15 @@ def test_non_finite_result_is_diverged_not_finished(tmp_path):
     assert s["status"] == "diverged" and not run.finished and not (run.dir / "metrics.json").exists()
 
 
+def test_a_finished_run_with_nan_metrics_is_not_reused(tmp_path):
+    run = Run(tmp_path / "r")
+    run.set_status("finished")
+    (run.dir / "metrics.json").write_text('{"val_loss": NaN}')  # written before divergence was checked
+    assert not run.finished
+    run.write_json("metrics.json", {"val_loss": 1.5})
+    assert run.finished
+
+
 def test_interrupt_is_recorded_and_the_next_attempt_clears_it(tmp_path):
     run = Run(tmp_path / "r")
     with pytest.raises(SystemExit) as exit_:
