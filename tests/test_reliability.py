@@ -90,6 +90,43 @@ def test_interrupt_is_recorded_and_the_next_attempt_clears_it(tmp_path):
     assert [a["status"] for a in s["attempts"]] == ["interrupted", "finished"]
 
 
+# ----------------------------------------------------------------------------- divergence
+
+
+def _step(health, trainer, optimizer, loss: float, grad: float) -> None:
+    """One optimiser step as Lightning calls the callback: backward, then before the update."""
+    for p in optimizer.param_groups[0]["params"]:
+        p.grad = torch.full_like(p, grad)
+    health.on_before_backward(trainer, None, torch.tensor(loss))
+    health.on_before_optimizer_step(trainer, None, optimizer)
+    trainer.global_step += 1
+
+
+def test_amp_skipped_steps_are_tolerated_up_to_the_patience():
+    from types import SimpleNamespace
+
+    from convexp.stages.health import Health
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(3))], lr=0.5)
+    amp = SimpleNamespace(global_step=0, precision_plugin=SimpleNamespace(scaler=object()))
+    health = Health(patience=2)
+    _step(health, amp, opt, 2.0, 0.1)
+    _step(health, amp, opt, 2.0, float("inf"))  # overflow: the scaler skips the step
+    _step(health, amp, opt, 2.0, float("inf"))
+    _step(health, amp, opt, 1.5, 0.1)  # healthy again: the count restarts
+    _step(health, amp, opt, float("nan"), float("nan"))
+    _step(health, amp, opt, float("nan"), float("nan"))
+    with pytest.raises(RunDiverged, match="non-finite loss at step 7") as e:
+        _step(health, amp, opt, float("nan"), float("nan"))
+    assert e.value.info["last_finite_loss"] == 1.5 and e.value.info["lr"] == 0.5
+    # without a gradient scaler nothing skips the update: the first bad step is the divergence
+    fp32 = SimpleNamespace(global_step=0, precision_plugin=SimpleNamespace())
+    health = Health(patience=5)
+    _step(health, fp32, opt, 2.0, 0.1)
+    with pytest.raises(RunDiverged, match="non-finite gradient norm at step 2"):
+        _step(health, fp32, opt, 2.0, float("inf"))
+
+
 # ----------------------------------------------------------------------------- one writer per run
 
 HOLD = """
