@@ -64,6 +64,7 @@ class RunInterrupted(BaseException):
     """SIGTERM (or SIGINT seen through Lightning): stop, record ``interrupted``, keep checkpoints.
     A BaseException, like KeyboardInterrupt, so that sweeps stop instead of moving on."""
 
+
 # Keys that change how a run is executed or logged, not what it computes.
 EXECUTION_KEYS = (
     "logger",
@@ -241,7 +242,8 @@ class Run:
                     )
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": _now()}).encode(), 0)
+            me = {"host": socket.gethostname(), "pid": os.getpid(), "since": _now()}
+            os.pwrite(fd, json.dumps(me).encode(), 0)
         except BaseException:
             os.close(fd)
             raise
@@ -284,8 +286,10 @@ class Run:
                 return path
             bad = path.with_name(path.name + ".corrupt")
             path.rename(bad)
-            print(f"warning: {path} is truncated or corrupt (moved to {bad.name}); trying an older checkpoint",
-                  file=sys.stderr)
+            print(
+                f"warning: {path} is truncated or corrupt (moved to {bad.name}); trying an older checkpoint",
+                file=sys.stderr,
+            )
         return None
 
     def _checkpoints_newest_first(self) -> list[Path]:
@@ -363,7 +367,8 @@ def _holder(fd: int) -> str:
 
 def _secondary_rank() -> bool:
     """True in the non-zero ranks of a multi-process job (torchrun, SLURM, Lightning's ddp)."""
-    return any(os.environ.get(k, "0") not in ("", "0") for k in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "NODE_RANK"))
+    ranks = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "NODE_RANK")
+    return any(os.environ.get(k, "0") not in ("", "0") for k in ranks)
 
 
 @contextmanager

@@ -140,7 +140,9 @@ with Run(Path(sys.argv[1])).exclusive():
 
 
 def _holder(path: Path, seconds: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -171,7 +173,9 @@ def test_waiting_for_the_holder_then_taking_the_lock(tmp_path):
 def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     run = Run(tmp_path / "r")
     run.dir.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     (run.dir / "lock").write_text(json.dumps({"host": "vm", "pid": int(dead.stdout), "since": "then"}))
     assert run.locked_by() is None
     with run.attempt():
@@ -200,13 +204,20 @@ def test_a_truncated_last_checkpoint_falls_back_to_the_newest_intact_one(tmp_pat
 
 # ----------------------------------------------------------------------------- end to end
 
-STEPS = [*TINY, "trainer.max_steps=60", "trainer.checkpoint_every_n_steps=20", "trainer.val_every_n_steps=30",
-         "trainer.deterministic=true"]
+STEPS = [
+    *TINY,
+    "trainer.max_steps=60",
+    "trainer.checkpoint_every_n_steps=20",
+    "trainer.val_every_n_steps=30",
+    "trainer.deterministic=true",
+]
 
 
 def csv_rows(run: Path) -> list[dict]:
     with open(run / "csv" / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in r.items() if v != "" and "tokens_per_s" not in k} for r in csv.DictReader(f)]
+        return [
+            {k: v for k, v in r.items() if v != "" and "tokens_per_s" not in k} for r in csv.DictReader(f)
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -222,8 +233,12 @@ def reference(tmp_path_factory):
 @pytest.mark.slow
 def test_killed_run_with_truncated_last_ckpt_resumes_and_logs_every_step_once(tmp_path, reference):
     env = {**os.environ, "CONVEXP_OUTPUTS": str(tmp_path), **QUIET}
-    proc = subprocess.Popen([sys.executable, "-m", "convexp.cli", "pretrain", *STEPS], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "convexp.cli", "pretrain", *STEPS],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 300
     while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=40.ckpt")):
         time.sleep(0.02)
@@ -238,7 +253,10 @@ def test_killed_run_with_truncated_last_ckpt_resumes_and_logs_every_step_once(tm
     res = convexp("pretrain", *STEPS, outputs=tmp_path, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "last.ckpt is truncated or corrupt" in res.stderr
-    a, b = json.loads((reference / "metrics.json").read_text()), json.loads((run / "metrics.json").read_text())
+    a, b = (
+        json.loads((reference / "metrics.json").read_text()),
+        json.loads((run / "metrics.json").read_text()),
+    )
     assert b["steps"] == 60 and b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
     assert b["final_train_loss"] == pytest.approx(a["final_train_loss"], rel=1e-5)
     ref_rows, rows = csv_rows(reference), csv_rows(run)
@@ -269,7 +287,10 @@ def test_crash_between_training_and_metrics_is_redone_with_the_last_validation(t
 
     res = convexp("pretrain", *STEPS, outputs=out, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]
-    a, b = json.loads((reference / "metrics.json").read_text()), json.loads((run / "metrics.json").read_text())
+    a, b = (
+        json.loads((reference / "metrics.json").read_text()),
+        json.loads((run / "metrics.json").read_text()),
+    )
     assert b["steps"] == 60 and b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-6)
     assert b["final_train_loss"] == pytest.approx(a["final_train_loss"], rel=1e-6)
     assert (run / "hf" / "config.json").exists() and status(run)["status"] == "finished"
@@ -277,8 +298,15 @@ def test_crash_between_training_and_metrics_is_redone_with_the_last_validation(t
 
 @pytest.mark.slow
 def test_pretrain_divergence_is_recorded_and_exits_non_zero(tmp_path):
-    res = convexp("pretrain", *TINY, "optim.lr=1e6", "trainer.max_steps=30", "trainer.checkpoint_every_n_steps=1",
-                  outputs=tmp_path, env=QUIET)
+    res = convexp(
+        "pretrain",
+        *TINY,
+        "optim.lr=1e6",
+        "trainer.max_steps=30",
+        "trainer.checkpoint_every_n_steps=1",
+        outputs=tmp_path,
+        env=QUIET,
+    )
     assert res.returncode != 0
     lines = [line for line in res.stderr.splitlines() if line.strip() and "━" not in line]
     assert lines[-1].startswith("error: training diverged: non-finite") and "Traceback" not in res.stderr
@@ -295,21 +323,47 @@ def test_pretrain_divergence_is_recorded_and_exits_non_zero(tmp_path):
 
 @pytest.mark.slow
 def test_finetune_divergence_is_recorded_and_exits_non_zero(tmp_path, pretrained):
-    res = convexp("finetune", "glue", "task=rte", f"init={pretrained}", "scale=smoke", "glue.synthetic_size=160",
-                  "epochs=1", "batch_size=16", "task.max_len=48", "lr=1e6", outputs=tmp_path, env=QUIET)
-    assert res.returncode != 0 and "diverged" in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
+    res = convexp(
+        "finetune",
+        "glue",
+        "task=rte",
+        f"init={pretrained}",
+        "scale=smoke",
+        "glue.synthetic_size=160",
+        "epochs=1",
+        "batch_size=16",
+        "task.max_len=48",
+        "lr=1e6",
+        outputs=tmp_path,
+        env=QUIET,
+    )
+    assert res.returncode != 0 and "diverged" in res.stderr and "Traceback" not in res.stderr, res.stderr[
+        -2000:
+    ]
     [run] = (tmp_path / "runs" / "finetune").glob("*")
     assert status(run)["status"] == "diverged" and not (run / "metrics.json").exists()
     assert not (run / "model").exists()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
+@pytest.mark.parametrize(
+    "sig, code, name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")]
+)
 def test_ctrl_c_or_sigterm_is_interrupted_and_the_resume_clears_it(tmp_path, sig, code, name):
-    args = [*TINY, "trainer.max_steps=400", "trainer.checkpoint_every_n_steps=20", "trainer.val_every_n_steps=200"]
+    args = [
+        *TINY,
+        "trainer.max_steps=400",
+        "trainer.checkpoint_every_n_steps=20",
+        "trainer.val_every_n_steps=200",
+    ]
     env = {**os.environ, "CONVEXP_OUTPUTS": str(tmp_path), **QUIET}
-    proc = subprocess.Popen([sys.executable, "-m", "convexp.cli", "pretrain", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "convexp.cli", "pretrain", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 300
     while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
         time.sleep(0.02)
@@ -320,7 +374,9 @@ def test_ctrl_c_or_sigterm_is_interrupted_and_the_resume_clears_it(tmp_path, sig
     assert "Traceback" not in err and "interrupted:" in err
     [run] = run_dirs(tmp_path)
     s = status(run)
-    assert s["status"] == "interrupted" and name in s["error"] and (run / "checkpoints" / "last.ckpt").exists()
+    assert (
+        s["status"] == "interrupted" and name in s["error"] and (run / "checkpoints" / "last.ckpt").exists()
+    )
 
     res = convexp("pretrain", *args, outputs=tmp_path, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -334,8 +390,13 @@ def test_two_identical_commands_train_once(tmp_path):
     args = [*TINY, "trainer.max_steps=40", "trainer.val_every_n_steps=20"]
     env = {**os.environ, "CONVEXP_OUTPUTS": str(tmp_path), **QUIET}
     procs = [
-        subprocess.Popen([sys.executable, "-m", "convexp.cli", "pretrain", *args], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "convexp.cli", "pretrain", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=600) for p in procs]

@@ -444,7 +444,9 @@ def _evaluate_and_save(
         _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
     if non_finite(dev):  # a non-finite score is a diverged run, not a result; nothing is exported
         path, value = non_finite(dev)[0]
-        raise RunDiverged(f"training diverged: dev {path}={value}; lower the learning rate", result=dict(non_finite(dev)))
+        raise RunDiverged(
+            f"training diverged: dev {path}={value}; lower the learning rate", result=dict(non_finite(dev))
+        )
     for split in task.test_splits:
         if split in splits:
             logits, labels, idx = _predict(model, splits[split], pad)

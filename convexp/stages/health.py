@@ -52,7 +52,8 @@ class Health(pl.Callback):
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
+        norms = [torch.linalg.vector_norm(g) for g in grads]
+        norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
         loss_bad, self._loss_bad = self._loss_bad, False
         bad = loss_bad or not math.isfinite(norm)
         if not bad:

@@ -278,7 +278,13 @@ def _init_weights(encoder, init: str, model_cfg: ModelConfig) -> None:
 
 
 def _finish(
-    run: Run, trainer: pl.Trainer, module: PretrainModule, model_cfg: ModelConfig, data, m: dict, seconds: float
+    run: Run,
+    trainer: pl.Trainer,
+    module: PretrainModule,
+    model_cfg: ModelConfig,
+    data,
+    m: dict,
+    seconds: float,
 ) -> None:
     """Check the final metrics are finite (else the run diverged: nothing is exported), export the
     model (the discriminator for ELECTRA), then metrics.json and status finished (`Run.finish`).
