@@ -324,9 +324,10 @@ def _now() -> str:
 
 
 def error_line(e: BaseException) -> str:
-    """The one-line summary of an exception: its type and the first line of its message."""
-    text = f"{type(e).__name__}: {e}".strip()
-    return text.splitlines()[0]
+    """The one-line summary of an exception: a user error's message, else its type and the
+    first line of its message."""
+    text = str(e).strip() if isinstance(e, UserError) else f"{type(e).__name__}: {e}".strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def non_finite(data: Any, path: str = "") -> list[tuple[str, float]]:
