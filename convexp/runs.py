@@ -2,23 +2,37 @@
 
     outputs/runs/<stage>/<slug>-<hash>/
         config.yaml      the composed configuration
-        status.json      new | running | finished | failed, with times and the error line
-        metrics.json     final metrics (written last, atomically: if it exists, the run finished)
+        status.json      running | finished | failed | diverged | interrupted, the error line of the
+                         current status and the history of attempts (start, end, status, host, pid)
+        lock             held (flock) by the one process writing the run; names its host and pid
+        metrics.json     final metrics (finite numbers only; then status finished)
         checkpoints/     last.ckpt and periodic checkpoints (resume)
         csv/             Lightning CSV logs;  wandb/  W&B files (offline runs: `wandb sync`)
         model/           the exported model (weights, model config, tokenizer)
 
 A repeated command finds the same directory: a finished run is reused, an unfinished one resumes.
 Every file is written to a temporary name and renamed, so a crash never leaves a half-written
-result that a report would read as real.
+result that a report would read as real. A run is finished only when status.json says so and
+metrics.json exists; the outputs of a finishing step that did not complete (exports, metrics) are
+removed when the next attempt starts, and redone.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import math
 import os
+import re
+import shutil
+import signal
 import socket
+import sys
+import threading
 import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +40,30 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from .atomic import atomic_write, config_hash
+from .errors import UserError
+
+# The outputs a finishing step writes; any of them in an unfinished run is a leftover to redo.
+FINISH_OUTPUTS = ("metrics.json", "model", "hf", "tokenizer", "predictions", "submission")
+LOCK_FILE = "lock"
+
+
+class RunDiverged(UserError):
+    """Training produced non-finite losses, gradients or results; ``info`` holds the step, the
+    last finite loss and the learning rate (written to status.json)."""
+
+    def __init__(self, message: str, **info: Any):
+        super().__init__(message)
+        self.info = info
+
+
+class RunLocked(UserError):
+    """Another live process holds the run's lock."""
+
+
+class RunInterrupted(BaseException):
+    """SIGTERM (or SIGINT seen through Lightning): stop, record ``interrupted``, keep checkpoints.
+    A BaseException, like KeyboardInterrupt, so that sweeps stop instead of moving on."""
+
 
 # Keys that change how a run is executed or logged, not what it computes.
 EXECUTION_KEYS = (
@@ -38,6 +76,8 @@ EXECUTION_KEYS = (
     "trainer.strategy",
     "trainer.num_workers",
     "trainer.log_every_n_steps",
+    "trainer.nonfinite_patience",
+    "trainer.lock_wait",
     "choices",
     "invocation",
 )
@@ -88,11 +128,18 @@ class Run:
 
     @property
     def finished(self) -> bool:
-        return self.status == "finished" and (self.dir / "metrics.json").exists()
+        """Status finished and finite metrics (a run recorded before divergence was detected,
+        with NaN in its metrics, is not finished: the next command redoes its end and finds it
+        diverged)."""
+        if self.status != "finished":
+            return False
+        metrics = self.read_json("metrics.json")
+        return metrics is not None and not non_finite(metrics)
 
     def set_status(self, status: str, **info: Any) -> None:
+        """Rewrite status.json (atomically) with ``status`` and ``info``; keeps the attempts."""
         prev = self.read_json("status.json") or {}
-        now = time.strftime("%Y-%m-%dT%H:%M:%S")
+        now = _now()
         record = {
             **prev,
             "status": status,
@@ -104,9 +151,159 @@ class Run:
         record.setdefault("created", now)
         self.write_json("status.json", record)
 
+    @contextmanager
+    def attempt(self, wait: float = 0.0, **info: Any) -> Iterator[bool]:
+        """One attempt at the run, holding its lock: status ``running`` (a new entry in the
+        attempt history) and, when the body leaves, ``finished`` (the body called `finish`),
+        ``diverged``, ``interrupted`` (Ctrl-C, SIGTERM: exits with 130 / 143, checkpoints kept)
+        or ``failed`` with the error's one-line summary. Yields False, changing nothing, when the
+        run finished while this process waited for the lock. Secondary ranks of a multi-process
+        job (which re-run the command) neither lock nor record."""
+        if _secondary_rank():
+            yield True
+            return
+        with self.exclusive(wait):
+            if self.finished:
+                yield False
+                return
+            self._start_attempt(info)
+            try:
+                with _sigterm_interrupts():
+                    yield True
+            except RunDiverged as e:
+                self._end_attempt("diverged", str(e), diverged=e.info)
+                raise
+            except (KeyboardInterrupt, RunInterrupted) as e:
+                name = "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e) or "SIGTERM"
+                self._end_attempt("interrupted", f"interrupted by {name}")
+                print(f"interrupted: {self.dir} (the same command resumes it)", file=sys.stderr)
+                raise SystemExit(130 if name == "SIGINT" else 143) from None
+            except BaseException as e:
+                self._end_attempt("failed", error_line(e))
+                raise
+            if self.status == "running":  # the body returned without a result
+                self._end_attempt("failed", "the command ended without writing its result")
+
+    def finish(self, metrics: dict) -> None:
+        """The last step of an attempt: metrics.json (finite numbers only, else the run
+        diverged), then status ``finished`` with the current error cleared."""
+        bad = non_finite(metrics)
+        if bad:
+            raise RunDiverged(
+                f"non-finite result {bad[0][0]}={bad[0][1]} in {self.dir}; the run diverged "
+                "(lower the learning rate or check the data)",
+                result=dict(bad),
+            )
+        self.write_json("metrics.json", metrics)
+        self._end_attempt("finished", None)
+
+    def _start_attempt(self, info: dict) -> None:
+        record = self.read_json("status.json") or {}
+        attempts = record.get("attempts", [])
+        for a in attempts:  # an attempt that never recorded its end: the process was killed
+            if a.get("status") == "running":
+                a.update(status="failed", error="the process ended without recording its status (killed?)")
+        for name in FINISH_OUTPUTS:  # leftovers of a finishing step that did not complete
+            path = self.dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        me = {"started": _now(), "status": "running", "host": socket.gethostname(), "pid": os.getpid()}
+        for key in ("error", "diverged"):
+            record.pop(key, None)
+        self.write_json("status.json", record)
+        self.set_status("running", attempts=[*attempts, me], **info)
+
+    def _end_attempt(self, status: str, error: str | None, **info: Any) -> None:
+        record = self.read_json("status.json") or {}
+        attempts = record.get("attempts") or [{}]
+        attempts[-1] = {**attempts[-1], "ended": _now(), "status": status, "error": error}
+        for key in ("error", "diverged"):
+            record.pop(key, None)
+        self.write_json("status.json", record)
+        extra = {"error": error} if error else {}
+        self.set_status(status, attempts=attempts, **extra, **info)
+
+    # --- one writer per run ---------------------------------------------------------------
+    @contextmanager
+    def exclusive(self, wait: float = 0.0) -> Iterator[None]:
+        """Hold the run's lock (flock on ``lock``, which names the holder's host and pid) for the
+        block. A lock whose holder died is free (the kernel drops it) and is taken over; a live
+        holder makes this wait up to ``wait`` seconds, then raise RunLocked naming it."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait
+        try:
+            while not _flock(fd, fcntl.LOCK_EX):
+                if time.monotonic() >= deadline:
+                    raise RunLocked(
+                        f"{self.dir} is being written by {_holder(fd)}; wait for it to end or stop it "
+                        "(trainer.lock_wait=<seconds> waits)"
+                    )
+                time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+            os.ftruncate(fd, 0)
+            me = {"host": socket.gethostname(), "pid": os.getpid(), "since": _now()}
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def locked_by(self) -> str | None:
+        """``host pid N`` of the live process writing this run, or None (for sweep runners: skip
+        a run that another agent holds)."""
+        path = self.dir / LOCK_FILE
+        if not path.exists():
+            return None
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if _flock(fd, fcntl.LOCK_SH):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return None
+            return _holder(fd)
+        finally:
+            os.close(fd)
+
+    # --- checkpoints ----------------------------------------------------------------------
     def last_checkpoint(self) -> Path | None:
+        """The newest intact checkpoint: last.ckpt, else the step checkpoint with the highest
+        step (a truncated file has no zip directory and is passed over)."""
+        for path in self._checkpoints_newest_first():
+            if _intact(path):
+                return path
+        return None
+
+    def resume_checkpoint(self) -> Path | None:
+        """The checkpoint to resume from; newer ones that are corrupt are renamed to
+        ``*.corrupt`` (kept for inspection) with a one-line warning."""
+        for path in self._checkpoints_newest_first():
+            if _intact(path):
+                return path
+            bad = path.with_name(path.name + ".corrupt")
+            path.rename(bad)
+            print(
+                f"warning: {path} is truncated or corrupt (moved to {bad.name}); trying an older checkpoint",
+                file=sys.stderr,
+            )
+        return None
+
+    def _checkpoints_newest_first(self) -> list[Path]:
+        if not self.checkpoints.is_dir():
+            return []
+        steps = [p for p in self.checkpoints.glob("*.ckpt") if p.name != "last.ckpt"]
+
+        def step(p: Path) -> tuple[int, float]:
+            m = re.search(r"step=(\d+)", p.name)
+            return (int(m.group(1)) if m else -1, p.stat().st_mtime)
+
         last = self.checkpoints / "last.ckpt"
-        return last if last.exists() else None
+        return ([last] if last.exists() else []) + sorted(steps, key=step, reverse=True)
 
     # --- files -----------------------------------------------------------------------------
     def write_json(self, name: str, data: Any) -> None:
@@ -121,3 +318,73 @@ class Run:
 
     def read_config(self) -> DictConfig:
         return OmegaConf.load(self.dir / "config.yaml")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def error_line(e: BaseException) -> str:
+    """The one-line summary of an exception: a user error's message, else its type and the
+    first line of its message."""
+    text = str(e).strip() if isinstance(e, UserError) else f"{type(e).__name__}: {e}".strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def non_finite(data: Any, path: str = "") -> list[tuple[str, float]]:
+    """(key path, value) of every NaN or infinite number in nested dicts and lists."""
+    if isinstance(data, dict):
+        return [hit for k, v in data.items() for hit in non_finite(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(data, (list, tuple)):
+        return [hit for i, v in enumerate(data) for hit in non_finite(v, f"{path}[{i}]")]
+    if isinstance(data, float) and not math.isfinite(data):
+        return [(path, data)]
+    return []
+
+
+def _intact(path: Path) -> bool:
+    """A checkpoint (a torch zip archive) whose central directory can be read: not truncated."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return bool(z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def _flock(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _holder(fd: int) -> str:
+    try:
+        who = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"host {who['host']} pid {who['pid']} (since {who['since']})"
+    except (ValueError, KeyError):
+        return "another process"
+
+
+def _secondary_rank() -> bool:
+    """True in the non-zero ranks of a multi-process job (torchrun, SLURM, Lightning's ddp)."""
+    ranks = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "NODE_RANK")
+    return any(os.environ.get(k, "0") not in ("", "0") for k in ranks)
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises RunInterrupted (instead of killing the process without a record)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise RunInterrupted("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import netrc
@@ -9,7 +11,10 @@ import os
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
+from ..atomic import atomic_write
 from ..errors import UserError
 from ..runs import Run
 
@@ -30,9 +35,9 @@ def wandb_mode(logger_cfg: DictConfig) -> str:
 
 def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ()) -> list:
     """CSV metrics in the run directory, and W&B (resuming the same W&B run on resume)."""
-    from pytorch_lightning.loggers import CSVLogger, WandbLogger
+    from pytorch_lightning.loggers import WandbLogger
 
-    loggers = [CSVLogger(save_dir=str(run.dir), name="csv", version="")]
+    loggers = [AppendingCSVLogger(save_dir=str(run.dir), name="csv", version="")]
     mode = wandb_mode(cfg.logger)
     if mode != "disabled":
         loggers.append(
@@ -51,6 +56,50 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
             )
         )
     return loggers
+
+
+class _AppendingWriter(ExperimentWriter):
+    """Lightning's CSV writer, except that it continues an existing metrics.csv (Lightning's
+    deletes it), writes every row as soon as it is logged, and rewrites the file atomically when
+    a new column appears."""
+
+    def _check_log_dir_exists(self) -> None:  # keep the previous attempts' rows
+        if os.path.isfile(self.metrics_file_path):
+            with open(self.metrics_file_path, newline="") as f:
+                self.metrics_keys = list(csv.DictReader(f).fieldnames or [])
+
+    def _rewrite_with_new_header(self, fieldnames: list[str], keep=lambda row: True) -> None:
+        with open(self.metrics_file_path, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if keep(r)]
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=fieldnames)
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write(self.metrics_file_path, out.getvalue())
+
+    def drop_rows_from(self, step: int) -> None:
+        self.save()
+        if os.path.isfile(self.metrics_file_path):
+            self._rewrite_with_new_header(self.metrics_keys, keep=lambda r: int(r["step"]) < step)
+
+
+class AppendingCSVLogger(CSVLogger):
+    """``csv/metrics.csv`` across resumes: rows of earlier attempts kept, each step exactly once
+    (`Health` drops the rows of steps a resumed attempt redoes, via `drop_rows_from`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, flush_logs_every_n_steps=1, **kwargs)
+
+    @property
+    def experiment(self) -> _AppendingWriter:
+        if self._experiment is None:
+            os.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        return self._experiment
+
+    def drop_rows_from(self, step: int) -> None:
+        """Remove the rows logged with a step >= ``step``."""
+        self.experiment.drop_rows_from(step)
 
 
 def log_result(metrics: dict) -> None:

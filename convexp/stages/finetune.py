@@ -39,6 +39,7 @@ from ..runs import Run
 from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, step_seed
 from .glue_eval import Padded, evaluate_and_save
 from .glue_summary import write_summary
+from .health import Health, fit
 from .progress import StepProgressBar
 from .rundirs import GlueRun, glue_runs, task_config
 from .streams import PermutedStream, StreamSampler
@@ -285,7 +286,6 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it")
     run.dir.mkdir(parents=True, exist_ok=True)
     run.write_config(run_cfg)
-    write_record(run, cfg)
     # opened before seeding; its classifier is built by the module after the student (seeded order)
     teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
     pl.seed_everything(seed, verbose=False)
@@ -337,31 +337,31 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
                 save_top_k=0,
             ),
             StepProgressBar(),
+            Health(cfg.trainer.nonfinite_patience),
         ],
     )
-    run.set_status("running", stage="finetune", task=task_name, seed=seed)
     started = time.time()
-    try:
-        trainer.fit(
-            module, datamodule=data, ckpt_path=str(run.last_checkpoint()) if run.last_checkpoint() else None
-        )
-        evaluate_and_save(
-            run,
-            module.model,
-            task,
-            splits,
-            pad,
-            hp,
-            time.time() - started,
-            len(train) * hp["epochs"],
-            pruning,
-            init.tokenizer,
-        )
-    except BaseException as e:
-        run.set_status("failed", error=f"{type(e).__name__}: {e}".splitlines()[0])
-        finish_wandb()
-        raise
-    finish_wandb()
+    # one writer per run; status running -> finished | failed | diverged | interrupted
+    with run.attempt(wait=cfg.trainer.lock_wait, stage="finetune", task=task_name, seed=seed) as fresh:
+        try:
+            if fresh:  # (not fresh: another process finished it while this one waited)
+                write_record(run, cfg)
+                ckpt = run.resume_checkpoint()
+                fit(trainer, module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None)
+                evaluate_and_save(
+                    run,
+                    module.model,
+                    task,
+                    splits,
+                    pad,
+                    hp,
+                    time.time() - started,
+                    len(train) * hp["epochs"],
+                    pruning,
+                    init.tokenizer,
+                )
+        finally:
+            finish_wandb()
     return run
 
 

@@ -23,7 +23,7 @@ from ..data.submissions import write_submission
 from ..data.tasks import Task
 from ..models import SequenceClassifier
 from ..models.io import save_model_dir
-from ..runs import Run
+from ..runs import Run, RunDiverged, non_finite
 from .common import log_result
 
 
@@ -89,6 +89,11 @@ def evaluate_and_save(
         dev[split] = compute_metrics(task, logits, labels)
         diverged = diverged or collapsed(task, logits)
         _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)
+    if non_finite(dev):  # a non-finite score is a diverged run, not a result; nothing is exported
+        path, value = non_finite(dev)[0]
+        raise RunDiverged(
+            f"training diverged: dev {path}={value}; lower the learning rate", result=dict(non_finite(dev))
+        )
     for split in task.test_splits:
         if split in splits:
             logits, labels, idx = predict(model, splits[split], pad)
@@ -116,6 +121,5 @@ def evaluate_and_save(
         "examples_per_s": examples / seconds if seconds else None,
         **({"remaining_weights": remaining, "pruning": pruning.method} if pruning is not None else {}),
     }
-    run.write_json("metrics.json", metrics)
     log_result(metrics)
-    run.set_status("finished")
+    run.finish(metrics)

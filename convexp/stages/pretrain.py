@@ -20,7 +20,7 @@ from ..errors import UserError
 from ..models import ModelConfig, ReplacedTokenDetector
 from ..models.io import save_model_dir
 from ..record import warn_if_other_version, write_record
-from ..runs import Run
+from ..runs import Run, RunDiverged, non_finite
 from .rundirs import pretrain_run, resolve  # noqa: F401
 from .common import (
     adamw_with_linear_schedule,
@@ -30,6 +30,7 @@ from .common import (
     per_device_batch,
     step_seed,
 )
+from .health import Health, fit
 from .progress import StepProgressBar
 from .objectives import ElectraObjective, MLMObjective, TokenInfo, mask_tokens
 from .streams import BlockStream, PermutedStream, StreamSampler
@@ -178,7 +179,20 @@ def run_pretrain(cfg: DictConfig) -> Run:
     )
     tok = data.tokenizer
     model_cfg = dataclasses.replace(model_cfg, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
-    run.dir.mkdir(parents=True, exist_ok=True)
+    with run.attempt(wait=cfg.trainer.lock_wait, stage="pretrain") as started:
+        if not started:
+            print(f"already finished: {run.dir} (by another process)")
+            return run
+        try:
+            _train(cfg, run, model_cfg, data)
+        finally:
+            finish_wandb()
+    return run
+
+
+def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
+    """One attempt (the run's lock held): train from the last intact checkpoint, then finish."""
+    tok = data.tokenizer
     run.write_config(cfg)
     write_record(run, cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -224,25 +238,20 @@ def run_pretrain(cfg: DictConfig) -> Run:
             ),
             LearningRateMonitor(logging_interval="step"),
             StepProgressBar(),
+            Health(t.nonfinite_patience),
         ],
         enable_model_summary=False,
     )
-    run.set_status("running", stage="pretrain")
     started = time.time()
-    try:
-        trainer.fit(
-            module,
-            datamodule=datamodule,
-            ckpt_path=str(run.last_checkpoint()) if run.last_checkpoint() else None,
-        )
-    except BaseException as e:
-        run.set_status("failed", error=f"{type(e).__name__}: {e}".splitlines()[0])
-        finish_wandb()
-        raise
+    ckpt = run.resume_checkpoint()
+    health = fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
+    metrics = health.final_metrics(trainer)
+    final = trainer.global_step  # 0 in the main process of ddp_spawn (the workers trained)
+    if final and final % t.val_every_n_steps == 0 and health.val_step != final:
+        trainer.validate(module, datamodule=datamodule, verbose=False)  # the checkpoint predates it
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
     if trainer.global_rank == 0:
-        _finish(run, trainer, module, model_cfg, data, time.time() - started)
-    finish_wandb()
-    return run
+        _finish(run, trainer, module, model_cfg, data, metrics, time.time() - started)
 
 
 def _init_weights(encoder, init: str, model_cfg: ModelConfig) -> None:
@@ -262,18 +271,29 @@ def _init_weights(encoder, init: str, model_cfg: ModelConfig) -> None:
 
 
 def _finish(
-    run: Run, trainer: pl.Trainer, module: PretrainModule, model_cfg: ModelConfig, data, seconds: float
+    run: Run,
+    trainer: pl.Trainer,
+    module: PretrainModule,
+    model_cfg: ModelConfig,
+    data,
+    m: dict,
+    seconds: float,
 ) -> None:
-    """Export the model (the discriminator for ELECTRA), write metrics.json, mark finished."""
+    """Check the final metrics are finite (else the run diverged: nothing is exported), export the
+    model (the discriminator for ELECTRA), then metrics.json and status finished (`Run.finish`).
+    The attempt removed any exports of an earlier finishing step that did not complete."""
+    bad = non_finite(m)
+    if bad:
+        raise RunDiverged(
+            f"training diverged: final {bad[0][0]}={bad[0][1]}; nothing exported. Lower the learning rate",
+            step=trainer.global_step, result=dict(bad),
+        )
     obj = module.objective
     model = obj.discriminator if isinstance(obj, ElectraObjective) else obj.model
     tok_dir = run.dir / "tokenizer"
-    if not tok_dir.exists():
-        data.tokenizer.save(tok_dir)
-    if not run.model_dir.exists():
-        save_model_dir(model.cpu().float(), model_cfg, run.model_dir, extra_files=sorted(tok_dir.iterdir()))
+    data.tokenizer.save(tok_dir)
+    save_model_dir(model.cpu().float(), model_cfg, run.model_dir, extra_files=sorted(tok_dir.iterdir()))
     hf_export = _export_hf(model, model_cfg, run.dir / "hf", tok_dir)
-    m = {k: float(v) for k, v in trainer.callback_metrics.items()}
     steps = trainer.global_step
     if steps == 0 and run.last_checkpoint():  # ddp_spawn: the main process did not train; its checkpoint did
         steps = torch.load(run.last_checkpoint(), map_location="cpu", weights_only=False)["global_step"]
@@ -290,9 +310,8 @@ def _finish(
         "metrics": m,
         "data": {k: v for k, v in data.stats.items() if isinstance(v, (int, float, str, bool))},
     }
-    run.write_json("metrics.json", metrics)
     log_result(metrics)
-    run.set_status("finished")
+    run.finish(metrics)
     print(f"finished: {run.dir}")
 
 
@@ -307,8 +326,11 @@ def _export_hf(model, model_cfg: ModelConfig, out: Path, tok_dir: Path) -> str:
         check_exportable(model_cfg)
     except ExportError as e:
         return f"not exported: {e}"
-    # HF ConvBERT has no RTD head: an ELECTRA discriminator is exported as its encoder
-    export_convbert(model.encoder if isinstance(model, ReplacedTokenDetector) else model, model_cfg, out)
-    for f in tok_dir.iterdir():
-        shutil.copy2(f, out / f.name)
+    from ..atomic import atomic_dir
+
+    with atomic_dir(out) as tmp:  # a crash leaves no half-written export
+        # HF ConvBERT has no RTD head: an ELECTRA discriminator is exported as its encoder
+        export_convbert(model.encoder if isinstance(model, ReplacedTokenDetector) else model, model_cfg, tmp)
+        for f in tok_dir.iterdir():
+            shutil.copy2(f, tmp / f.name)
     return str(out)

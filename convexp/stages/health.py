@@ -1,0 +1,136 @@
+"""Training health: stop at the first non-finite step, resume without losing or repeating logs.
+
+`Health` is the Lightning callback every stage adds:
+
+- **divergence**: after the backward pass and before the optimiser step it checks the loss and the
+  gradient norm. A non-finite one stops training inside that step (the weights are never updated
+  with it, and no checkpoint of it is written), raising `RunDiverged` with the step, the last
+  finite loss and the learning rate. With fp16 AMP the gradient scaler skips overflowing steps
+  by design; ``patience`` such steps in a row are tolerated before the run counts as diverged.
+- **resume**: it keeps, in every checkpoint, the metrics of the last step and the step of the last
+  validation, so a resumed run can report the same final metrics as an uninterrupted one and
+  redo a validation its checkpoint predates; on train start it drops the CSV rows of the steps
+  the resumed run will redo.
+
+`fit` runs ``trainer.fit`` and turns Lightning's ways of stopping on a signal (SIGINT becomes
+``sys.exit(1)`` inside Lightning) back into KeyboardInterrupt / RunInterrupted, which the run's
+attempt records as ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+
+import pytorch_lightning as pl
+import torch
+
+from ..runs import RunDiverged, RunInterrupted
+from .common import AppendingCSVLogger
+
+
+class Health(pl.Callback):
+    def __init__(self, patience: int = 0):
+        self.patience = patience
+        self.bad_steps = 0  # non-finite steps in a row (skipped by the AMP gradient scaler)
+        self.last_finite_loss: float | None = None
+        self._loss: float | None = None  # this step's loss (accumulated micro-batches: the last)
+        self._loss_bad = False
+        self.val_step = -1  # global step of the last completed validation
+        self.restored_step = 0
+        self.restored_metrics: dict[str, float] = {}
+        self.exception: BaseException | None = None
+
+    # ---------------------------------------------------------------- divergence
+    def on_before_backward(self, trainer, pl_module, loss: torch.Tensor) -> None:
+        value = float(loss.detach())
+        if math.isfinite(value):
+            self._loss = value
+        else:
+            self._loss_bad = True
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        norms = [torch.linalg.vector_norm(g) for g in grads]
+        norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+        loss_bad, self._loss_bad = self._loss_bad, False
+        bad = loss_bad or not math.isfinite(norm)
+        if not bad:
+            self.bad_steps = 0
+            self.last_finite_loss = self._loss
+            return
+        self.bad_steps += 1
+        scaler = getattr(trainer.precision_plugin, "scaler", None)  # fp16 AMP: this step is skipped
+        if scaler is not None and self.bad_steps <= self.patience:
+            return
+        step = trainer.global_step + 1
+        lr = optimizer.param_groups[0]["lr"]
+        what = "loss" if loss_bad else "gradient norm"
+        raise RunDiverged(
+            f"training diverged: non-finite {what} at step {step} (last finite loss {self.last_finite_loss}, "
+            f"learning rate {lr:.3g}); checkpoints of earlier steps are kept. Lower the learning rate",
+            step=step,
+            last_finite_loss=self.last_finite_loss,
+            lr=lr,
+            grad_norm=norm if math.isfinite(norm) else str(norm),
+        )
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.exception = exception
+
+    # ---------------------------------------------------------------- resume
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.val_step = trainer.global_step
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        checkpoint["convexp_health"] = {
+            "metrics": {**self.restored_metrics, **metrics},
+            "val_step": self.val_step,
+            "last_finite_loss": self.last_finite_loss,
+        }
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        self.restored_step = int(checkpoint.get("global_step", 0))
+        state = checkpoint.get("convexp_health", {})
+        self.restored_metrics = state.get("metrics", {})
+        self.val_step = state.get("val_step", -1)
+        self.last_finite_loss = state.get("last_finite_loss")
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # Lightning logs the rows of optimizer step s (1-based) with step s - 1; a checkpoint at
+        # global step K holds steps 1..K, so rows with step >= K are redone by this attempt.
+        for logger in trainer.loggers if trainer.is_global_zero else []:
+            if isinstance(logger, AppendingCSVLogger):
+                logger.drop_rows_from(self.restored_step)
+
+    def final_metrics(self, trainer: pl.Trainer) -> dict[str, float]:
+        """The metrics at the end of training: those restored from the checkpoint, overwritten
+        by those this attempt logged."""
+        return {**self.restored_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items()}}
+
+
+def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
+    """``trainer.fit`` (its Health callback required); returns the callback. Ctrl-C raises
+    KeyboardInterrupt, SIGTERM RunInterrupted, divergence RunDiverged."""
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    [health] = [c for c in trainer.callbacks if isinstance(c, Health)]
+    main = threading.current_thread() is threading.main_thread()
+    # inside fit, Lightning's own SIGTERM handling stops at the end of the step (graceful)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL) if main else None
+    try:
+        trainer.fit(module, **kwargs)
+    except SIGTERMException:
+        raise RunInterrupted("SIGTERM") from None
+    except SystemExit:
+        if isinstance(health.exception, KeyboardInterrupt):  # Lightning turned it into exit(1)
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning left it ignored
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+    return health
