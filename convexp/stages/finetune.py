@@ -35,7 +35,7 @@ from ..data.tasks import Task, get_task, register
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..record import warn_if_other_version, write_record
-from ..runs import Run
+from ..runs import Run, RunDiverged
 from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, step_seed
 from .glue_eval import Padded, evaluate_and_save
 from .glue_summary import write_summary
@@ -388,6 +388,7 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
     if cfg.task.name == "custom":  # a user's task: its config says what it is (data/custom.py)
         register(custom_task(cfg.task), replace=True)
     runs = glue_runs(cfg, init.slug, init.model_cfg.hidden_size, task_cfgs)
+    diverged: list[Run] = []
     for p in runs:
         if p.run.finished:
             warn_if_other_version(p.run)
@@ -403,10 +404,20 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
         for planned in todo:
             if planned.start and not planned.start.run.finished:
                 raise UserError(f"{planned.start.run.dir} has not finished; it must run before {name}")
-            finetune_one(tcfg, init, planned, splits)
-    if not summary:
-        return None
-    by_task: dict = {}
-    for p in runs:
-        by_task.setdefault(p.task, {}).setdefault(p.seed, []).append(p.run)
-    return write_summary(cfg, init.slug, by_task)
+            try:
+                finetune_one(tcfg, init, planned, splits)
+            except RunDiverged as e:  # one seed diverging does not stop the others
+                diverged.append(planned.run)
+                print(f"diverged: {planned.run.dir}: {e}", flush=True)
+    if summary:
+        by_task: dict = {}
+        for p in runs:
+            if p.run.finished:  # a diverged run has no result
+                by_task.setdefault(p.task, {}).setdefault(p.seed, []).append(p.run)
+        out = write_summary(cfg, init.slug, by_task) if by_task else None
+    if diverged:
+        raise RunDiverged(
+            f"{len(diverged)} of {len(runs)} runs diverged ({', '.join(r.id for r in diverged)}); "
+            "their status.json says where; lower the learning rate"
+        )
+    return out if summary else None

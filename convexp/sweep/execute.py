@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 from ..config import compose_stage
-from ..errors import UserError
 from ..runs import Run
 from .nodes import Node
 from .plan import Plan
+
+STOPPED = ("failed", "blocked", "diverged", "held")  # a dependant of such a node cannot run
 
 def run_node(stage: str, overrides: list[str]) -> None:
     """Run one node: exactly what ``convexp <stage> OVERRIDES`` does."""
@@ -28,17 +29,32 @@ def run_node(stage: str, overrides: list[str]) -> None:
 
 @dataclasses.dataclass
 class Outcome:
-    status: str  # done | cached | failed | blocked
+    status: str  # done | cached | failed | diverged | held | blocked
     seconds: float = 0.0
     error: str | None = None
     log: str | None = None
 
 
-def error_line(e: BaseException) -> str:
-    if isinstance(e, UserError):
-        return str(e)
-    text = f"{type(e).__name__}: {e}".strip()
-    return text.splitlines()[0] if text else type(e).__name__
+def settled(node: Node) -> Outcome | None:
+    """What is known about a node without running it: one of its runs is being written by another
+    process (another sweep agent: ``held``, picked up by the next invocation), or diverged (never
+    re-run silently, never counted as done: delete the run directory to try again)."""
+    for run in node.runs:
+        holder = run.locked_by()
+        if holder:
+            return Outcome("held", error=f"{run.dir} is being written by {holder}")
+    for run in node.runs:
+        if run.status == "diverged":
+            why = (run.read_json("status.json") or {}).get("error") or "training diverged"
+            return Outcome("diverged", error=f"{why} (delete {run.dir} to run it again)")
+    return None
+
+
+def failure(node: Node, seconds: float, error: str, log: str | None) -> Outcome:
+    """A node that raised, classified from the run store (workers and cluster jobs return only
+    text): a run of it diverged, or it failed."""
+    status = "diverged" if any(run.status == "diverged" for run in node.runs) else "failed"
+    return Outcome(status, seconds, error, log)
 
 
 class Ledger:
@@ -82,7 +98,7 @@ def last_args(outputs: Path, name: str) -> list[str] | None:
 def blocked_by(node: Node, outcomes: dict[str, Outcome]) -> str | None:
     """The first dependency that failed or was blocked, or None."""
     for d in node.deps:
-        if d in outcomes and outcomes[d].status in ("failed", "blocked"):
+        if d in outcomes and outcomes[d].status in STOPPED:
             return d
     return None
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..record import warn_if_other_version
-from .execute import Ledger, Outcome, blocked_by, error_line, ready, run_node
+from ..runs import error_line
+from .execute import Ledger, Outcome, blocked_by, failure, ready, run_node, settled
 from .nodes import Node
 from .plan import Plan
 from .spec import SweepError
@@ -28,6 +29,8 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
             ledger.outcomes[key] = Outcome("cached")
             for run in node.runs:
                 warn_if_other_version(run)
+        elif settled(node):
+            ledger.outcomes[key] = settled(node)
     ledger.save()
     launcher = plan.settings.launcher
     if launcher.name == "local" and launcher.workers <= 1:
@@ -71,8 +74,9 @@ def run_sequential(plan: Plan, ledger: Ledger) -> None:
             log = _log_path(plan, node)
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text(traceback.format_exc())
-            ledger.record(node.key, Outcome("failed", time.time() - started, error_line(e), str(log)))
-            print(f"failed: {node.key}: {error_line(e)} (traceback: {log})", flush=True)
+            outcome = failure(node, time.time() - started, error_line(e), str(log))
+            ledger.record(node.key, outcome)
+            print(f"{outcome.status}: {node.key}: {outcome.error} (traceback: {log})", flush=True)
 
 
 # ----------------------------------------------------------------------------- worker processes
@@ -133,8 +137,9 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int) -> None:
                     ledger.record(node.key, Outcome("done", seconds, log=str(log)))
                     print(f"done: {node.key} ({seconds:.0f} s)", flush=True)
                 else:
-                    ledger.record(node.key, Outcome("failed", seconds, error, str(log)))
-                    print(f"failed: {node.key}: {error} (log: {log})", flush=True)
+                    outcome = failure(node, seconds, error, str(log))
+                    ledger.record(node.key, outcome)
+                    print(f"{outcome.status}: {node.key}: {error} (log: {log})", flush=True)
 
 
 # ----------------------------------------------------------------------------- SLURM (submitit)
@@ -198,10 +203,9 @@ def run_submitit(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
                 print(f"done: {node.key}", flush=True)
             except Exception as e:
                 error = _job_error(e)
-                ledger.record(
-                    node.key, Outcome("failed", time.time() - started, error, str(job.paths.stderr))
-                )
-                print(f"failed: {node.key}: {error} (log: {job.paths.stderr})", flush=True)
+                outcome = failure(node, time.time() - started, error, str(job.paths.stderr))
+                ledger.record(node.key, outcome)
+                print(f"{outcome.status}: {node.key}: {error} (log: {job.paths.stderr})", flush=True)
 
 
 def _job_error(e: Exception) -> str:

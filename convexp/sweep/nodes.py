@@ -39,6 +39,8 @@ class Node:
     def state(self) -> str:
         if self.done:
             return "cached"
+        if any(r.status == "diverged" for r in self.runs):
+            return "diverged"
         if any(r.last_checkpoint() for r in self.runs):
             return "resume"
         return "new"

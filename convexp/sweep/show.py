@@ -76,15 +76,15 @@ def print_plan(plan: Plan) -> None:
 
 
 def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:
-    """The end-of-sweep summary; returns the number of failed runs."""
+    """The end-of-sweep summary; returns the number of nodes that failed or diverged."""
     counts: dict[str, int] = {}
     for o in outcomes.values():
         counts[o.status] = counts.get(o.status, 0) + 1
     console = _console()
     console.print(f"sweep {plan.sweep.name}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-    failed = {k: o for k, o in outcomes.items() if o.status in ("failed", "blocked")}
+    failed = {k: o for k, o in outcomes.items() if o.status in ("failed", "diverged", "held", "blocked")}
     for k, o in failed.items():
         console.print(f"  {o.status}: {k}: {o.error}" + (f" (log: {o.log})" if o.log else ""), markup=False)
     if not failed:
         console.print(f"report: convexp report {plan.sweep.name}")
-    return sum(o.status == "failed" for o in outcomes.values())
+    return sum(o.status in ("failed", "diverged") for o in outcomes.values())
