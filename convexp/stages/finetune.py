@@ -29,7 +29,7 @@ from ..models import ModelConfig, SequenceClassifier
 from .. import pruning as pruner
 from ..runs import Run
 from .plan import CONVBERT_GRID, INTERMEDIATE, TASK_ORDER, Planned, finetune_run, hyperparameters, plan_glue  # noqa: F401
-from .common import adamw_with_linear_schedule, finish_wandb, log_result, make_loggers, step_seed
+from .common import adamw_with_linear_schedule, finish_wandb, layerwise_groups, log_result, make_loggers, step_seed
 from .streams import PermutedStream, StreamSampler
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
@@ -214,24 +214,6 @@ class FinetuneModule(pl.LightningModule):
             self.total_steps,
             param_groups=groups,
         )
-
-
-def layerwise_groups(model: SequenceClassifier, lr: float, decay: float | None) -> list[dict] | None:
-    """ELECTRA's layer-wise learning-rate decay: layer i (0-based) of L gets lr·decay^(L-i), the
-    embeddings lr·decay^(L+1); the head, pooler and scalar mix get lr."""
-    if not decay:
-        return None
-    L = len(model.encoder.layers)
-    groups: dict[float, list] = {}
-    for name, p in model.named_parameters():
-        if name.startswith("encoder.embeddings."):
-            depth = L + 1
-        elif name.startswith("encoder.layers."):
-            depth = L - int(name.split(".")[2])
-        else:  # head, pooler, scalar mix
-            depth = 0
-        groups.setdefault(lr * decay**depth, []).append((name, p))
-    return [{"params": ps, "lr": g_lr} for g_lr, ps in groups.items()]
 
 
 class _Padded:
