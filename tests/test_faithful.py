@@ -43,3 +43,44 @@ def test_layerwise_lr_of_every_parameter_group_for_four_layers():
     assert any(n.startswith("encoder.embeddings.project") for n in lr_of)
     assert len(groups) == 6
     assert layerwise_groups(model, lr, None) is None
+
+
+@pytest.mark.parametrize(
+    "preset, kind",
+    [
+        ("electra_small", "cls"),  # ELECTRA's classification task: [CLS] -> dropout -> linear
+        ("convbert_small", "cls"),
+        ("convbert_medium_small", "cls"),
+        ("convbert_base", "cls"),
+        ("bert_small", "pooler"),  # BERT: pooler -> dropout -> linear
+        ("bert_base", "pooler"),
+        ("chang_small", "pooler"),  # Chang et al.: HF BertForSequenceClassification
+        ("chang_small_composite", "pooler"),
+    ],
+)
+def test_classification_head_per_model_family(preset, kind):
+    from convexp.config import model_config
+
+    cfg = model_config(preset)
+    assert cfg.classifier_head == kind
+    torch.manual_seed(0)
+    model = SequenceClassifier(
+        tiny(classifier=cfg.classifier, pooler=cfg.pooler, num_layers=1), num_labels=2
+    ).eval()
+    head = model.head
+    assert hasattr(head, "dense") is False and head.out.in_features == 32
+    ids = torch.randint(5, 100, (3, 7))
+    enc = model.encoder(ids)
+    source = enc.pooled if kind == "pooler" else enc.features[:, 0]
+    assert torch.allclose(model(ids).logits, head.out(source))  # eval: dropout is the identity
+
+
+def test_hf_style_head_is_dense_act_dropout_linear():
+    torch.manual_seed(0)
+    model = SequenceClassifier(tiny(classifier="hf", num_layers=1), num_labels=2).eval()
+    ids = torch.randint(5, 100, (3, 7))
+    cls = model.encoder(ids).features[:, 0]
+    expected = model.head.out(torch.nn.functional.gelu(model.head.dense(cls)))
+    assert torch.allclose(model(ids).logits, expected, atol=1e-6)
+    with pytest.raises(ValueError, match="classifier=pooler needs pooler=true"):
+        SequenceClassifier(tiny(classifier="pooler"), num_labels=2)

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional
 
 MIXERS = ("attention", "mixed")
 CONV_TYPES = ("sdconv", "conventional", "dynamic", "none")
+CLASSIFIERS = ("cls", "pooler", "hf")
 
 
 @dataclass
@@ -64,6 +65,12 @@ class ModelConfig:
 
     # --- outputs ---------------------------------------------------------------------------
     pooler: bool = False  # BERT's dense+tanh pooler (Chang et al. count it in their tables)
+    # Sequence-classification head: "cls" ([CLS] -> dropout -> linear; ELECTRA's classification
+    # task, google-research/electra finetune/classification/classification_tasks.py), "pooler"
+    # (BERT: pooled [CLS] -> dropout -> linear), "hf" (Hugging Face ELECTRA/ConvBERT
+    # *ForSequenceClassification: [CLS] -> dropout -> dense -> act -> dropout -> linear).
+    # None: by family, "pooler" with a pooler, else "cls".
+    classifier: Optional[str] = None
     scalar_mix: bool = False  # BERMO eq. 1: softmax-weighted mix of all layer outputs feeds the heads
     scalar_mix_dropout: float = 0.1
 
@@ -86,6 +93,11 @@ class ModelConfig:
             return max(1, self.num_heads // self.head_ratio)
         return self.num_heads
 
+    @property
+    def classifier_head(self) -> str:
+        """The classification head this config builds (``classifier``, or its family default)."""
+        return self.classifier or ("pooler" if self.pooler else "cls")
+
     def layer_size(self, i: int) -> dict:
         """Sizes of layer i: {"heads", "intermediate", "conv_heads"}; conv_heads None means the
         conv_qkv default (half the heads). Without layer_sizes every layer has the global sizes."""
@@ -104,6 +116,8 @@ class ModelConfig:
             bad(f"mixer must be one of {MIXERS}, got {self.mixer!r}")
         if self.conv_type not in CONV_TYPES:
             bad(f"conv_type must be one of {CONV_TYPES}, got {self.conv_type!r}")
+        if self.classifier is not None and self.classifier not in CLASSIFIERS:
+            bad(f"classifier must be one of {CLASSIFIERS}, got {self.classifier!r}")
         if self.kernel_size < 1 or self.kernel_size % 2 == 0:
             bad(f"kernel_size must be odd and positive, got {self.kernel_size}")
         if set(self.conv_qkv) - set("qkv") or len(set(self.conv_qkv)) != len(self.conv_qkv):

@@ -189,6 +189,8 @@ def finetune_run(
     mix = cfg.get("scalar_mix")
     if mix is not None:  # BERMO's layer mixing added to (or removed from) the init model
         run_cfg.scalar_mix = bool(mix)
+    if cfg.get("classifier"):  # a head other than the init model's
+        run_cfg.classifier = cfg.classifier
     bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
     slug = "-".join(filter(None, [init_slug, bermo, task_name, f"s{seed}", cfg.name]))
     return Run.for_config(cfg.outputs, "finetune", slug, run_cfg), run_cfg
