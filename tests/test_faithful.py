@@ -84,3 +84,49 @@ def test_hf_style_head_is_dense_act_dropout_linear():
     assert torch.allclose(model(ids).logits, expected, atol=1e-6)
     with pytest.raises(ValueError, match="classifier=pooler needs pooler=true"):
         SequenceClassifier(tiny(classifier="pooler"), num_labels=2)
+
+
+def _mix(norm: str, alpha: list[float], gamma: float = 1.5):
+    from convexp.models.scalar_mix import ScalarMix
+
+    mix = ScalarMix(len(alpha), dropout=0.3, norm=norm).eval()
+    with torch.no_grad():
+        mix.alpha.copy_(torch.tensor(alpha))
+        mix.gamma.fill_(gamma)
+    return mix
+
+
+def test_scalar_mix_normalisations_compute_what_they_say():
+    torch.manual_seed(0)
+    hs = [torch.randn(2, 3, 8, dtype=torch.float64) * (j + 1) + 3 * j for j in range(4)]
+    alpha = [0.2, -0.5, 1.0, 0.0]
+    w = torch.softmax(torch.tensor(alpha, dtype=torch.float64), 0)
+
+    # none: γ Σ w_j h_j
+    ref = 1.5 * sum(w[j] * hs[j] for j in range(4))
+    torch.testing.assert_close(_mix("none", alpha).double()(hs), ref)
+
+    # per_layer: each layer LayerNorm-ed over D (no affine) before mixing
+    ln = [torch.nn.functional.layer_norm(h, (8,), eps=1e-6) for h in hs]
+    ref = 1.5 * sum(w[j] * ln[j] for j in range(4))
+    torch.testing.assert_close(_mix("per_layer", alpha).double()(hs), ref)
+    uniform = _mix("per_layer", [0.0] * 4, gamma=1.0).double()(hs)
+    torch.testing.assert_close(uniform, sum(ln) / 4)  # uniform weights: the mean of normalised layers
+    assert uniform.abs().mean() > 0.1
+
+    # layers: every (token, channel) normalised across the 4 layers; uniform weights give exactly 0
+    st = torch.stack(hs)
+    normed = (st - st.mean(0)) / torch.sqrt(st.var(0, unbiased=False) + 1e-6)
+    torch.testing.assert_close(_mix("layers", alpha).double()(hs), 1.5 * torch.einsum("l,lbtd->btd", w, normed))
+    torch.testing.assert_close(_mix("layers", [0.0] * 4).double()(hs), torch.zeros(2, 3, 8, dtype=torch.float64))
+
+    with pytest.raises(ValueError, match="scalar_mix_norm"):
+        _mix("elementwise", alpha)
+
+
+def test_encoder_builds_the_configured_scalar_mix():
+    from convexp.models import Encoder
+
+    enc = Encoder(tiny(scalar_mix=True, scalar_mix_norm="layers", num_layers=2))
+    assert enc.scalar_mix.norm == "layers" and enc.scalar_mix.alpha.numel() == 3
+    assert Encoder(tiny(scalar_mix=True, num_layers=2)).scalar_mix.norm == "per_layer"

@@ -73,6 +73,7 @@ class ModelConfig:
     classifier: Optional[str] = None
     scalar_mix: bool = False  # BERMO eq. 1: softmax-weighted mix of all layer outputs feeds the heads
     scalar_mix_dropout: float = 0.1
+    scalar_mix_norm: str = "per_layer"  # per_layer | layers | none: see models/scalar_mix.py
 
     def __post_init__(self) -> None:
         self.validate()

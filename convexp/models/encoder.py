@@ -88,7 +88,11 @@ class Encoder(nn.Module):
         self.cfg = cfg
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
-        self.scalar_mix = ScalarMix(cfg.num_layers + 1, cfg.scalar_mix_dropout) if cfg.scalar_mix else None
+        self.scalar_mix = (
+            ScalarMix(cfg.num_layers + 1, cfg.scalar_mix_dropout, norm=cfg.scalar_mix_norm)
+            if cfg.scalar_mix
+            else None
+        )
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if cfg.pooler else None
         self.init_weights(self)
 

@@ -94,6 +94,8 @@ def resolve_init(cfg: DictConfig) -> Init:
         slug = Path(init).name
     if cfg.get("scalar_mix") is not None and bool(cfg.scalar_mix) != mc.scalar_mix:  # BERMO on any model
         mc = dataclasses.replace(mc, scalar_mix=bool(cfg.scalar_mix))
+    if cfg.get("scalar_mix") and cfg.get("scalar_mix_norm"):  # BERMO mixing added here: its normalisation
+        mc = dataclasses.replace(mc, scalar_mix_norm=cfg.scalar_mix_norm)
     if cfg.get("classifier"):  # e.g. classifier=hf: Hugging Face's head on an ELECTRA/ConvBERT encoder
         mc = dataclasses.replace(mc, classifier=cfg.classifier)
     if tok.vocab_size != mc.vocab_size:

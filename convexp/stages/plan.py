@@ -189,6 +189,8 @@ def finetune_run(
     mix = cfg.get("scalar_mix")
     if mix is not None:  # BERMO's layer mixing added to (or removed from) the init model
         run_cfg.scalar_mix = bool(mix)
+        if mix:  # the normalisation changes what the mix computes
+            run_cfg.scalar_mix_norm = cfg.get("scalar_mix_norm", "per_layer")
     if cfg.get("classifier"):  # a head other than the init model's
         run_cfg.classifier = cfg.classifier
     bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
