@@ -156,3 +156,31 @@ def test_pretraining_flops_reproduce_convbert_table3():
     assert full("electra_small", 128, 0.25) == pytest.approx(1.29e18, rel=0.01)
     assert full("electra_base", 256, 1 / 3, steps=766_000, s=512) == pytest.approx(6.42e19, rel=0.01)
     assert pretraining_flops(cfgs["bert_small"], 128, 1.45e6, objective="mlm") == pytest.approx(1.42e18, rel=0.01)
+
+
+def test_initialisation_as_the_reference_code():
+    """TF ELECTRA/ConvBERT: truncated N(0, 0.02) (|w| <= 0.04), depthwise kernels N(0, 1/K),
+    Glorot-uniform for embeddings_project, the RTD output and ELECTRA's classifier.
+    PyTorch/HF (Chang et al.): plain N(0, 0.02)."""
+    from convexp.models import ReplacedTokenDetector
+
+    torch.manual_seed(0)
+    D, E, K = 256, 128, 9
+    cfg = tiny(hidden_size=D, embedding_size=E, num_heads=4, intermediate_size=512, num_layers=2,
+               mixer="mixed", kernel_size=K, init="truncated", vocab_size=2000, max_position_embeddings=128)
+    rtd = ReplacedTokenDetector(cfg)
+    q = rtd.encoder.layers[0].mixer.query.weight
+    assert q.abs().max() <= 0.04 and 0.015 < q.std() < 0.02  # truncated at 2σ: std 0.88σ
+    dw = rtd.encoder.layers[0].mixer.key_conv.depthwise
+    assert abs(dw.std().item() - 0.88 / K) < 0.01 and dw.abs().max() <= 2 / K
+    proj = rtd.encoder.embeddings.project.weight  # [D, E]
+    bound = (6 / (D + E)) ** 0.5
+    assert proj.abs().max() <= bound and proj.std() > 0.8 * bound / 3**0.5
+    assert rtd.head.prediction.weight.abs().max() > 0.04  # Glorot over (D, 1), not 0.02
+    clf = SequenceClassifier(cfg, 2)
+    assert clf.head.out.weight.std() > 0.05  # Glorot over (D, 2)
+    plain = SequenceClassifier(tiny(hidden_size=D, intermediate_size=512, vocab_size=2000), 2)
+    w = plain.encoder.layers[0].mixer.query.weight if hasattr(plain.encoder.layers[0].mixer, "query") else None
+    fc = plain.encoder.layers[0].ffn.fc1.weight
+    assert fc.abs().max() > 0.05 and abs(fc.std().item() - 0.02) < 0.002  # untruncated N(0, 0.02)
+    assert w is None or abs(w.std().item() - 0.02) < 0.003

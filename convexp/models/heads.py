@@ -59,6 +59,8 @@ class MLMHead(nn.Module):
 class RTDHead(nn.Module):
     """ELECTRA replaced-token-detection discriminator head: dense D->D, act, dense D->1."""
 
+    TF_GLOROT = ("prediction",)  # run_pretraining.py: tf.layers.dense(hidden, units=1), no initializer
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
@@ -106,6 +108,8 @@ class ClassificationHead(nn.Module):
             self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
             self.act = activation(cfg.hidden_act)
         self.out = nn.Linear(cfg.hidden_size, num_labels)
+        # ELECTRA's classifier: tf.layers.dense(reprs, num_labels), no initializer (Glorot-uniform)
+        self.TF_GLOROT = ("out",) if self.kind == "cls" else ()
 
     def forward(self, enc, labels: torch.Tensor | None = None) -> HeadOutput:
         h = enc.pooled if self.kind == "pooler" else enc.features[:, 0]  # [B, D]
