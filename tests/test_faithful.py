@@ -167,7 +167,7 @@ def test_initialisation_as_the_reference_code():
     torch.manual_seed(0)
     D, E, K = 256, 128, 9
     cfg = tiny(hidden_size=D, embedding_size=E, num_heads=4, intermediate_size=512, num_layers=2,
-               mixer="mixed", kernel_size=K, init="truncated", vocab_size=2000, max_position_embeddings=128)
+               mixer="mixed", kernel_size=K, weight_init="truncated", vocab_size=2000, max_position_embeddings=128)
     rtd = ReplacedTokenDetector(cfg)
     q = rtd.encoder.layers[0].mixer.query.weight
     assert q.abs().max() <= 0.04 and 0.015 < q.std() < 0.02  # truncated at 2σ: std 0.88σ

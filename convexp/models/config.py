@@ -67,7 +67,7 @@ class ModelConfig:
     # "truncated": as the TF code of ELECTRA / ConvBERT / BERT (modeling.py create_initializer):
     # N(0, initializer_range) re-drawn beyond 2σ, and Glorot-uniform where that code gives no
     # initializer (embeddings_project, the RTD output, ELECTRA's classifier). See encoder.init_weights.
-    init: str = "normal"
+    weight_init: str = "normal"
 
     # --- outputs ---------------------------------------------------------------------------
     pooler: bool = False  # BERT's dense+tanh pooler (Chang et al. count it in their tables)
@@ -123,8 +123,8 @@ class ModelConfig:
             bad(f"mixer must be one of {MIXERS}, got {self.mixer!r}")
         if self.conv_type not in CONV_TYPES:
             bad(f"conv_type must be one of {CONV_TYPES}, got {self.conv_type!r}")
-        if self.init not in INITS:
-            bad(f"init must be one of {INITS}, got {self.init!r}")
+        if self.weight_init not in INITS:
+            bad(f"weight_init must be one of {INITS}, got {self.weight_init!r}")
         if self.classifier is not None and self.classifier not in CLASSIFIERS:
             bad(f"classifier must be one of {CLASSIFIERS}, got {self.classifier!r}")
         if self.kernel_size < 1 or self.kernel_size % 2 == 0:

@@ -121,7 +121,7 @@ class Encoder(nn.Module):
     def init_weights(self, module: nn.Module) -> None:
         if self.embeddings.word.weight.is_meta:  # shape-only model (parameter/FLOP counting)
             return
-        truncated = self.cfg.init == "truncated"
+        truncated = self.cfg.weight_init == "truncated"
         module.apply(lambda m: init_weights(m, self.cfg.initializer_range, truncated))
         if truncated:
             glorot_where_tf_had_no_initializer(module)
