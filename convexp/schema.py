@@ -37,6 +37,8 @@ class TrainerSchema:
     checkpoint_every_n_steps: int = 10000
     num_workers: int = 2
     deterministic: bool = False
+    nonfinite_patience: int = 0  # non-finite steps in a row tolerated (AMP's skipped steps)
+    lock_wait: float = 0.0  # seconds to wait for another process writing the same run
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "batch_size"):
@@ -44,6 +46,8 @@ class TrainerSchema:
         for key in ("num_nodes", "accumulate_grad_batches", "val_every_n_steps", "val_batches",
                     "log_every_n_steps", "checkpoint_every_n_steps", "steps_multiplier"):
             positive(f"trainer.{key}", getattr(self, key))
+        if self.nonfinite_patience < 0 or self.lock_wait < 0:
+            raise ValueError("trainer.nonfinite_patience and trainer.lock_wait must be 0 or more")
         if self.num_workers < 0:
             raise ValueError(f"trainer.num_workers={self.num_workers}: must be 0 (load in the main process) or more")
 

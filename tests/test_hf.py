@@ -230,6 +230,21 @@ def test_bert_classifier_and_pytorch_model_bin(tmp_path):
         assert_close(model(ids, None, tt).logits, hf(input_ids=ids, token_type_ids=tt).logits)
 
 
+@pytest.mark.parametrize("kind", ["Electra", "ConvBert"])
+def test_hf_sequence_classifier_imports_with_the_hf_head(tmp_path, kind):
+    """An imported *ForSequenceClassification keeps its dense -> act -> dropout -> out_proj head;
+    the same encoder without classifier weights gets ELECTRA's [CLS] -> dropout -> linear."""
+    hf = make_hf(f"{kind}ForSequenceClassification", f"{kind}Config", num_labels=3, embedding_size=32)
+    model, cfg = load_pretrained(save(hf, tmp_path / "clf"), task="classification")
+    assert cfg.classifier_head == "hf" and model.head.num_labels == 3
+    ids, tt = inputs()
+    with torch.no_grad():
+        assert_close(model(ids, None, tt).logits, hf.eval()(input_ids=ids, token_type_ids=tt).logits)
+    bare = make_hf(f"{kind}Model", f"{kind}Config", embedding_size=32)
+    fresh, cfg = load_pretrained(save(bare, tmp_path / "bare"), task="classification", num_labels=2)
+    assert cfg.classifier_head == "cls" and not hasattr(fresh.head, "dense")
+
+
 # ----------------------------------------------------------------------------------------------
 # Export
 # ----------------------------------------------------------------------------------------------
@@ -284,6 +299,9 @@ def test_export_mlm_and_classifier(tmp_path):
     with torch.no_grad():
         assert_close(mlm(ids, None, tt).logits, hf(input_ids=ids, token_type_ids=tt).logits)
 
+    with pytest.raises(ExportError, match="classifier=cls"):  # ELECTRA's head has no HF form
+        export_convbert(SequenceClassifier(cfg, 3), cfg, tmp_path / "cls")
+    cfg = convbert_cfg(ffn_groups=1, embedding_size=None, classifier="hf")
     clf = perturb(SequenceClassifier(cfg, 3))
     hf = transformers.ConvBertForSequenceClassification.from_pretrained(
         export_convbert(clf, cfg, tmp_path / "clf")

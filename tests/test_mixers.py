@@ -383,7 +383,7 @@ def test_grouped_linear_matches_loop_and_block_diagonal_linear(groups):
 def test_scalar_mix_matches_hand_computation():
     torch.manual_seed(0)
     layers = 4
-    mix = ScalarMix(layers, dropout=0.5).eval()
+    mix = ScalarMix(layers, dropout=0.5, norm="layers").eval()
     with torch.no_grad():
         mix.alpha.copy_(torch.tensor([0.3, -1.0, 2.0, 0.1]))
         mix.gamma.fill_(1.7)

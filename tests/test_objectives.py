@@ -43,6 +43,49 @@ def test_mask_statistics_15_percent_and_80_10_10():
     assert (masked[replaced] >= 5).all(), "random replacements must not be special tokens"
 
 
+def test_electra_masking_exact_count_and_85_15_0():
+    """google-research/electra pretrain_helpers.mask: k = clamp(round(0.15 n), 1, 19), n = non-padding
+    tokens; 85% [MASK], 15% kept, no random token."""
+    ids = batch(B=512)
+    am = (ids != PAD).long()
+    masked, labels = mask_tokens(
+        ids, INFO, torch.Generator().manual_seed(1), 0.15, 0.85, 0.0,
+        exact_count=True, max_predictions=19, attention_mask=am,
+    )
+    chosen = labels != IGNORE
+    assert not (chosen & (ids < 5)).any(), "special or padding tokens were chosen"
+    # full rows: n = 128 -> round(19.2) = 19 (= the cap); padded rows: n = 96 -> round(14.4) = 14
+    assert (chosen[256:].sum(1) == 19).all() and (chosen[:256].sum(1) == 14).all()
+    n = chosen.sum()
+    as_mask = (masked[chosen] == MASK).sum() / n
+    kept = (masked[chosen] == ids[chosen]).sum() / n
+    assert abs(as_mask - 0.85) < 0.01 and abs(kept - 0.15) < 0.01 and as_mask + kept == 1
+    assert torch.equal(masked[~chosen], ids[~chosen])
+    # the cap binds, and a short row still gets one position
+    short = torch.tensor([[CLS, 7, 8, SEP, PAD, PAD]])
+    _, lab = mask_tokens(
+        short, INFO, torch.Generator().manual_seed(0), exact_count=True, max_predictions=19,
+        attention_mask=(short != PAD).long(),
+    )
+    assert (lab != IGNORE).sum() == 1  # round(0.6) = 1
+    _, lab = mask_tokens(
+        ids, INFO, torch.Generator().manual_seed(0), mask_prob=0.5, exact_count=True,
+        max_predictions=19, attention_mask=am,
+    )
+    assert ((lab != IGNORE).sum(1) == 19).all()
+
+
+def test_electra_masking_is_determined_by_the_generator_seed():
+    ids = batch(B=8)
+    am = (ids != PAD).long()
+    kw = dict(exact_count=True, max_predictions=19, attention_mask=am)
+    a = mask_tokens(ids, INFO, torch.Generator().manual_seed(7), **kw)
+    b = mask_tokens(ids, INFO, torch.Generator().manual_seed(7), **kw)
+    c = mask_tokens(ids, INFO, torch.Generator().manual_seed(8), **kw)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[1], c[1])
+
+
 def test_masking_is_determined_by_the_generator_seed():
     ids = batch(B=8)
     a = mask_tokens(ids, INFO, torch.Generator().manual_seed(7))

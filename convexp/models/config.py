@@ -11,6 +11,8 @@ from typing import Dict, List, Optional
 
 MIXERS = ("attention", "mixed")
 CONV_TYPES = ("sdconv", "conventional", "dynamic", "none")
+CLASSIFIERS = ("cls", "pooler", "hf")
+INITS = ("normal", "truncated")
 
 
 @dataclass
@@ -61,11 +63,23 @@ class ModelConfig:
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
+    # "normal": N(0, initializer_range) as PyTorch/Hugging Face BERT (Chang et al.'s code);
+    # "truncated": as the TF code of ELECTRA / ConvBERT / BERT (modeling.py create_initializer):
+    # N(0, initializer_range) re-drawn beyond 2σ, and Glorot-uniform where that code gives no
+    # initializer (embeddings_project, the RTD output, ELECTRA's classifier). See encoder.init_weights.
+    weight_init: str = "normal"
 
     # --- outputs ---------------------------------------------------------------------------
     pooler: bool = False  # BERT's dense+tanh pooler (Chang et al. count it in their tables)
+    # Sequence-classification head: "cls" ([CLS] -> dropout -> linear; ELECTRA's classification
+    # task, google-research/electra finetune/classification/classification_tasks.py), "pooler"
+    # (BERT: pooled [CLS] -> dropout -> linear), "hf" (Hugging Face ELECTRA/ConvBERT
+    # *ForSequenceClassification: [CLS] -> dropout -> dense -> act -> dropout -> linear).
+    # None: by family, "pooler" with a pooler, else "cls".
+    classifier: Optional[str] = None
     scalar_mix: bool = False  # BERMO eq. 1: softmax-weighted mix of all layer outputs feeds the heads
     scalar_mix_dropout: float = 0.1
+    scalar_mix_norm: str = "per_layer"  # per_layer | layers | none: see models/scalar_mix.py
 
     def __post_init__(self) -> None:
         self.validate()
@@ -85,6 +99,11 @@ class ModelConfig:
         if self.mixer == "mixed":
             return self.num_heads // self.head_ratio
         return self.num_heads
+
+    @property
+    def classifier_head(self) -> str:
+        """The classification head this config builds (``classifier``, or its family default)."""
+        return self.classifier or ("pooler" if self.pooler else "cls")
 
     def layer_size(self, i: int) -> dict:
         """Sizes of layer i: {"heads", "intermediate", "conv_heads"}; conv_heads None means the
@@ -106,6 +125,10 @@ class ModelConfig:
             bad(f"conv_type must be one of {CONV_TYPES}, got {self.conv_type!r}")
         if self.mixer == "mixed" and not 1 <= self.head_ratio <= self.num_heads:
             bad(f"head_ratio (γ) must be in [1, num_heads={self.num_heads}], got {self.head_ratio}")
+        if self.weight_init not in INITS:
+            bad(f"weight_init must be one of {INITS}, got {self.weight_init!r}")
+        if self.classifier is not None and self.classifier not in CLASSIFIERS:
+            bad(f"classifier must be one of {CLASSIFIERS}, got {self.classifier!r}")
         if self.kernel_size < 1 or self.kernel_size % 2 == 0:
             bad(f"kernel_size must be odd and positive, got {self.kernel_size}")
         if set(self.conv_qkv) - set("qkv") or len(set(self.conv_qkv)) != len(self.conv_qkv):

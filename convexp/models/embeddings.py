@@ -9,6 +9,8 @@ from .config import ModelConfig
 
 
 class Embeddings(nn.Module):
+    TF_GLOROT = ("project",)  # ELECTRA's embeddings_project has no initializer (Glorot-uniform)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         E, D = cfg.emb_size, cfg.hidden_size

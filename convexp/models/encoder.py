@@ -48,29 +48,40 @@ class EncoderOutput:
         return self.hidden_states[-1]
 
 
-def init_weights(m: nn.Module, std: float = 0.02) -> None:
-    """BERT's N(0, std) for matrices and embeddings, zero biases, unit LayerNorms. Chang et al.'s
-    convolutions keep PyTorch's default U(±1/√K) as their code does; β starts at 0.
+def _normal(w: torch.Tensor, std: float, truncated: bool) -> None:
+    """N(0, std); truncated: re-drawn beyond ±2·std (TF's truncated_normal_initializer)."""
+    if truncated:
+        nn.init.trunc_normal_(w, std=std, a=-2 * std, b=2 * std)
+    else:
+        nn.init.normal_(w, std=std)
+
+
+def init_weights(m: nn.Module, std: float = 0.02, truncated: bool = False) -> None:
+    """BERT's N(0, std) for matrices and embeddings (truncated at 2σ as the TF code of ELECTRA /
+    ConvBERT / BERT does, when ``truncated``), zero biases, unit LayerNorms. ConvBERT's depthwise
+    kernels: N(0, 1/K) (yitu-opensource/ConvBert model/modeling.py: ``depthwise_initializer=
+    create_initializer(1/conv_kernel_size)``). Chang et al.'s convolutions keep PyTorch's default
+    U(±1/√K) as their code does (nn.Conv1d; W^Q, W^K by kaiming_uniform(a=√5)); β starts at 0.
     Use as ``module.apply(partial(init_weights, std=...))``."""
     if isinstance(m, nn.Linear):
         if m.weight.numel():  # a pruned Projection may have no linear head left: nn.Linear(D, 0)
-            nn.init.normal_(m.weight, std=std)
+            _normal(m.weight, std, truncated)
         if m.bias is not None:
             nn.init.zeros_(m.bias)
     elif isinstance(m, nn.Embedding):
-        nn.init.normal_(m.weight, std=std)
+        _normal(m.weight, std, truncated)
         if m.padding_idx is not None:
             nn.init.zeros_(m.weight[m.padding_idx])
     elif isinstance(m, nn.LayerNorm):
         nn.init.ones_(m.weight)
         nn.init.zeros_(m.bias)
     elif isinstance(m, GroupedLinear):
-        nn.init.normal_(m.weight, std=std)
+        _normal(m.weight, std, truncated)
     elif isinstance(m, nn.Conv1d):
         m.reset_parameters()
     elif isinstance(m, SeparableConv1d):
         if m.depthwise_bias is None:  # ConvBERT
-            nn.init.normal_(m.depthwise, std=std)
+            _normal(m.depthwise, 1.0 / m.depthwise.shape[1], truncated)
         else:  # Chang et al.
             bound = m.depthwise.shape[1] ** -0.5
             nn.init.uniform_(m.depthwise, -bound, bound)
@@ -82,20 +93,38 @@ def init_weights(m: nn.Module, std: float = 0.02) -> None:
                 nn.init.uniform_(p, -bound, bound)
 
 
+def glorot_where_tf_had_no_initializer(module: nn.Module) -> None:
+    """TF's ``tf.layers.dense`` without ``kernel_initializer`` is Glorot-uniform: ELECTRA/ConvBERT's
+    ``embeddings_project``, the RTD output layer (run_pretraining.py) and ELECTRA's classifier
+    (classification_tasks.py). Modules name those layers in ``TF_GLOROT``."""
+    for sub in module.modules():
+        for name in getattr(sub, "TF_GLOROT", ()):
+            layer = getattr(sub, name, None)
+            if layer is not None:
+                nn.init.xavier_uniform_(layer.weight)
+
+
 class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
-        self.scalar_mix = ScalarMix(cfg.num_layers + 1, cfg.scalar_mix_dropout) if cfg.scalar_mix else None
+        self.scalar_mix = (
+            ScalarMix(cfg.num_layers + 1, cfg.scalar_mix_dropout, norm=cfg.scalar_mix_norm)
+            if cfg.scalar_mix
+            else None
+        )
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if cfg.pooler else None
         self.init_weights(self)
 
     def init_weights(self, module: nn.Module) -> None:
         if self.embeddings.word.weight.is_meta:  # shape-only model (parameter/FLOP counting)
             return
-        module.apply(lambda m: init_weights(m, self.cfg.initializer_range))
+        truncated = self.cfg.weight_init == "truncated"
+        module.apply(lambda m: init_weights(m, self.cfg.initializer_range, truncated))
+        if truncated:
+            glorot_where_tf_had_no_initializer(module)
 
     def forward(
         self,

@@ -59,6 +59,8 @@ class MLMHead(nn.Module):
 class RTDHead(nn.Module):
     """ELECTRA replaced-token-detection discriminator head: dense D->D, act, dense D->1."""
 
+    TF_GLOROT = ("prediction",)  # run_pretraining.py: tf.layers.dense(hidden, units=1), no initializer
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
@@ -86,26 +88,34 @@ class RTDHead(nn.Module):
 class ClassificationHead(nn.Module):
     """Sequence classification (num_labels > 1, cross-entropy) or regression (num_labels = 1, MSE).
 
-    With a pooler (BERT): dropout -> Linear on the pooled [CLS]. Without (ELECTRA/ConvBERT):
-    [CLS] -> dropout -> dense D->D -> act -> dropout -> Linear.
+    ``cfg.classifier_head`` picks the form:
+
+    * "cls" (ELECTRA/ConvBERT, google-research/electra classification_tasks.py): [CLS] -> dropout
+      -> Linear. ELECTRA has no pooler (its ``get_pooled_output`` is the [CLS] vector).
+    * "pooler" (BERT): pooled [CLS] (dense + tanh) -> dropout -> Linear.
+    * "hf" (Hugging Face ``ElectraForSequenceClassification`` / ``ConvBertForSequenceClassification``):
+      [CLS] -> dropout -> dense D->D -> act -> dropout -> Linear.
     """
 
     def __init__(self, cfg: ModelConfig, num_labels: int):
         super().__init__()
         self.num_labels = num_labels
-        self.uses_pooler = cfg.pooler
+        self.kind = cfg.classifier_head
+        if self.kind == "pooler" and not cfg.pooler:
+            raise ValueError(f"model {cfg.name!r}: classifier=pooler needs pooler=true")
         self.dropout = nn.Dropout(cfg.hidden_dropout)
-        if not cfg.pooler:
+        if self.kind == "hf":
             self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
             self.act = activation(cfg.hidden_act)
         self.out = nn.Linear(cfg.hidden_size, num_labels)
+        # ELECTRA's classifier: tf.layers.dense(reprs, num_labels), no initializer (Glorot-uniform)
+        self.TF_GLOROT = ("out",) if self.kind == "cls" else ()
 
     def forward(self, enc, labels: torch.Tensor | None = None) -> HeadOutput:
-        if self.uses_pooler:
-            logits = self.out(self.dropout(enc.pooled))
-        else:
-            h = self.dropout(self.act(self.dense(self.dropout(enc.features[:, 0]))))
-            logits = self.out(h)
+        h = enc.pooled if self.kind == "pooler" else enc.features[:, 0]  # [B, D]
+        if self.kind == "hf":
+            h = self.act(self.dense(self.dropout(h)))
+        logits = self.out(self.dropout(h))  # [B, num_labels]
         loss = None
         if labels is not None:
             if self.num_labels == 1:

@@ -41,6 +41,7 @@ All errors are subclasses of ``ValueError``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -210,9 +211,14 @@ def _rtd_head(model_type: str) -> tuple[list[tuple[str, str, str]], dict[str, st
 
 
 def _cls_head(cfg: ModelConfig) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
-    if cfg.pooler:  # BERT: dropout -> classifier on the pooled [CLS]
+    if cfg.classifier_head == "pooler":  # BERT: dropout -> classifier on the pooled [CLS]
         return _wb("classifier", "head.out"), {}
-    return _wb("classifier.dense", "head.dense") + _wb("classifier.out_proj", "head.out"), {}
+    if cfg.classifier_head == "hf":  # ELECTRA/ConvBERT: dense -> act -> dropout -> out_proj
+        return _wb("classifier.dense", "head.dense") + _wb("classifier.out_proj", "head.out"), {}
+    raise ExportError(
+        "classifier=cls ([CLS] -> dropout -> linear, ELECTRA's code) has no Hugging Face equivalent; "
+        "export model.encoder, or fine-tune with model classifier=hf"
+    )
 
 
 # HF keys that are never loaded (besides heads of other tasks).
@@ -524,6 +530,8 @@ def load_pretrained(
     cfg = model_config_from_hf(
         hf, has_pooler=has_pooler, hf_padding=hf_padding, name=f"hf:{Path(name).name or name}"
     )
+    if task == "classification" and not has_pooler and any(k.startswith("classifier.") for k in sd):
+        cfg = dataclasses.replace(cfg, classifier="hf")  # a HF *ForSequenceClassification head
 
     # ---- build the module and the key tables ----
     enc_prefix = "" if task == "base" else "encoder."
@@ -547,12 +555,12 @@ def load_pretrained(
     else:
         if num_labels is None:
             num_labels = len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)
-        if mt == "electra" and not cfg.pooler and cfg.hidden_act != "gelu":
+        if mt == "electra" and cfg.classifier_head == "hf" and cfg.hidden_act != "gelu":
             raise UnsupportedCheckpointError(
                 f"{name}: HF ELECTRA's classifier always uses exact GELU, but hidden_act={cfg.hidden_act!r}"
             )
         model = SequenceClassifier(cfg, num_labels)
-        head, tied = _cls_head(cfg)
+        head, tied = _cls_head(cfg) if cfg.classifier_head != "cls" else ([], {})
         head_optional = not any(h in sd for h, _, _ in head)
         if head_optional:
             log.info(
@@ -605,7 +613,7 @@ def load_pretrained(
     # convexp parameters not filled (aliases such as the tied MLM decoder count as filled)
     sd_ref = model.state_dict(keep_vars=True)
     filled = {id(sd_ref[c]) for c in values}
-    head_keys = {c for _, c, _ in _cls_head(cfg)[0]} if head_optional else set()
+    head_keys = {c for c in sd_ref if c.startswith("head.")} if head_optional else set()  # a new head
     not_filled = [c for c, v in sd_ref.items() if id(v) not in filled and c not in head_keys]
 
     problems = []

@@ -164,6 +164,28 @@ def adamw_with_linear_schedule(
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
+def layerwise_groups(model: torch.nn.Module, lr: float, decay: float | None) -> list[dict] | None:
+    """ELECTRA's layer-wise learning-rate decay (google-research/electra ``model/optimization.py``
+    ``_get_layer_lrs``): lr·decay^(L+2−depth) with depth 0 for the embeddings (and their E→D
+    projection), i+1 for encoder layer i (0-based) of L, and L+2 for everything else (task head,
+    pooler, scalar mix). So the head gets lr, layer i lr·decay^(L+1−i), the embeddings
+    lr·decay^(L+2). Returns Adam parameter groups of (name, parameter) pairs, or None without decay.
+    """
+    if not decay:
+        return None
+    L = len(model.encoder.layers)
+    groups: dict[float, list] = {}
+    for name, p in model.named_parameters():
+        if name.startswith("encoder.embeddings."):
+            depth = 0
+        elif name.startswith("encoder.layers."):
+            depth = int(name.split(".")[2]) + 1
+        else:  # head, pooler, scalar mix: ELECTRA's "task_specific/"
+            depth = L + 2
+        groups.setdefault(lr * decay ** (L + 2 - depth), []).append((name, p))
+    return [{"params": ps, "lr": g_lr} for g_lr, ps in groups.items()]
+
+
 def step_seed(seed: int, position: int) -> int:
     """A seed for the random choices of the batch that starts at stream position `position`."""
     return (seed * 2_654_435_761 + position * 40_503 + 1) % (2**63 - 1)

@@ -36,7 +36,7 @@ from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..record import warn_if_other_version, write_record
 from ..runs import Run, RunDiverged
-from .common import adamw_with_linear_schedule, finish_wandb, make_loggers, step_seed
+from .common import adamw_with_linear_schedule, finish_wandb, layerwise_groups, make_loggers, step_seed
 from .glue_eval import Padded, evaluate_and_save
 from .glue_summary import write_summary
 from .health import Health, fit
@@ -86,6 +86,10 @@ def resolve_init(cfg: DictConfig) -> Init:
     tok = Tokenizer.load(tok_path or ckpt.tokenizer_path or ckpt.path)
     if cfg.get("scalar_mix") is not None and bool(cfg.scalar_mix) != mc.scalar_mix:  # BERMO on any model
         mc = dataclasses.replace(mc, scalar_mix=bool(cfg.scalar_mix))
+    if cfg.get("scalar_mix") and cfg.get("scalar_mix_norm"):  # BERMO mixing added here: its normalisation
+        mc = dataclasses.replace(mc, scalar_mix_norm=cfg.scalar_mix_norm)
+    if cfg.get("classifier"):  # e.g. classifier=hf: Hugging Face's head on an ELECTRA/ConvBERT encoder
+        mc = dataclasses.replace(mc, classifier=cfg.classifier)
     if tok.vocab_size != mc.vocab_size:
         raise UserError(
             f"the tokenizer has {tok.vocab_size} tokens but init={init} has a vocabulary of {mc.vocab_size}; "
@@ -219,24 +223,6 @@ class FinetuneModule(pl.LightningModule):
             self.total_steps,
             param_groups=groups,
         )
-
-
-def layerwise_groups(model: SequenceClassifier, lr: float, decay: float | None) -> list[dict] | None:
-    """ELECTRA's layer-wise learning-rate decay: layer i (0-based) of L gets lr·decay^(L-i), the
-    embeddings lr·decay^(L+1); the head, pooler and scalar mix get lr."""
-    if not decay:
-        return None
-    L = len(model.encoder.layers)
-    groups: dict[float, list] = {}
-    for name, p in model.named_parameters():
-        if name.startswith("encoder.embeddings."):
-            depth = L + 1
-        elif name.startswith("encoder.layers."):
-            depth = L - int(name.split(".")[2])
-        else:  # head, pooler, scalar mix
-            depth = 0
-        groups.setdefault(lr * decay**depth, []).append((name, p))
-    return [{"params": ps, "lr": g_lr} for g_lr, ps in groups.items()]
 
 
 def load_teacher(ckpt: Checkpoint, task: Task, student: ModelConfig) -> SequenceClassifier:

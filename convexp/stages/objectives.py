@@ -1,8 +1,11 @@
 """Pre-training objectives as plain torch functions and modules (no Lightning here).
 
-* :func:`mask_tokens` — BERT's dynamic masking (textbook chapter): choose 15% of the maskable
-  tokens (optionally whole words), replace 80% of them with [MASK], 10% with a random token,
-  keep 10%.
+* :func:`mask_tokens` — dynamic masking. BERT's (textbook chapter): choose each maskable token
+  with probability 15% (optionally whole words), replace 80% of the chosen with [MASK], 10% with a
+  random token, keep 10%. ELECTRA's (google-research/electra ``pretrain/pretrain_helpers.py``
+  ``mask``): exactly round(0.15·n) positions per sequence, n = its non-padding tokens, at least 1
+  and at most ``max_predictions`` (``configure_pretraining.py``: int((0.15 + 0.005)·128) = 19);
+  85% of them [MASK], 15% kept, none random.
 * :class:`ElectraObjective` — generator (small MLM) + discriminator (replaced-token detection)
   with shared embeddings; loss = gen_weight · MLM + disc_weight · RTD.
 * :class:`MLMObjective` — the encoder + tied MLM head (+ an NSP/SOP head when asked).
@@ -17,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import UserError
 from ..models import MaskedLM, ModelConfig, ReplacedTokenDetector
 from ..models.heads import IGNORE
 
@@ -39,18 +43,45 @@ def mask_tokens(
     replace_mask: float = 0.8,
     replace_random: float = 0.1,
     whole_word: bool = False,
+    exact_count: bool = False,
+    max_predictions: int | None = None,
+    attention_mask: torch.Tensor | None = None,  # [B, L]; needed for exact_count
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (masked input ids [B, L], labels [B, L]: original id at chosen positions, else -100)."""
+    """Returns (masked input ids [B, L], labels [B, L]: original id at chosen positions, else -100).
+
+    ``exact_count=False`` (BERT): every maskable token is chosen independently with ``mask_prob``.
+    ``exact_count=True`` (ELECTRA): each row gets k = clamp(round(mask_prob·n), 1, max_predictions)
+    distinct maskable positions drawn uniformly, n = the row's non-padding tokens ([CLS]/[SEP]
+    count, as ELECTRA's ``input_mask`` sum does). ELECTRA draws its positions with replacement, so
+    its distinct count can fall slightly below k; here it is exactly k (fewer only when the row has
+    fewer maskable tokens). Every draw comes from ``generator``: the same seed, the same masks.
+    """
     device = input_ids.device
     special = torch.tensor(info.special_ids, device=device)
     maskable = ~torch.isin(input_ids, special)  # [B, L]
     u = torch.rand(input_ids.shape, generator=generator, device=device)
-    if whole_word and info.continuation is not None:
+    if exact_count:
+        if whole_word:
+            raise UserError("objective.exact_count=true picks single tokens; set objective.whole_word=false")
+        if attention_mask is None:
+            raise ValueError("exact_count masking needs the attention mask (n = non-padding tokens)")
+        n = attention_mask.sum(1).float()  # [B]
+        k = torch.round(n * mask_prob).long().clamp(min=1)  # round half to even, as tf.round
+        if max_predictions is not None:
+            k = k.clamp(max=max_predictions)
+        # rank of each maskable position in a random order; the k first are chosen
+        order = torch.where(maskable, u, torch.full_like(u, 2.0)).argsort(dim=1)
+        rank = order.argsort(dim=1)  # [B, L]
+        chosen = maskable & (rank < k[:, None])
+    else:
+        chosen = None
+    if chosen is None and whole_word and info.continuation is not None:
         # Word index of every token: a new word starts at every maskable non-continuation token.
         cont = info.continuation.to(device)[input_ids] & maskable
         word = torch.cumsum((~cont).long(), dim=1)  # [B, L]
         u = torch.gather(u, 1, (word - 1).clamp(max=input_ids.shape[1] - 1))  # one draw per word
-    chosen = maskable & (u < mask_prob)
+    if chosen is None:
+        chosen = maskable & (u < mask_prob)
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE))
     r = torch.rand(input_ids.shape, generator=generator, device=device)
     to_mask = chosen & (r < replace_mask)

@@ -72,6 +72,9 @@ class PretrainModule(pl.LightningModule):
             o.replace_mask,
             o.replace_random,
             o.whole_word,
+            exact_count=o.get("exact_count", False),  # BERT masking (objective=mlm) has no count
+            max_predictions=o.get("max_predictions"),
+            attention_mask=batch["attention_mask"],
         )
         return self.objective(batch, masked, labels, generator=generator)
 

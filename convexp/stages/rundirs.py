@@ -184,6 +184,13 @@ def probing_overrides(overrides: list[str]) -> list[str]:
     return out
 
 
+# Bumped when what a fine-tuning run computes changes without a config key saying so, so that no
+# earlier result is reused as if it were this one. 2: ELECTRA's layer-wise LR depths, the
+# classifier head of the model family ([CLS] -> dropout -> linear for ELECTRA/ConvBERT), BERMO's
+# per-layer mixing normalisation.
+FINETUNE_RECIPE = 2
+
+
 def finetune_run(
     cfg: DictConfig, init_slug: str, task_name: str, seed: int, hp: dict, start_slug: str = ""
 ) -> tuple[Run, DictConfig]:
@@ -191,6 +198,7 @@ def finetune_run(
     run_cfg = OmegaConf.create(
         {
             "stage": "finetune",
+            "recipe": FINETUNE_RECIPE,
             "task": task_name,
             "seed": seed,
             "hp": hp,
@@ -226,6 +234,10 @@ def finetune_run(
     mix = cfg.get("scalar_mix")
     if mix is not None:  # BERMO's layer mixing added to (or removed from) the init model
         run_cfg.scalar_mix = bool(mix)
+        if mix:  # the normalisation changes what the mix computes
+            run_cfg.scalar_mix_norm = cfg.get("scalar_mix_norm", "per_layer")
+    if cfg.get("classifier"):  # a head other than the init model's
+        run_cfg.classifier = cfg.classifier
     bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
     slug = "-".join(filter(None, [init_slug, bermo, task_name, f"s{seed}", cfg.name]))
     return Run.for_config(cfg.outputs, "finetune", slug, run_cfg), run_cfg
