@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     """A tiny pre-trained model (4 steps): the init of the fine-tuning and probing tests."""
-    from test_pretrain import TINY, convexp
+    from helpers import TINY, convexp
 
     out = tmp_path_factory.mktemp("pre")
     res = convexp("pretrain", *TINY, "trainer.max_steps=4", "trainer.val_every_n_steps=4", outputs=out)

@@ -15,45 +15,7 @@ import pytest
 import yaml
 from wandb_records import run_info
 
-from test_pretrain import TINY, convexp
-
-# The sweeps' own files with tiny models and data: the same code paths, seconds per run.
-SHRINK = [
-    "scale=smoke",
-    "tasks=[rte]",
-    *[f"pretrain.{o}" for o in TINY if not o.startswith("scale=")],
-    "pretrain.trainer.max_steps=6",
-    "pretrain.trainer.val_every_n_steps=3",
-    "pretrain.trainer.checkpoint_every_n_steps=3",
-    "finetune.glue.synthetic_size=120",
-    "finetune.epochs=1",
-    "finetune.batch_size=16",
-    "finetune.task.max_len=48",
-]
-QUIET = {"WANDB_MODE": "disabled"}
-
-
-def ledger(outputs: Path, name: str) -> dict:
-    return json.loads((outputs / "sweeps" / name / "last.json").read_text())
-
-
-def statuses(outputs: Path, name: str) -> dict[str, str]:
-    return {k: n["status"] for k, n in ledger(outputs, name)["nodes"].items()}
-
-
-def write_sweep(path: Path, variants: dict, finetune: bool = True, **extra) -> Path:
-    body = {
-        "source": {"paper": "test", "ref": "Table 0"},
-        "pretrain": ["model=bert_small"],
-        "variants": variants,
-        "report": {"columns": ["params", "rte", "glue"] if finetune else ["params", "pretrain.val_loss"]},
-        **extra,
-    }
-    if finetune:
-        body["finetune"] = {"tasks": ["rte"]}
-    path.write_text(yaml.safe_dump(body))
-    return path
-
+from helpers import QUIET, SHRINK, convexp, ledger, statuses, write_sweep
 
 # ----------------------------------------------------------------------------- plans, no training
 

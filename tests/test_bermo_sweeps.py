@@ -9,8 +9,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from test_ablation import QUIET, ledger
-from test_pretrain import TINY, convexp
+from helpers import QUIET, TINY, convexp, ledger
 
 from convexp.sweep.plan import build_plan
 from convexp.sweep.spec import SweepError, load_sweep

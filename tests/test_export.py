@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from test_pruning import VARIANTS, batch, kill_ffn_units, kill_heads, logits, make_cfg, make_model
+from helpers import VARIANTS, batch, kill_ffn_units, kill_heads, logits, make_cfg, make_model
 from typer.testing import CliRunner
 
 from convexp.cli import app

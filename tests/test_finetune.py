@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from test_pretrain import convexp, kill_when
+from helpers import convexp, kill_when
 
 FAST = ["scale=smoke", "glue.synthetic_size=160", "epochs=1", "batch_size=16", "task.max_len=48"]
 

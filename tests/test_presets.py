@@ -125,7 +125,7 @@ def test_every_preset_builds_and_runs(configs):
 
 
 def test_released_convbert_shapes(configs):
-    """The presets of the released YituTech checkpoints (REFERENCE.md §1)."""
+    """The presets of the released YituTech checkpoints (their HF config.json files)."""
     s, ms, b = configs["convbert_small"], configs["convbert_medium_small"], configs["convbert_base"]
     assert (s.hidden_size, s.num_heads, s.intermediate_size, s.emb_size, s.ffn_groups) == (
         256,

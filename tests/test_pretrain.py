@@ -3,61 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from helpers import TINY, convexp, kill_when, run_dirs
 from wandb_records import config_and_history
-
-# A tiny, fast configuration of the smoke scale (same code paths).
-TINY = [
-    "scale=smoke",
-    "seq_len=32",
-    "model.num_layers=2",
-    "model.hidden_size=32",
-    "model.embedding_size=16",
-    "model.intermediate_size=64",
-    "tokenizer.vocab_size=400",
-    "data.num_docs=300",
-    "trainer.batch_size=8",
-    "trainer.val_batches=2",
-    "trainer.log_every_n_steps=5",
-]
-
-
-def convexp(
-    *args: str, outputs: Path, env: dict | None = None, timeout: int = 600
-) -> subprocess.CompletedProcess:
-    e = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "WANDB_MODE": "offline", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "convexp.cli", *args], capture_output=True, text=True, env=e, timeout=timeout
-    )
-
-
-def kill_when(args: list[str], outputs: Path, pattern: str) -> None:
-    """Run `convexp ARGS` and SIGKILL it as soon as a file matching `pattern` exists under outputs."""
-    env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "WANDB_MODE": "offline"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "convexp.cli", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(outputs.glob(pattern)):
-        time.sleep(0.02)
-    time.sleep(0.3)  # let the checkpoint file be complete
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
-def run_dirs(outputs: Path) -> list[Path]:
-    return sorted((outputs / "runs" / "pretrain").glob("*"))
-
 
 def metrics(run: Path) -> dict:
     return json.loads((run / "metrics.json").read_text())

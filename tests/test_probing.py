@@ -19,7 +19,7 @@ from convexp.data.loading import load_task
 from convexp.data.synthetic_probing import synthetic_probing_task, wc_label_names
 from convexp.data.tasks import PROBING_ORDER, PROBING_TASKS
 from convexp.errors import UserError
-from test_pretrain import convexp
+from helpers import convexp
 
 FAST = ["scale=smoke", "glue.synthetic_size=96", "epochs=1", "batch_size=16", "task.max_len=64"]
 NO_WANDB = {"WANDB_MODE": "disabled"}

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from convexp.models import ModelConfig, SequenceClassifier
+from convexp.models import SequenceClassifier
 from convexp.models.ffn import GroupedLinear
 from convexp.pruning import (
     SigmoidThresholdBinarizer,
@@ -34,64 +34,10 @@ from convexp.pruning import (
 from convexp.pruning.masked import weight_mask
 from convexp.pruning.structured import layers_parameters
 
-D, N_HEADS, K_SIZE, VOCAB = 32, 4, 5, 50
+from helpers import VARIANTS, batch, kill_ffn_units, kill_heads, logits, make_cfg, make_model
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-def make_cfg(**kw) -> ModelConfig:
-    base = dict(
-        vocab_size=VOCAB,
-        hidden_size=D,
-        num_heads=N_HEADS,
-        intermediate_size=64,
-        num_layers=2,
-        max_position_embeddings=32,
-        kernel_size=K_SIZE,
-        pad_token_id=1,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        scalar_mix_dropout=0.0,
-    )
-    base.update(kw)
-    return ModelConfig(**base)
-
-
-VARIANTS = {
-    "self_attention": dict(),
-    "chang_composite_conv_qkv": dict(
-        absolute_positions=False, fixed_conv=True, dynamic_conv=True, conv_qkv="qkv", scalar_mix=True
-    ),
-    "chang_depthwise_conv_qk": dict(depthwise_conv=True, conv_qkv="qk", key_conv=True, pooler=True),
-    "convbert_sdconv": dict(mixer="mixed", conv_type="sdconv", embedding_size=16, ffn_groups=2),
-    "convbert_conventional": dict(mixer="mixed", conv_type="conventional", num_heads=8, head_ratio=2),
-    "convbert_dynamic": dict(mixer="mixed", conv_type="dynamic", ffn_groups=2),
-}
-
-
-def make_model(name: str, seed: int = 0) -> SequenceClassifier:
-    torch.manual_seed(seed)
-    model = SequenceClassifier(make_cfg(**VARIANTS[name]), num_labels=3)
-    with torch.no_grad():  # exercise zero-initialised parameters (biases, β) too
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return model.eval()
-
-
-def batch(B: int = 3, L: int = 12):
-    g = torch.Generator().manual_seed(7)
-    ids = torch.randint(2, VOCAB, (B, L), generator=g)
-    mask = torch.ones(B, L, dtype=torch.long)
-    mask[1, 8:] = 0
-    mask[2, 3:] = 0
-    ids[mask == 0] = 1
-    return ids, mask
-
-
-def logits(model, ids, mask):
-    with torch.no_grad():
-        return model(ids, attention_mask=mask).logits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,49 +286,6 @@ def test_threshold_survives_state_dict_round_trip():
 # ---------------------------------------------------------------------------------------------
 # Structured removal
 # ---------------------------------------------------------------------------------------------
-
-
-def kill_ffn_units(model) -> None:
-    """Layer 0: units 1, 5 get a zero fc1 row (constant output), unit 9 a zero fc2 column. Grouped
-    FFNs (2 groups of 32): the same in group 0; in group 1 units 1, 8, 12 (fc1) and 9 (fc2) -> 4 dead,
-    but only min(3, 4) = 3 can go from every group."""
-    with torch.no_grad():
-        for block in model.encoder.layers:
-            fc1, fc2 = block.ffn.fc1, block.ffn.fc2
-            if isinstance(fc1, GroupedLinear):  # [G, D/G, I/G], [G, I/G, D/G]; 32 units per group
-                for g, c in [(0, 1), (0, 5), (1, 1), (1, 8), (1, 12)]:
-                    fc1.weight[g, :, c] = 0
-                for g, c in [(0, 9), (1, 9)]:
-                    fc2.weight[g, c, :] = 0
-            else:
-                fc1.weight[[1, 5]] = 0
-                fc2.weight[:, 9] = 0
-            break
-
-
-def kill_heads(model) -> None:
-    """Layer 0: head 0 loses its output columns, head 2 its value rows; layer 1: every head dead."""
-    with torch.no_grad():
-        for i, block in enumerate(model.encoder.layers):
-            mixer = block.mixer
-            H = mixer.heads
-            d = (
-                mixer.out.weight.shape[1] // H
-                if not hasattr(mixer, "query")
-                else mixer.query.weight.shape[0] // H
-            )
-            heads = [0, 2] if i == 0 else list(range(H))
-            for h in heads[::2]:
-                mixer.out.weight[:, h * d : (h + 1) * d] = 0
-            for h in heads[1::2]:
-                if hasattr(mixer, "value"):
-                    mixer.value.weight[h * d : (h + 1) * d] = 0
-                else:
-                    half = mixer.v.conv.pointwise.weight.shape[0] // d if mixer.v.conv is not None else 0
-                    lin, r = (mixer.v.conv.pointwise, h) if h < half else (mixer.v.linear, h - half)
-                    lin.weight[r * d : (r + 1) * d] = 0
-                    if mixer.depthwise is not None:  # a zero value does not kill a head there
-                        mixer.out.weight[:, h * d : (h + 1) * d] = 0
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_pretrain import TINY, convexp, run_dirs
+from helpers import TINY, convexp, run_dirs
 
 from convexp.runs import Run, RunDiverged, RunLocked
 

@@ -17,7 +17,7 @@ from convexp.data.scores import compute_metrics
 from convexp.data.tasks import get_task
 from convexp.errors import UserError
 from convexp.stages.rundirs import glue_runs
-from test_pretrain import convexp
+from helpers import convexp
 
 FAST = ["scale=smoke", "epochs=1", "batch_size=16", "task.max_len=48"]
 NO_WANDB = {"WANDB_MODE": "disabled"}

@@ -9,8 +9,7 @@ import json
 import pytest
 import yaml
 
-from test_ablation import SHRINK, ledger
-from test_pretrain import convexp
+from helpers import SHRINK, convexp, ledger
 
 pytestmark = pytest.mark.slow
 

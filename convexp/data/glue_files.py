@@ -110,7 +110,7 @@ class _TsvSpec:
 
 
 def _classic_specs(t: Task) -> dict[str, _TsvSpec]:
-    """{split: spec} of the classic layout (REFERENCE.md §4)."""
+    """{split: spec} of the classic layout (as the old GLUE download script wrote it)."""
     test_pair = _TsvSpec("test.tsv", PAIR, index="index")
     labelled_pair = _TsvSpec("{}.tsv", PAIR, label="label")
     specs: dict[str, dict[str, _TsvSpec]] = {

@@ -10,8 +10,8 @@ regression (STS-B; logits [B] or [B, 1]):
 
 Checked against ``masked_run_glue.py``: ``kl_div(log_softmax(student/T), softmax(teacher/T),
 reduction="batchmean") * T**2`` and ``alpha_distil * loss_logits + alpha_ce * loss``; defaults
-α_ce = α_distil = 0.5, T = 2 (BERMO Table 11 uses 0.1 / 0.9). REFERENCE.md writes the KL as
-"KL(student/T ‖ teacher/T)"; the code (and this module) takes the teacher distribution as the target,
+α_ce = α_distil = 0.5, T = 2 (BERMO Table 11 uses 0.1 / 0.9). The code (and this module) takes the
+teacher distribution as the target,
 i.e. KL(p_T ‖ p_S) = Σ p_T (log p_T − log p_S). For regression the reference applies the same softmax
 to a single logit, which is identically 1, so its distillation term is always 0; matching the
 teacher's prediction by MSE is the choice made here (the usual one for regression distillation).

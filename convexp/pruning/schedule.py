@@ -48,9 +48,6 @@ def cubic_threshold(
     return float(t), float(multiplier)
 
 
-threshold = cubic_threshold  # the name used in REFERENCE.md
-
-
 def default_warmup(steps_per_epoch: int, total_steps: int, initial_warmup: float, final_warmup: float) -> int:
     """``warmup_steps`` when none is given: one epoch (BERMO's 2100 / 12000 / 11000 steps for SST-2 /
     MNLI / QQP are one epoch at batch 32), shortened to T / (w_i + w_f + 1) when the run is too short

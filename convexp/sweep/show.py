@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .execute import Outcome
 from .plan import Plan
-from .spec import load_sweep, sweep_names
+from .spec import load_sweep
 
 
 def _console():
