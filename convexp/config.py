@@ -122,6 +122,8 @@ def one_line(message: str) -> str:
             options.append(raw.strip())
         elif raw.strip() and not raw.startswith("    "):
             lines.append(raw.strip().rstrip("."))
+    if lines and lines[0].startswith("Could not override") and len(lines) > 1:  # a key not in the config
+        lines = [lines[0] + ": no such key, check the spelling (--cfg prints every key)", *lines[1:]]
     text = "; ".join(lines)
     if options:
         text += " " + ", ".join(options)
