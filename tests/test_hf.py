@@ -18,11 +18,11 @@ from convexp.models import Encoder, MaskedLM, ModelConfig, SequenceClassifier  #
 from convexp.models.hf import (  # noqa: E402
     CheckpointMismatchError,
     CheckpointNotFoundError,
-    ExportError,
     UnsupportedCheckpointError,
-    export_convbert,
     load_pretrained,
 )
+from convexp.models.hf_export import export_convbert  # noqa: E402
+from convexp.models.hf_keys import ExportError  # noqa: E402
 
 ATOL = 1e-5
 V, D, H, LAYERS, I = 100, 64, 4, 2, 128

@@ -1,4 +1,4 @@
-"""Hugging Face interop: import BERT / ELECTRA / ConvBERT checkpoints, export ConvBERT.
+"""Hugging Face interop: import BERT / ELECTRA / ConvBERT checkpoints (export: :mod:`.hf_export`).
 
 Public API
 ----------
@@ -27,7 +27,7 @@ Public API
     in an explicit ignore list (position-id buffers, NSP head, heads of other tasks); every
     convexp parameter is filled. Anything else raises :class:`CheckpointMismatchError`.
 
-``export_convbert(model, cfg, out_dir)``
+``hf_export.export_convbert(model, cfg, out_dir)``
     Writes a Hugging Face ConvBERT directory (``config.json`` + ``model.safetensors``) from an
     :class:`Encoder` (as ``ConvBertModel``), a :class:`MaskedLM` (as ``ConvBertForMaskedLM``) or
     a :class:`SequenceClassifier` without pooler (as ``ConvBertForSequenceClassification``).
@@ -47,16 +47,26 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 import torch
 from torch import nn
 
-from ..atomic import atomic_dir
-from ..errors import UserError
 from .config import ModelConfig
 from .encoder import Encoder
 from .heads import MaskedLM, ReplacedTokenDetector, SequenceClassifier
+from .hf_keys import (
+    ALWAYS_IGNORED,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    UnsupportedCheckpointError,
+    HEAD_PREFIXES,
+    LAYOUTS,
+    cls_head_keys,
+    encoder_key_table,
+    mlm_head_keys,
+    rtd_head_keys,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,160 +91,6 @@ _HUB_BIN_PATTERNS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytor
 
 # Prefixes under which HF task models keep the base model.
 _BASE_PREFIXES = ("bert.", "electra.", "convbert.", "discriminator.")
-
-
-class CheckpointNotFoundError(UserError):
-    """Neither a usable local directory nor a downloadable hub model."""
-
-
-class UnsupportedCheckpointError(UserError):
-    """The checkpoint's architecture has no convexp equivalent."""
-
-
-class CheckpointMismatchError(UserError):
-    """Checkpoint tensors and convexp parameters do not correspond one to one."""
-
-
-class ExportError(UserError):
-    """The convexp model cannot be expressed as a Hugging Face ConvBERT."""
-
-
-# ----------------------------------------------------------------------------------------------
-# Tensor layout conversions: (to convexp, to HF)
-# ----------------------------------------------------------------------------------------------
-
-
-def _same(t: torch.Tensor) -> torch.Tensor:
-    return t
-
-
-def _drop_dim(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    def f(t: torch.Tensor) -> torch.Tensor:
-        if t.dim() < 2 or t.shape[dim] != 1:
-            raise CheckpointMismatchError(
-                f"expected a size-1 axis {dim} in a tensor of shape {tuple(t.shape)}"
-            )
-        return t.squeeze(dim)
-
-    return f
-
-
-def _add_dim(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    return lambda t: t.unsqueeze(dim)
-
-
-_LAYOUTS = {
-    "same": (_same, _same),
-    "depthwise": (_drop_dim(1), _add_dim(1)),  # HF Conv1d [D, 1, K]  <-> convexp [D, K]
-    "pointwise": (_drop_dim(-1), _add_dim(-1)),  # HF Conv1d [A, D, 1]  <-> Linear [A, D]
-    "col_bias": (_drop_dim(-1), _add_dim(-1)),  # HF bias [A, 1]        <-> [A]
-}
-
-
-def _wb(hf: str, cx: str) -> list[tuple[str, str, str]]:
-    return [(f"{hf}.weight", f"{cx}.weight", "same"), (f"{hf}.bias", f"{cx}.bias", "same")]
-
-
-# ----------------------------------------------------------------------------------------------
-# Key tables: (HF key, convexp key, layout) for a given convexp config
-# ----------------------------------------------------------------------------------------------
-
-
-def encoder_key_table(cfg: ModelConfig) -> list[tuple[str, str, str]]:
-    """HF base-model keys (no ``bert.``/``convbert.`` prefix) <-> :class:`Encoder` keys."""
-    t: list[tuple[str, str, str]] = [("embeddings.word_embeddings.weight", "embeddings.word.weight", "same")]
-    if cfg.absolute_positions:
-        t.append(("embeddings.position_embeddings.weight", "embeddings.position.weight", "same"))
-    if cfg.type_vocab_size > 0:
-        t.append(("embeddings.token_type_embeddings.weight", "embeddings.token_type.weight", "same"))
-    t += _wb("embeddings.LayerNorm", "embeddings.norm")
-    if cfg.emb_size != cfg.hidden_size:
-        t += _wb("embeddings_project", "embeddings.project")
-    for i in range(cfg.num_layers):
-        hf, cx = f"encoder.layer.{i}.", f"layers.{i}."
-        if cfg.mixer == "attention":
-            for name, mod in (("query", "q"), ("key", "k_proj"), ("value", "v")):
-                t += _wb(f"{hf}attention.self.{name}", f"{cx}mixer.{mod}.linear")
-        else:
-            for name in ("query", "key", "value"):
-                t += _wb(f"{hf}attention.self.{name}", f"{cx}mixer.{name}")
-            if cfg.conv_type == "sdconv":
-                sep = f"{hf}attention.self.key_conv_attn_layer"
-                t += [
-                    (f"{sep}.depthwise.weight", f"{cx}mixer.key_conv.depthwise", "depthwise"),
-                    (f"{sep}.pointwise.weight", f"{cx}mixer.key_conv.pointwise.weight", "pointwise"),
-                    (f"{sep}.bias", f"{cx}mixer.key_conv.pointwise.bias", "col_bias"),
-                ]
-                t += _wb(f"{hf}attention.self.conv_kernel_layer", f"{cx}mixer.conv_kernel")
-                t += _wb(f"{hf}attention.self.conv_out_layer", f"{cx}mixer.conv_value")
-            elif cfg.conv_type != "none":
-                raise UnsupportedCheckpointError(
-                    f"conv_type {cfg.conv_type!r} has no Hugging Face equivalent"
-                )
-        t += _wb(f"{hf}attention.output.dense", f"{cx}mixer.out")
-        t += _wb(f"{hf}attention.output.LayerNorm", f"{cx}norm1")
-        t += _wb(f"{hf}intermediate.dense", f"{cx}ffn.fc1")
-        t += _wb(f"{hf}output.dense", f"{cx}ffn.fc2")
-        t += _wb(f"{hf}output.LayerNorm", f"{cx}norm2")
-    if cfg.pooler:
-        t += _wb("pooler.dense", "pooler")
-    return t
-
-
-# Heads: HF keys <-> convexp keys (relative to the task module), plus tied HF keys -> the convexp
-# key whose value they must equal. Keyed by (model_type, task).
-def _mlm_head(model_type: str) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
-    if model_type == "bert":
-        table = _wb("cls.predictions.transform.dense", "head.dense")
-        table += _wb("cls.predictions.transform.LayerNorm", "head.norm")
-        table.append(("cls.predictions.bias", "head.bias", "same"))
-        tied = {
-            "cls.predictions.decoder.weight": "encoder.embeddings.word.weight",
-            "cls.predictions.decoder.bias": "head.bias",
-        }
-        return table, tied
-    table = _wb("generator_predictions.dense", "head.dense")
-    table += _wb("generator_predictions.LayerNorm", "head.norm")
-    table.append(("generator_lm_head.bias", "head.bias", "same"))
-    return table, {"generator_lm_head.weight": "encoder.embeddings.word.weight"}
-
-
-def _rtd_head(model_type: str) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
-    if model_type != "electra":
-        raise UnsupportedCheckpointError(
-            f"task='rtd' needs an ELECTRA discriminator head; Hugging Face {model_type!r} has none "
-            "(load with task='base' and add a convexp RTDHead)"
-        )
-    return _wb("discriminator_predictions.dense", "head.dense") + _wb(
-        "discriminator_predictions.dense_prediction", "head.prediction"
-    ), {}
-
-
-def _cls_head(cfg: ModelConfig) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
-    if cfg.classifier_head == "pooler":  # BERT: dropout -> classifier on the pooled [CLS]
-        return _wb("classifier", "head.out"), {}
-    if cfg.classifier_head == "hf":  # ELECTRA/ConvBERT: dense -> act -> dropout -> out_proj
-        return _wb("classifier.dense", "head.dense") + _wb("classifier.out_proj", "head.out"), {}
-    raise ExportError(
-        "classifier=cls ([CLS] -> dropout -> linear, ELECTRA's code) has no Hugging Face equivalent; "
-        "export model.encoder, or fine-tune with model classifier=hf"
-    )
-
-
-# HF keys that are never loaded (besides heads of other tasks).
-_ALWAYS_IGNORED = [
-    re.compile(r"^embeddings\.(position_ids|token_type_ids)$"),  # buffers in older checkpoints
-    re.compile(r"^cls\.seq_relationship\."),  # BERT next-sentence-prediction head
-]
-_HEAD_PREFIXES = (
-    "cls.predictions.",
-    "generator_predictions.",
-    "generator_lm_head.",
-    "discriminator_predictions.",
-    "classifier.",
-    "qa_outputs.",
-    "sequence_summary.",
-)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -404,68 +260,6 @@ def model_config_from_hf(
         raise UnsupportedCheckpointError(f"{name}: no convexp equivalent ({e})") from None
 
 
-def hf_config_from_model_config(cfg: ModelConfig) -> dict:
-    """config.json fields of the HF ConvBERT equivalent to ``cfg`` (checked by :func:`check_exportable`)."""
-    check_exportable(cfg)
-    return {
-        "model_type": "convbert",
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.hidden_size,
-        "embedding_size": cfg.emb_size,
-        "num_hidden_layers": cfg.num_layers,
-        "num_attention_heads": cfg.num_heads,
-        "head_ratio": cfg.head_ratio,
-        "conv_kernel_size": cfg.kernel_size,
-        "num_groups": cfg.ffn_groups,
-        "intermediate_size": cfg.intermediate_size,
-        "hidden_act": cfg.hidden_act,
-        "hidden_dropout_prob": cfg.hidden_dropout,
-        "attention_probs_dropout_prob": cfg.attention_dropout,
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "type_vocab_size": max(cfg.type_vocab_size, 1),
-        "initializer_range": cfg.initializer_range,
-        "layer_norm_eps": cfg.layer_norm_eps,
-        "pad_token_id": cfg.pad_token_id,
-        "tie_word_embeddings": True,
-        "is_decoder": False,
-        "add_cross_attention": False,
-        "dtype": "float32",
-    }
-
-
-def check_exportable(cfg: ModelConfig) -> None:
-    """Raise :class:`ExportError` naming every reason ``cfg`` is not an HF ConvBERT."""
-    why = []
-    if cfg.mixer != "mixed":
-        why.append(
-            f"mixer={cfg.mixer!r} (HF ConvBERT needs 'mixed'; Chang et al. attention variants have no HF model)"
-        )
-    elif cfg.conv_type != "sdconv":
-        why.append(f"conv_type={cfg.conv_type!r} (HF ConvBERT only has 'sdconv')")
-    if not cfg.absolute_positions:
-        why.append("absolute_positions=False (HF ConvBERT always adds absolute position embeddings)")
-    if cfg.scalar_mix:
-        why.append("scalar_mix=True (no BERMO layer mixing in HF ConvBERT)")
-    if cfg.pooler:
-        why.append("pooler=True (HF ConvBERT has no pooler)")
-    if cfg.mixer == "mixed":
-        n, d = hf_head_size(cfg.hidden_size, cfg.num_heads, cfg.head_ratio)
-        if cfg.hidden_size % n:
-            why.append(f"hidden_size {cfg.hidden_size} not divisible by {n} attention heads")
-        if cfg.head_dim != d:
-            why.append(f"head size {cfg.head_dim} != HF's (hidden_size // {n}) // 2 = {d}")
-    if cfg.hidden_act not in ("gelu", "gelu_new", "relu"):
-        why.append(f"hidden_act={cfg.hidden_act!r}")
-    if cfg.layer_sizes is not None:
-        why.append(
-            "layer_sizes is set (a structurally pruned model; HF ConvBERT has one size for every layer)"
-        )
-    if why:
-        raise ExportError(
-            f"model {cfg.name!r} cannot be exported as a Hugging Face ConvBERT: " + "; ".join(why)
-        )
-
-
 # ----------------------------------------------------------------------------------------------
 # Import
 # ----------------------------------------------------------------------------------------------
@@ -546,10 +340,10 @@ def load_pretrained(
                 f"{name}: HF {mt} generator head always uses exact GELU, but hidden_act={cfg.hidden_act!r}"
             )
         model = MaskedLM(cfg)
-        head, tied = _mlm_head(mt)
+        head, tied = mlm_head_keys(mt)
         table += head
     elif task == "rtd":
-        head, tied = _rtd_head(mt)
+        head, tied = rtd_head_keys(mt)
         model = ReplacedTokenDetector(cfg)
         table += head
     else:
@@ -560,7 +354,7 @@ def load_pretrained(
                 f"{name}: HF ELECTRA's classifier always uses exact GELU, but hidden_act={cfg.hidden_act!r}"
             )
         model = SequenceClassifier(cfg, num_labels)
-        head, tied = _cls_head(cfg) if cfg.classifier_head != "cls" else ([], {})
+        head, tied = cls_head_keys(cfg) if cfg.classifier_head != "cls" else ([], {})
         head_optional = not any(h in sd for h, _, _ in head)
         if head_optional:
             log.info(
@@ -580,7 +374,7 @@ def load_pretrained(
             continue
         orig, t = sd[h]
         try:
-            t = _LAYOUTS[lay][0](t)
+            t = LAYOUTS[lay][0](t)
         except CheckpointMismatchError:
             bad_shape.append(f"{orig} {tuple(t.shape)}")
             continue
@@ -593,7 +387,7 @@ def load_pretrained(
     used = {h for h, _, _ in table}
 
     # the requested head's namespace: unknown keys there are errors, not "other heads"
-    own = tuple(p for p in _HEAD_PREFIXES if any(h.startswith(p) for h, _, _ in table))
+    own = tuple(p for p in HEAD_PREFIXES if any(h.startswith(p) for h, _, _ in table))
     unexpected, ignored, untied = [], [], []
     for h, (orig, t) in sd.items():
         if h in used:
@@ -603,9 +397,9 @@ def load_pretrained(
             if src is not None and not torch.equal(src.to(t.dtype), t):
                 untied.append(orig)
             ignored.append(orig)
-        elif any(p.search(h) for p in _ALWAYS_IGNORED):
+        elif any(p.search(h) for p in ALWAYS_IGNORED):
             ignored.append(orig)
-        elif h.startswith(_HEAD_PREFIXES) and not (own and h.startswith(own)):
+        elif h.startswith(HEAD_PREFIXES) and not (own and h.startswith(own)):
             ignored.append(orig)  # a head of another task
         else:
             unexpected.append(orig)
@@ -642,117 +436,13 @@ def load_pretrained(
     model.eval()
     return model, cfg
 
-
-# ----------------------------------------------------------------------------------------------
-# Export
-# ----------------------------------------------------------------------------------------------
-
-
-# ModelConfig fields that do not change the exported weights or outputs in eval mode
-_ARCH_CFG_FIELDS_IGNORED = {
-    "name",
-    "hidden_dropout",
-    "attention_dropout",
-    "scalar_mix_dropout",
-    "initializer_range",
-    "hf_padding",
-}
-
-
-def export_convbert(model: nn.Module, cfg: ModelConfig | None, out_dir: str | os.PathLike) -> Path:
-    """Write ``model`` as a Hugging Face ConvBERT directory (config.json + model.safetensors).
-
-    ``model``: an :class:`Encoder` (-> ``ConvBertModel`` keys), a :class:`MaskedLM`
-    (-> ``ConvBertForMaskedLM``: ``convbert.`` prefix + generator head) or a
-    :class:`SequenceClassifier` (-> ``ConvBertForSequenceClassification``). For a
-    :class:`ReplacedTokenDetector` pass ``model.encoder`` (HF ConvBERT has no RTD head).
-    ``cfg`` defaults to the encoder's own config; if given, it must describe the same architecture.
-    The directory is written to a temporary sibling and renamed into place; an existing
-    non-empty ``out_dir`` is an error. Returns the output path.
-    """
-    out = Path(out_dir)
-    if isinstance(model, Encoder):
-        encoder, head_kind = model, None
-    elif isinstance(model, MaskedLM):
-        encoder, head_kind = model.encoder, "mlm"
-    elif isinstance(model, SequenceClassifier):
-        encoder, head_kind = model.encoder, "classification"
-    elif isinstance(model, ReplacedTokenDetector):
-        raise ExportError("HF ConvBERT has no replaced-token-detection head: export model.encoder instead")
-    else:
-        raise ExportError(
-            f"cannot export a {type(model).__name__}; pass an Encoder, MaskedLM or SequenceClassifier"
-        )
-    cfg = cfg if cfg is not None else encoder.cfg
-    enc_cfg = getattr(encoder, "cfg", None)
-    if enc_cfg is not None:
-        a = {k: v for k, v in cfg.to_dict().items() if k not in _ARCH_CFG_FIELDS_IGNORED}
-        b = {k: v for k, v in enc_cfg.to_dict().items() if k not in _ARCH_CFG_FIELDS_IGNORED}
-        diff = sorted(k for k in a if a[k] != b[k])
-        if diff:
-            raise ExportError(
-                f"cfg does not describe this model: fields {diff} differ from the encoder's config"
-            )
-    hf_cfg = hf_config_from_model_config(cfg)  # raises ExportError when not exportable
-
-    prefix = "" if head_kind is None else "convbert."
-    table = [
-        (prefix + h, ("" if head_kind is None else "encoder.") + c, lay)
-        for h, c, lay in encoder_key_table(cfg)
-    ]
-    if head_kind == "mlm":
-        if cfg.hidden_act != "gelu":
-            raise ExportError(
-                f"HF ConvBERT's generator head always uses exact GELU, but hidden_act={cfg.hidden_act!r}"
-            )
-        table += _mlm_head("convbert")[0]
-        hf_cfg["architectures"] = ["ConvBertForMaskedLM"]
-    elif head_kind == "classification":
-        table += _cls_head(cfg)[0]
-        n = model.head.num_labels
-        hf_cfg["architectures"] = ["ConvBertForSequenceClassification"]
-        hf_cfg["id2label"] = {str(i): f"LABEL_{i}" for i in range(n)}
-        hf_cfg["label2id"] = {f"LABEL_{i}": i for i in range(n)}
-    else:
-        hf_cfg["architectures"] = ["ConvBertModel"]
-
-    src = model.state_dict()
-    tensors: dict[str, torch.Tensor] = {}
-    for h, c, lay in table:
-        if c not in src:
-            raise ExportError(f"model has no parameter {c!r} (expected by cfg); is cfg the model's config?")
-        tensors[h] = _LAYOUTS[lay][1](src[c].detach()).to("cpu").contiguous().clone()
-    word = tensors[prefix + "embeddings.word_embeddings.weight"]
-    if cfg.type_vocab_size == 0:  # HF always adds a token-type embedding: a zero row is a no-op
-        tensors[prefix + "embeddings.token_type_embeddings.weight"] = torch.zeros(
-            1, cfg.emb_size, dtype=word.dtype
-        )
-    hf_cfg["dtype"] = str(word.dtype).removeprefix("torch.")
-
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ExportError(f"output directory {str(out)!r} already exists and is not empty; choose a new path")
-    from safetensors.torch import save_file
-
-    if out.exists():
-        out.rmdir()  # empty (checked above)
-    with atomic_dir(out) as tmp:
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(hf_cfg, indent=2, sort_keys=True) + "\n")
-    return out
-
-
 __all__ = [
     "load_pretrained",
-    "export_convbert",
     "resolve_checkpoint",
     "read_state_dict",
     "model_config_from_hf",
-    "hf_config_from_model_config",
-    "check_exportable",
-    "encoder_key_table",
     "hf_head_size",
     "CheckpointNotFoundError",
     "UnsupportedCheckpointError",
     "CheckpointMismatchError",
-    "ExportError",
 ]

@@ -321,7 +321,8 @@ def _finish(
 def _export_hf(model, model_cfg: ModelConfig, out: Path, tok_dir: Path) -> str:
     """Also write a Hugging Face ConvBERT directory (with the tokenizer) where the architecture
     allows; returns the directory or the reason it was not written."""
-    from ..models.hf import ExportError, check_exportable, export_convbert
+    from ..models.hf_export import check_exportable, export_convbert
+    from ..models.hf_keys import ExportError
 
     if out.exists():
         return str(out)

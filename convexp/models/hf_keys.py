@@ -1,0 +1,168 @@
+"""The state-dict key tables between convexp and Hugging Face BERT / ELECTRA / ConvBERT: for a
+:class:`ModelConfig`, every (HF key, convexp key, tensor layout) of the encoder and of each task
+head, and the layouts' conversions. Used by the import (:mod:`.hf`) and the export
+(:mod:`.hf_export`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import torch
+
+from ..errors import UserError
+from .config import ModelConfig
+
+
+class CheckpointNotFoundError(UserError):
+    """Neither a usable local directory nor a downloadable hub model."""
+
+
+class UnsupportedCheckpointError(UserError):
+    """The checkpoint's architecture has no convexp equivalent."""
+
+
+class CheckpointMismatchError(UserError):
+    """Checkpoint tensors and convexp parameters do not correspond one to one."""
+
+
+class ExportError(UserError):
+    """The convexp model cannot be expressed as a Hugging Face ConvBERT."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Tensor layout conversions: (to convexp, to HF)
+# ----------------------------------------------------------------------------------------------
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _drop_dim(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def f(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() < 2 or t.shape[dim] != 1:
+            raise CheckpointMismatchError(
+                f"expected a size-1 axis {dim} in a tensor of shape {tuple(t.shape)}"
+            )
+        return t.squeeze(dim)
+
+    return f
+
+
+def _add_dim(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: t.unsqueeze(dim)
+
+
+LAYOUTS = {
+    "same": (_same, _same),
+    "depthwise": (_drop_dim(1), _add_dim(1)),  # HF Conv1d [D, 1, K]  <-> convexp [D, K]
+    "pointwise": (_drop_dim(-1), _add_dim(-1)),  # HF Conv1d [A, D, 1]  <-> Linear [A, D]
+    "col_bias": (_drop_dim(-1), _add_dim(-1)),  # HF bias [A, 1]        <-> [A]
+}
+
+
+def _wb(hf: str, cx: str) -> list[tuple[str, str, str]]:
+    return [(f"{hf}.weight", f"{cx}.weight", "same"), (f"{hf}.bias", f"{cx}.bias", "same")]
+
+
+# ----------------------------------------------------------------------------------------------
+# Key tables: (HF key, convexp key, layout) for a given convexp config
+# ----------------------------------------------------------------------------------------------
+
+
+def encoder_key_table(cfg: ModelConfig) -> list[tuple[str, str, str]]:
+    """HF base-model keys (no ``bert.``/``convbert.`` prefix) <-> :class:`Encoder` keys."""
+    t: list[tuple[str, str, str]] = [("embeddings.word_embeddings.weight", "embeddings.word.weight", "same")]
+    if cfg.absolute_positions:
+        t.append(("embeddings.position_embeddings.weight", "embeddings.position.weight", "same"))
+    if cfg.type_vocab_size > 0:
+        t.append(("embeddings.token_type_embeddings.weight", "embeddings.token_type.weight", "same"))
+    t += _wb("embeddings.LayerNorm", "embeddings.norm")
+    if cfg.emb_size != cfg.hidden_size:
+        t += _wb("embeddings_project", "embeddings.project")
+    for i in range(cfg.num_layers):
+        hf, cx = f"encoder.layer.{i}.", f"layers.{i}."
+        if cfg.mixer == "attention":
+            for name, mod in (("query", "q"), ("key", "k_proj"), ("value", "v")):
+                t += _wb(f"{hf}attention.self.{name}", f"{cx}mixer.{mod}.linear")
+        else:
+            for name in ("query", "key", "value"):
+                t += _wb(f"{hf}attention.self.{name}", f"{cx}mixer.{name}")
+            if cfg.conv_type == "sdconv":
+                sep = f"{hf}attention.self.key_conv_attn_layer"
+                t += [
+                    (f"{sep}.depthwise.weight", f"{cx}mixer.key_conv.depthwise", "depthwise"),
+                    (f"{sep}.pointwise.weight", f"{cx}mixer.key_conv.pointwise.weight", "pointwise"),
+                    (f"{sep}.bias", f"{cx}mixer.key_conv.pointwise.bias", "col_bias"),
+                ]
+                t += _wb(f"{hf}attention.self.conv_kernel_layer", f"{cx}mixer.conv_kernel")
+                t += _wb(f"{hf}attention.self.conv_out_layer", f"{cx}mixer.conv_value")
+            elif cfg.conv_type != "none":
+                raise UnsupportedCheckpointError(
+                    f"conv_type {cfg.conv_type!r} has no Hugging Face equivalent"
+                )
+        t += _wb(f"{hf}attention.output.dense", f"{cx}mixer.out")
+        t += _wb(f"{hf}attention.output.LayerNorm", f"{cx}norm1")
+        t += _wb(f"{hf}intermediate.dense", f"{cx}ffn.fc1")
+        t += _wb(f"{hf}output.dense", f"{cx}ffn.fc2")
+        t += _wb(f"{hf}output.LayerNorm", f"{cx}norm2")
+    if cfg.pooler:
+        t += _wb("pooler.dense", "pooler")
+    return t
+
+
+# Heads: HF keys <-> convexp keys (relative to the task module), plus tied HF keys -> the convexp
+# key whose value they must equal. Keyed by (model_type, task).
+def mlm_head_keys(model_type: str) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
+    if model_type == "bert":
+        table = _wb("cls.predictions.transform.dense", "head.dense")
+        table += _wb("cls.predictions.transform.LayerNorm", "head.norm")
+        table.append(("cls.predictions.bias", "head.bias", "same"))
+        tied = {
+            "cls.predictions.decoder.weight": "encoder.embeddings.word.weight",
+            "cls.predictions.decoder.bias": "head.bias",
+        }
+        return table, tied
+    table = _wb("generator_predictions.dense", "head.dense")
+    table += _wb("generator_predictions.LayerNorm", "head.norm")
+    table.append(("generator_lm_head.bias", "head.bias", "same"))
+    return table, {"generator_lm_head.weight": "encoder.embeddings.word.weight"}
+
+
+def rtd_head_keys(model_type: str) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
+    if model_type != "electra":
+        raise UnsupportedCheckpointError(
+            f"task='rtd' needs an ELECTRA discriminator head; Hugging Face {model_type!r} has none "
+            "(load with task='base' and add a convexp RTDHead)"
+        )
+    return _wb("discriminator_predictions.dense", "head.dense") + _wb(
+        "discriminator_predictions.dense_prediction", "head.prediction"
+    ), {}
+
+
+def cls_head_keys(cfg: ModelConfig) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
+    if cfg.classifier_head == "pooler":  # BERT: dropout -> classifier on the pooled [CLS]
+        return _wb("classifier", "head.out"), {}
+    if cfg.classifier_head == "hf":  # ELECTRA/ConvBERT: dense -> act -> dropout -> out_proj
+        return _wb("classifier.dense", "head.dense") + _wb("classifier.out_proj", "head.out"), {}
+    raise ExportError(
+        "classifier=cls ([CLS] -> dropout -> linear, ELECTRA's code) has no Hugging Face equivalent; "
+        "export model.encoder, or fine-tune with model classifier=hf"
+    )
+
+
+# HF keys that are never loaded (besides heads of other tasks).
+ALWAYS_IGNORED = [
+    re.compile(r"^embeddings\.(position_ids|token_type_ids)$"),  # buffers in older checkpoints
+    re.compile(r"^cls\.seq_relationship\."),  # BERT next-sentence-prediction head
+]
+HEAD_PREFIXES = (
+    "cls.predictions.",
+    "generator_predictions.",
+    "generator_lm_head.",
+    "discriminator_predictions.",
+    "classifier.",
+    "qa_outputs.",
+    "sequence_summary.",
+)
