@@ -148,3 +148,15 @@ def test_cp_copies_a_builtin_config_and_never_overwrites(tmp_path):
 def test_compose_error_type():
     with pytest.raises(ConfigError, match="model.kernel_size"):
         compose_stage("pretrain", ["model.kernel_size=abc"])
+
+
+def test_sweep_arguments_are_parsed_by_hydra():
+    from convexp.sweep.args import split_args
+
+    own, stage = split_args(
+        ["scale=smoke", "seeds=[1,2]", "+pretrain.extra.note='a b'", "~finetune.distill", "pretrain.seed=3"]
+    )
+    assert own == ["scale=smoke", "seeds=[1,2]"]
+    assert stage["pretrain"] == ["+extra.note='a b'", "seed=3"] and stage["finetune"] == ["~distill"]
+    with pytest.raises(ConfigError, match="EQUAL"):
+        split_args(["scale"])

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import compose_stage, model_config
+from ..config import compose_stage, model_config, override_key, parse_overrides
 from ..data.loading import task_data
 from ..data.tasks import PROBING_ORDER
 from ..errors import UserError
@@ -168,18 +168,19 @@ def probing_overrides(overrides: list[str]) -> list[str]:
     """`convexp finetune probing ARGS` as finetune overrides: task=all (the default) is the ten
     probing tasks (task=probing_all), protocol=bermo unless given, and at scale=paper BERMO's five
     seeds unless seeds= is given. A task that is not a probing task is refused."""
-    given = {o.lstrip("+~").split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "=" in o}
-    task = given.get("task", "all")
+    parsed = parse_overrides(overrides)
+    given = {override_key(o): o.value() for o in parsed}
+    task = str(given.get("task", "all"))
     if task not in ("all", "probing_all", *PROBING_ORDER):
         raise UserError(
             f"task={task} is not a probing task; use task=all or one of: {', '.join(PROBING_ORDER)} "
             "(GLUE tasks: convexp finetune glue)"
         )
-    out = [o for o in overrides if not o.startswith("task=")]
+    out = [o for o, p in zip(overrides, parsed) if override_key(p) != "task"]
     out.append(f"task={'probing_all' if task == 'all' else task}")
     if "protocol" not in given:
         out.insert(0, "protocol=bermo")
-    if "seeds" not in given and given.get("scale", given.get("finetune_scale", "paper")) == "paper":
+    if "seeds" not in given and str(given.get("scale", given.get("finetune_scale", "paper"))) == "paper":
         out.append(f"seeds=[{','.join(map(str, BERMO_PROBING_SEEDS))}]")
     return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import CONF_DIR, compose, compose_stage, group_options
+from ..config import CONF_DIR, compose, compose_stage, group_options, override_key, parse_overrides, with_key
 from .spec import SweepError
 
 STAGES = ("pretrain", "finetune")
@@ -20,15 +20,12 @@ def split_args(args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     own_keys = set(OmegaConf.load(CONF_DIR / "ablate.yaml")) | {"launcher"}
     own, stage = [], {s: [] for s in STAGES}
     bases = None
-    for a in args:
-        key, sep, value = a.partition("=")
-        if not sep:
-            raise SweepError(f"argument {a!r} is not KEY=VALUE; e.g. scale=smoke or pretrain.seed=1")
-        bare = key.lstrip("+~")
-        prefix = key[: len(key) - len(bare)]
+    for a, parsed in zip(args, parse_overrides(args)):  # Hydra's grammar (+key, ~key, lists, quotes)
+        bare = override_key(parsed)
+        prefix = "" if parsed.type.name == "CHANGE" else "+"  # ADD, FORCE_ADD or DEL: not a plain set
         head = bare.split(".")[0]
         if head in STAGES and "." in bare:
-            stage[head].append(prefix + bare.split(".", 1)[1] + "=" + value)
+            stage[head].append(with_key(parsed, bare.split(".", 1)[1]))
         elif head in own_keys:
             own.append(a)
         else:
@@ -63,8 +60,9 @@ _MISSING = object()
 def sweep_settings(own: list[str]) -> DictConfig:
     """conf/ablate.yaml with the sweep's own arguments."""
     # `scale` names a config group too, so Hydra cannot take scale=... as a plain key: set it after
-    scales = [a.split("=", 1)[1] for a in own if a.startswith("scale=")]
-    settings = compose("ablate", [a for a in own if not a.startswith("scale=")])
+    parsed = parse_overrides(own)
+    scales = [str(o.value()) for o in parsed if override_key(o) == "scale"]
+    settings = compose("ablate", [a for a, o in zip(own, parsed) if override_key(o) != "scale"])
     if scales:
         settings.scale = scales[-1]
     if settings.scale not in group_options("scale"):
