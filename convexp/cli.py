@@ -234,6 +234,8 @@ def models(
     from .config import group_sources, is_builtin
     from .models.stats import preset_table
 
+    if seq_len < 1:
+        _fail(f"--seq-len must be a positive number of tokens, got {seq_len}")
     known = group_sources("model")
     for n in names or []:
         if n not in known:
@@ -266,10 +268,15 @@ def bench(
     """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention blocks."""
     from .bench import run_benchmarks
 
+    for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--seq-len", seq_len)):
+        if value < 1:
+            _fail(f"{flag} must be a positive integer, got {value}")
     try:
         sizes = [int(x) for x in lengths.split(",") if x]
     except ValueError:
         _fail(f"--lengths must be comma-separated integers, got {lengths!r}")
+    if not sizes or min(sizes) < 1:
+        _fail(f"--lengths must be positive integers, got {lengths!r}")
     run_benchmarks(steps=steps, batch_size=batch_size, seq_len=seq_len, lengths=sizes, hf=not skip_hf)
 
 

@@ -81,6 +81,13 @@ def prepare_task(task_cfg, source_cfg) -> tuple[Task, dict]:
     else:
         t = get_task(task_cfg.name)
         splits = load_task(t, source_cfg)
+    empty = [split for split in ("train", *t.dev_splits) if split in splits and len(splits[split]) == 0]
+    if empty:  # e.g. a TSV with a header and no rows
+        where = (source_cfg.get("path") or source_cfg.get("source")) if source_cfg is not None else "its source"
+        raise TaskFileError(
+            f"{t.name}: the {', '.join(empty)} split of {where} has no rows (a header only?); "
+            "give files with examples"
+        )
     for split, ds in splits.items():
         n = limits.get("max_train_samples" if split == "train" else "max_eval_samples")
         if n is not None and split in ("train", *t.dev_splits) and n < len(ds):

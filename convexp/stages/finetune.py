@@ -361,6 +361,19 @@ def _logged_config(cfg: DictConfig, task: str, seed: int, hp: dict) -> DictConfi
 # ----------------------------------------------------------------------------- a GLUE invocation
 
 
+def check_max_len(model_cfg: ModelConfig, cfgs) -> None:
+    """task.max_len must fit the model's position table (models without absolute positions have
+    none); refused before anything is written."""
+    if not model_cfg.absolute_positions:
+        return
+    for c in cfgs:
+        if c.task.max_len > model_cfg.max_position_embeddings:
+            raise UserError(
+                f"task.max_len={c.task.max_len} ({c.task.name}) exceeds the model's "
+                f"max_position_embeddings={model_cfg.max_position_embeddings}; lower task.max_len"
+            )
+
+
 def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool = True) -> Path | None:
     """Fine-tune every requested task and seed (finished runs are reused); aggregate; print the
     GLUE table. ``task_cfgs``: the composed config of each task of ``rundirs.glue_task_names(cfg)``
@@ -371,6 +384,7 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
 
     datasets.disable_progress_bars()
     init = resolve_init(cfg)
+    check_max_len(init.model_cfg, [cfg, *task_cfgs.values()])
     if cfg.task.name == "custom":  # a user's task: its config says what it is (data/custom.py)
         register(custom_task(cfg.task), replace=True)
     runs = glue_runs(cfg, init.slug, init.model_cfg.hidden_size, task_cfgs)

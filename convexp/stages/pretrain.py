@@ -171,6 +171,8 @@ def run_pretrain(cfg: DictConfig) -> Run:
         raise UserError(
             f"{run.dir} has an unfinished run; pass resume=true to continue it or name=<label> for a new run"
         )
+    if cfg.init:  # a bad checkpoint fails here, before any file is written
+        open_checkpoint(cfg.init, label="init", weights=False)
     model_cfg = to_model_config(cfg.model)
     if model_cfg.absolute_positions and model_cfg.max_position_embeddings < cfg.seq_len:
         raise UserError(
