@@ -47,7 +47,9 @@ def test_user_preset_and_sweep_are_listed_run_and_recorded(user_dir, tmp_path):
     args = ["--config-dir", str(user_dir), "ablate", "my-sweep", *SHRINK]
     res = convexp(*args, outputs=out, env=quiet)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert {n["status"] for n in ledger(out, "my-sweep")["nodes"].values()} == {"done"}
+    sweep_ledger = ledger(out, "my-sweep")
+    assert {n["status"] for n in sweep_ledger["nodes"].values()} == {"done"}
+    assert "ablate my-sweep" in sweep_ledger["record"]["command"] and sweep_ledger["record"]["versions"]["torch"]
     [pre] = (out / "runs" / "pretrain").glob("my-bert-*")
     assert json.loads((pre / "model" / "model_config.json").read_text())["hidden_dropout"] == 0.05
 

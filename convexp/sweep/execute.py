@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from ..config import compose_stage
+from ..record import invocation_record
 from ..runs import Run
 from .nodes import Node
 from .plan import Plan
@@ -65,6 +66,7 @@ class Ledger:
         self.plan = plan
         self.outcomes: dict[str, Outcome] = {}
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self.invocation = invocation_record()
 
     def record(self, key: str, outcome: Outcome) -> None:
         self.outcomes[key] = outcome
@@ -78,6 +80,7 @@ class Ledger:
                 "file": str(self.plan.sweep.path),
                 "args": self.plan.args,
                 "started": self.started,
+                "record": self.invocation,  # command line, versions, device (convexp.record)
                 "nodes": {
                     k: {
                         "command": n.command,
