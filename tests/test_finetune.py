@@ -187,7 +187,7 @@ def test_hugging_face_bert_checkpoint_with_its_own_vocab(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["task=nope"], "unknown task 'nope'"),
+        (["task=nope"], "Could not find 'task/nope'"),
         (["glue.source=local", "glue.path=/no/such/glue"], "/no/such/glue"),
         (["init=/no/such/run"], "init=/no/such/run does not exist"),
     ],
