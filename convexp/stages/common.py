@@ -122,3 +122,21 @@ def step_seed(seed: int, position: int) -> int:
 
 def is_finite(x: float) -> bool:
     return x is not None and math.isfinite(x)
+
+
+def layerwise_groups(model: torch.nn.Module, lr: float, decay: float | None) -> list[dict] | None:
+    """ELECTRA's layer-wise learning-rate decay: layer i (0-based) of L gets lr·decay^(L-i), the
+    embeddings lr·decay^(L+1); the head, pooler and scalar mix get lr."""
+    if not decay:
+        return None
+    L = len(model.encoder.layers)
+    groups: dict[float, list] = {}
+    for name, p in model.named_parameters():
+        if name.startswith("encoder.embeddings."):
+            depth = L + 1
+        elif name.startswith("encoder.layers."):
+            depth = L - int(name.split(".")[2])
+        else:  # head, pooler, scalar mix
+            depth = 0
+        groups.setdefault(lr * decay**depth, []).append((name, p))
+    return [{"params": ps, "lr": g_lr} for g_lr, ps in groups.items()]
