@@ -39,7 +39,7 @@ from .finetune import Init, _logged_config, resolve_init
 from .progress import StepProgressBar
 from .rundirs import GlueRun
 from .squad_eval import evaluate_squad
-from .squad_runs import qa_settings, squad_runs, squad_source
+from .squad_runs import check_squad_config, qa_settings, squad_runs, squad_source
 from .streams import PermutedStream, StreamSampler
 from .task_module import TaskModule
 
@@ -309,6 +309,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
 
 def run_squad(cfg: DictConfig) -> list[Run]:
     """Fine-tune every seed of the SQuAD task (finished runs are reused); print EM / F1."""
+    check_squad_config(cfg)  # before the init is opened: a wrong task is the first thing to say
     init = resolve_init(cfg)
     runs = squad_runs(cfg, init.slug, init.model_cfg.hidden_size)
     todo = [p for p in runs if not p.run.finished]

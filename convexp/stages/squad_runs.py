@@ -38,10 +38,11 @@ def check_squad_config(cfg: DictConfig) -> None:
 
 def qa_settings(cfg: DictConfig) -> dict:
     """The head, windows and decoding of the protocol (``task.qa.<protocol>``; ``task.max_len``
-    overrides the window length), plus the SQuAD version."""
+    and ``task.doc_stride`` override the window length and stride), plus the SQuAD version."""
     qa = dict(OmegaConf.to_container(cfg.task.qa[cfg.protocol], resolve=True))
-    if cfg.task.max_len is not None:
-        qa["max_len"] = int(cfg.task.max_len)
+    for key in ("max_len", "doc_stride"):
+        if cfg.task.get(key) is not None:
+            qa[key] = int(cfg.task[key])
     qa["version"] = str(cfg.task.version)
     return qa
 
