@@ -7,7 +7,7 @@ import pytest
 from test_finetune import write_vocab
 from test_pretrain import convexp, kill_when
 
-SMOKE = ["scale=smoke", "squad.synthetic_size=200", "epochs=1", "task.max_len=96", "task.doc_stride=32"]
+SMOKE = ["scale=smoke", "squad.synthetic_size=200", "epochs=1", "squad.max_len=96"]
 
 
 def squad_runs_in(outputs: Path) -> list[Path]:
@@ -78,7 +78,7 @@ def test_protocol_settings_and_run_ids():
     assert (soft.run_cfg.pruning["initial_warmup"], soft.run_cfg.pruning["final_warmup"]) == (1, 2)
     # the same command, the same run; windows and data source are part of the id
     assert plan("task=squad1", "protocol=bermo")[0].run.dir == bert.run.dir
-    assert plan("task=squad1", "protocol=bermo", "task.max_len=256")[0].run.dir != bert.run.dir
+    assert plan("task=squad1", "protocol=bermo", "squad.max_len=256")[0].run.dir != bert.run.dir
     assert plan("task=squad1", "protocol=bermo", "squad.source=synthetic")[0].run.dir != bert.run.dir
     assert plan("task=squad1")[0].run.dir != plan("task=squad2")[0].run.dir
 
@@ -106,7 +106,7 @@ def test_hugging_face_bert_fine_tunes_on_local_squad_json(tmp_path):
     BertModel(cfg).save_pretrained(ckpt)
     data = local_squad(tmp_path / "squad", "v2.0")
     args = ["finetune", "squad", "task=squad2", "protocol=bermo", f"init={ckpt}", "squad.source=local"]
-    res = convexp(*args, f"squad.path={data}", *SMOKE[2:], "epochs=2", "seeds=[42]", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    res = convexp(*args, f"squad.path={data}", *SMOKE[2:], "squad.doc_stride=32", "epochs=2", "seeds=[42]", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
     assert res.returncode == 0, res.stderr[-3000:]
     [run] = squad_runs_in(tmp_path)
     m = json.loads((run / "metrics.json").read_text())
@@ -121,14 +121,14 @@ def test_hugging_face_bert_fine_tunes_on_local_squad_json(tmp_path):
     assert (run / "record.json").exists() and (run / "model" / "vocab.txt").exists()
     assert "squad2 seed 42: EM" in res.stdout
     # finished runs are reused: nothing is trained again
-    again = convexp(*args, f"squad.path={data}", *SMOKE[2:], "epochs=2", "seeds=[42]", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    again = convexp(*args, f"squad.path={data}", *SMOKE[2:], "squad.doc_stride=32", "epochs=2", "seeds=[42]", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
     assert again.returncode == 0 and "Trainer.fit" not in again.stderr + again.stdout
 
 
 @pytest.mark.slow
 def test_killed_squad_run_resumes_to_the_same_result(tmp_path, pretrained):
     args = ["finetune", "squad", "task=squad1", f"init={pretrained}", *SMOKE[:1], "squad.synthetic_size=600"]
-    args += ["epochs=3", "batch_size=16", "task.max_len=96"]
+    args += ["epochs=3", "batch_size=16", "squad.max_len=96"]
     ref = convexp(*args, outputs=tmp_path / "ref", env={"WANDB_MODE": "disabled"})
     assert ref.returncode == 0, ref.stderr[-3000:]
     out = tmp_path / "killed"
@@ -168,7 +168,7 @@ def _not_json(root: Path) -> list[str]:
         (lambda root: ["squad.source=local", f"squad.path={root}/none"], "no such SQuAD file"),
         (lambda root: ["task=mrpc"], "task=mrpc is not a SQuAD task"),
         (lambda root: ["protocol=chang"], "protocol=chang has no SQuAD settings"),
-        (lambda root: ["task.max_len=512"], "exceeds the model's"),
+        (lambda root: ["squad.max_len=512"], "exceeds the model's"),
     ],
 )
 def test_bad_input_one_line_exit_2(tmp_path, pretrained, make, message):

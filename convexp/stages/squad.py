@@ -223,7 +223,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
     if init.model_cfg.max_position_embeddings < run_cfg.qa["max_len"]:
         raise UserError(
             f"task max_len {run_cfg.qa['max_len']} exceeds the model's {init.model_cfg.max_position_embeddings} "
-            f"positions; pass task.max_len={init.model_cfg.max_position_embeddings} (or a model trained longer)"
+            f"positions; pass squad.max_len={init.model_cfg.max_position_embeddings} (or a model trained longer)"
         )
     qa = dict(run_cfg.qa)
     run.dir.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from .rundirs import GlueRun, finetune_run, hyperparameters
 
 SQUAD_TASKS = ("squad1", "squad2")  # conf/task/squad1.yaml (v1.1), squad2.yaml (v2.0)
 SQUAD_PROTOCOLS = ("convbert", "bermo")  # ELECTRA's QA recipe, BERMO's (HF run_qa / Sanh et al.)
+WINDOW_KEYS = ("max_len", "doc_stride")  # squad.<key>: overrides of the protocol's windows
 
 
 def check_squad_config(cfg: DictConfig) -> None:
@@ -32,24 +33,29 @@ def check_squad_config(cfg: DictConfig) -> None:
             f"protocol={cfg.protocol} has no SQuAD settings; use protocol=convbert (ELECTRA's QA recipe) "
             "or protocol=bermo"
         )
+    if cfg.task.max_len is not None:
+        raise UserError(
+            f"task.max_len={cfg.task.max_len}: SQuAD's windows are set by squad.max_len (and squad.doc_stride)"
+        )
     if cfg.grid:
         raise UserError("grid=true is the ConvBERT GLUE grid; SQuAD runs the protocol's one setting")
 
 
 def qa_settings(cfg: DictConfig) -> dict:
-    """The head, windows and decoding of the protocol (``task.qa.<protocol>``; ``task.max_len``
-    and ``task.doc_stride`` override the window length and stride), plus the SQuAD version."""
+    """The head, windows and decoding of the protocol (``task.qa.<protocol>``; ``squad.max_len``
+    and ``squad.doc_stride`` override the window length and stride), plus the SQuAD version."""
     qa = dict(OmegaConf.to_container(cfg.task.qa[cfg.protocol], resolve=True))
-    for key in ("max_len", "doc_stride"):
-        if cfg.task.get(key) is not None:
-            qa[key] = int(cfg.task[key])
+    for key in WINDOW_KEYS:
+        if cfg.squad.get(key) is not None:
+            qa[key] = int(cfg.squad[key])
     qa["version"] = str(cfg.task.version)
     return qa
 
 
 def squad_source(cfg: DictConfig) -> dict:
     """The data source of ``cfg.squad`` for the task's version, checked (a local path made absolute)."""
-    source = {**OmegaConf.to_container(cfg.squad, resolve=True), "version": str(cfg.task.version)}
+    source = {k: v for k, v in OmegaConf.to_container(cfg.squad, resolve=True).items() if k not in WINDOW_KEYS}
+    source["version"] = str(cfg.task.version)
     s = squad_source_settings(source)
     if s["source"] == "local":
         s["path"] = str(Path(s["path"]).expanduser().resolve())
