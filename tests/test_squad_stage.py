@@ -177,3 +177,43 @@ def test_bad_input_one_line_exit_2(tmp_path, pretrained, make, message):
     assert res.returncode == 2, res.stderr[-2000:]
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], res.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+
+def test_convbert_squad_sweep_plans_squad_nodes(tmp_path):
+    res = convexp("ablate", "convbert-squad", "scale=smoke", "--dry-run", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "finetune/small/squad1/s42" in res.stdout and "finetune/base/squad2/s42" in res.stdout
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    plan = build_plan(load_sweep("convbert-squad"), ["scale=smoke", f"outputs={tmp_path}"])
+    node = plan.nodes["finetune/small/squad2/s42"]
+    assert node.command.startswith("convexp finetune squad ") and "task=squad2" in node.command
+    assert node.deps == ["pretrain/small"] and node.flops > 0
+
+
+@pytest.mark.slow
+def test_convbert_squad_sweep_runs_and_reports(tmp_path):
+    from test_ablation import SHRINK
+
+    shrink = [o for o in SHRINK if not o.startswith(("tasks=", "finetune.glue.", "finetune.task."))]
+    args = ["convbert-squad", *shrink, "variants=[electra_small,small]", "finetune.squad.synthetic_size=120"]
+    res = convexp("ablate", *args, outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    nodes = json.loads((tmp_path / "sweeps" / "convbert-squad" / "last.json").read_text())["nodes"]
+    assert {k for k, n in nodes.items() if n["status"] == "done"} == {
+        f"{stage}/{v}{task}" for v in ("electra_small", "small") for stage, task in
+        (("pretrain", ""), ("finetune", "/squad1/s42"), ("finetune", "/squad2/s42"))
+    }  # fmt: skip
+    res = convexp("report", "convbert-squad", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((tmp_path / "reports" / "convbert-squad" / "report.json").read_text())
+    small = next(r for r in report["rows"] if r["variant"] == "small")
+    run = Path(nodes["finetune/small/squad2/s42"]["runs"][0])
+    dev = json.loads((run / "metrics.json").read_text())["dev"]["validation"]
+    assert small["ours"]["squad2.best_f1"]["value"] == pytest.approx(dev["best_f1"])
+    assert small["ours"]["squad1.exact"]["value"] is not None and small["paper"]["squad1.f1"] == 84.1
+    assert "SQuAD v1.1 EM" in res.stdout and "SQuAD v2.0 F1 (best thr.)" in res.stdout
