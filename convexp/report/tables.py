@@ -10,7 +10,9 @@ Columns: ``params``, ``flops``, ``pretrain.KEY``; a task's score column (``sst2`
 ``mnli-mm.accuracy``, ``mnli.remaining_weights``); the probing groups ``surface``, ``syntactic``,
 ``semantic`` and ``probing`` (means of their task cells, as BERMO Table 1 averages); ``s<SEED>``
 (that seed's run of the sweep's single task, "diverges" when it collapsed: BERMO Table 3) and
-``diverged`` (collapsed runs / runs).
+``diverged`` (collapsed runs / runs). SQuAD tasks (``squad1``, ``squad2``): the task column is the
+run's score (F1; v2.0 F1 at the dev-chosen no-answer threshold), ``squad1.exact``, ``squad2.best_f1``
+etc. its official metrics.
 """
 
 from __future__ import annotations
