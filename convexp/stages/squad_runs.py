@@ -68,7 +68,8 @@ def squad_runs(cfg: DictConfig, init_slug: str, hidden_size: int) -> list[GlueRu
     """Every run of a SQuAD invocation (the task's seeds), in execution order. Needs only the
     init's name and width, not its weights (see rundirs.glue_runs)."""
     check_squad_config(cfg)
-    extra = {"qa": qa_settings(cfg), "squad": squad_source(cfg)}
+    # GLUE's data source is not SQuAD's: the id holds SQuAD's source (squad) and windows (qa) instead
+    extra = {"glue": None, "qa": qa_settings(cfg), "squad": squad_source(cfg)}
     runs = []
     for hp in hyperparameters(cfg, hidden_size):
         for seed in cfg.seeds:
