@@ -82,6 +82,7 @@ def test_protocol_settings_and_run_ids():
     assert plan("task=squad1", "protocol=bermo", "squad.source=synthetic")[0].run.dir != bert.run.dir
     assert plan("task=squad1")[0].run.dir != plan("task=squad2")[0].run.dir
     assert plan("task=squad1", "protocol=bermo", "glue.synthetic_size=7")[0].run.dir == bert.run.dir
+    assert plan("task=squad1", "protocol=bermo", "task.max_len=32")[0].run.dir == bert.run.dir  # GLUE's key
 
 
 # ----------------------------------------------------------------------------- end to end

@@ -310,6 +310,8 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
 def run_squad(cfg: DictConfig) -> list[Run]:
     """Fine-tune every seed of the SQuAD task (finished runs are reused); print EM / F1."""
     check_squad_config(cfg)  # before the init is opened: a wrong task is the first thing to say
+    if cfg.task.max_len is not None:  # e.g. a sweep's finetune.task.max_len meant for its GLUE tasks
+        print(f"note: task.max_len={cfg.task.max_len} is GLUE's; SQuAD's windows: squad.max_len, squad.doc_stride")
     init = resolve_init(cfg)
     runs = squad_runs(cfg, init.slug, init.model_cfg.hidden_size)
     todo = [p for p in runs if not p.run.finished]

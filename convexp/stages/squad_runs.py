@@ -33,10 +33,6 @@ def check_squad_config(cfg: DictConfig) -> None:
             f"protocol={cfg.protocol} has no SQuAD settings; use protocol=convbert (ELECTRA's QA recipe) "
             "or protocol=bermo"
         )
-    if cfg.task.max_len is not None:
-        raise UserError(
-            f"task.max_len={cfg.task.max_len}: SQuAD's windows are set by squad.max_len (and squad.doc_stride)"
-        )
     if cfg.grid:
         raise UserError("grid=true is the ConvBERT GLUE grid; SQuAD runs the protocol's one setting")
 
@@ -68,8 +64,8 @@ def squad_runs(cfg: DictConfig, init_slug: str, hidden_size: int) -> list[GlueRu
     """Every run of a SQuAD invocation (the task's seeds), in execution order. Needs only the
     init's name and width, not its weights (see rundirs.glue_runs)."""
     check_squad_config(cfg)
-    # GLUE's data source is not SQuAD's: the id holds SQuAD's source (squad) and windows (qa) instead
-    extra = {"glue": None, "qa": qa_settings(cfg), "squad": squad_source(cfg)}
+    # GLUE's data source and length are not SQuAD's: the id holds SQuAD's source and windows instead
+    extra = {"glue": None, "max_len": None, "qa": qa_settings(cfg), "squad": squad_source(cfg)}
     runs = []
     for hp in hyperparameters(cfg, hidden_size):
         for seed in cfg.seeds:
