@@ -133,7 +133,7 @@ def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PR
         run_pretrain(composed)
 
 
-finetune_app = typer.Typer(no_args_is_help=True, help="Fine-tune and evaluate (GLUE, SentEval probing).")
+finetune_app = typer.Typer(no_args_is_help=True, help="Fine-tune and evaluate (GLUE, SentEval probing, SQuAD).")
 app.add_typer(finetune_app, name="finetune")
 
 
@@ -150,6 +150,20 @@ def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[s
     from .stages.rundirs import probing_overrides
 
     _finetune(probing_overrides(overrides or []), cfg)
+
+
+@finetune_app.command("squad", cls=stage_command("finetune"))
+def finetune_squad(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
+    """Fine-tune on SQuAD: task=squad1|squad2 init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]
+    (data: squad.source=hub | local squad.path=<folder of the official JSON files> | synthetic)."""
+    given = overrides or []
+    if not any(o.startswith("task=") for o in given):
+        given = ["task=squad1", *given]
+    composed = _composed("finetune", given, cfg)
+    if composed is not None:
+        from .stages.squad import run_squad
+
+        run_squad(composed)
 
 
 def _finetune(overrides: list[str], print_cfg: str | None) -> None:

@@ -10,7 +10,9 @@ Columns: ``params``, ``flops``, ``pretrain.KEY``; a task's score column (``sst2`
 ``mnli-mm.accuracy``, ``mnli.remaining_weights``); the probing groups ``surface``, ``syntactic``,
 ``semantic`` and ``probing`` (means of their task cells, as BERMO Table 1 averages); ``s<SEED>``
 (that seed's run of the sweep's single task, "diverges" when it collapsed: BERMO Table 3) and
-``diverged`` (collapsed runs / runs).
+``diverged`` (collapsed runs / runs). SQuAD tasks (``squad1``, ``squad2``): the task column is the
+run's score (F1; v2.0 F1 at the dev-chosen no-answer threshold), ``squad1.exact``, ``squad2.best_f1``
+etc. its official metrics.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 
 from .. import results
 from ..data import scores
+from ..data.squad import SQUAD_TASKS
 from ..data.tasks import GROUPS, PROBING_ORDER
 
 HEADERS = {
@@ -54,8 +57,18 @@ HEADERS = {
     "semantic": "Semantic",
     "probing": "Probing avg",
     "diverged": "Diverged",
+    "squad1": "SQuAD v1.1",
+    "squad2": "SQuAD v2.0",
 }
-METRICS = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "remaining_weights": "remaining %"}
+METRICS = {
+    "accuracy": "acc",
+    "f1": "F1",
+    "mcc": "MCC",
+    "remaining_weights": "remaining %",
+    "exact": "EM",
+    "best_exact": "EM (best thr.)",
+    "best_f1": "F1 (best thr.)",
+}
 PROBING_GROUPS = {**{g: tuple(ts) for g, ts in GROUPS.items()}, "probing": tuple(PROBING_ORDER)}
 
 
@@ -129,15 +142,17 @@ def run_values(m: dict, style: str, split: str = "dev") -> dict[str, float]:
     per split), plus ``TASK.remaining_weights`` etc. The scores are on ``split`` (dev or test)."""
     task = m["task"]
     results = m.get(split) or {}
-    out = (
-        dict(scores.score_columns({task: results}, "chang" if style == "probing" else style)) if results else {}
-    )
+    if task in SQUAD_TASKS:  # SQuAD: the run's score (F1; v2.0 at the dev-chosen threshold), any style
+        out = {task: float(m["score"])} if results else {}
+    else:
+        style_ = "chang" if style == "probing" else style
+        out = dict(scores.score_columns({task: results}, style_)) if results else {}
     for i, (sp, metrics) in enumerate(results.items()):
         column = scores.column_of(task, sp)
         names = [column, task] if i == 0 and column != task else [column]
         for name in names:
             out.update({f"{name}.{k}": float(v) for k, v in metrics.items()})
-    for k in ("remaining_weights", "wall_time_s", "examples_per_s"):
+    for k in ("remaining_weights", "wall_time_s", "examples_per_s", "eval_time_s"):
         if isinstance(m.get(k), (int, float)):
             out[f"{task}.{k}"] = float(m[k])
     return out
@@ -168,7 +183,10 @@ def variant_row(
         for m in ms:
             values = run_values(m, style, split)
             first = next(iter((m.get(split) or {}).values()), None)  # the task's main split
-            score = results.style_score(task, first, style) if first else None
+            if task in SQUAD_TASKS:
+                score = m["score"] if first else None
+            else:
+                score = results.style_score(task, first, style) if first else None
             seed_cells[f"s{m['seed']}"] = Cell(score, n=1, diverged=bool(m.get("diverged")))
             if exclude_diverged and m.get("diverged"):
                 continue

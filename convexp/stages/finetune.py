@@ -36,13 +36,14 @@ from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..record import warn_if_other_version, write_record
 from ..runs import Run, RunDiverged
-from .common import adamw_with_linear_schedule, finish_wandb, layerwise_groups, make_loggers, step_seed
+from .common import finish_wandb, make_loggers, step_seed
 from .glue_eval import Padded, evaluate_and_save
 from .glue_summary import write_summary
 from .health import Health, fit
 from .progress import StepProgressBar
 from .rundirs import GlueRun, glue_runs, task_config
 from .streams import PermutedStream, StreamSampler
+from .task_module import TaskModule
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
 
@@ -101,9 +102,9 @@ def resolve_init(cfg: DictConfig) -> Init:
 # ----------------------------------------------------------------------------- Lightning module
 
 
-class FinetuneModule(pl.LightningModule):
+class FinetuneModule(TaskModule):
     """Fine-tuning, optionally with fine-pruning (cfg.pruning: masks on the encoder's matrices,
-    their threshold on the cubic schedule) and distillation from a frozen teacher.
+    their threshold on the cubic schedule) and distillation from a frozen teacher (task_module.py).
 
     Builds what it trains: a SequenceClassifier of ``model_cfg`` with ``encoder_state`` loaded (a
     BERT pooler or BERMO's scalar mix missing from the start weights starts fresh), then the
@@ -123,9 +124,8 @@ class FinetuneModule(pl.LightningModule):
         teacher: Checkpoint | None = None,
         distill: DictConfig | None = None,
     ):
-        super().__init__()
-        self.task, self.hp, self.total_steps, self.seed = task, hp, total_steps, seed
-        self.pruning, self.prune_warmup, self.distill = pruning, prune_warmup, distill
+        super().__init__(hp, total_steps, seed, pruning, prune_warmup, distill)
+        self.task = task
         self.model = SequenceClassifier(model_cfg, task.num_labels)
         if encoder_state is not None:
             missing, unexpected = self.model.encoder.load_state_dict(encoder_state, strict=False)
@@ -135,31 +135,12 @@ class FinetuneModule(pl.LightningModule):
                     f"init weights do not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
                 )
         self._teacher = [load_teacher(teacher, task, model_cfg)] if teacher is not None else []  # not saved
-        if pruning is not None:  # after the start weights are loaded, before the optimiser
-            pruner.prune(
-                self.model, pruning.method, mask_scale=pruning.mask_scale, mask_init=pruning.mask_init
-            )
+        self.prune_model()
         self._val: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-    def threshold(self) -> tuple[float, float]:
-        """(mask threshold, regularisation multiplier) at this step (Sanh et al.'s cubic schedule)."""
-        p = self.pruning
-        return pruner.cubic_threshold(
-            self.global_step,
-            self.total_steps,
-            self.prune_warmup,
-            p.initial_threshold,
-            p.final_threshold,
-            p.initial_warmup,
-            p.final_warmup,
-        )
 
     def training_step(self, batch, batch_idx):
         torch.manual_seed(step_seed(self.seed, int(batch["position"][0])))  # dropout, resumable
-        if self.pruning is not None:
-            t, multiplier = self.threshold()
-            pruner.set_threshold(self.model, t)
-            self.log("train/threshold", t)
+        multiplier = self.pruning_step()
         inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         out = self.model(*inputs, batch["labels"])
         loss = out.loss
@@ -170,16 +151,9 @@ class FinetuneModule(pl.LightningModule):
             loss = pruner.distillation_loss(
                 out.logits, teacher_logits, out.loss, d.alpha_ce, d.alpha_distil, d.temperature
             )
-        if self.pruning is not None and self.pruning.regularization:
-            reg = pruner.regularization(self.model, self.pruning.regularization)
-            loss = loss + self.pruning.final_lambda * multiplier * reg
-            self.log("train/regularization", reg)
+        loss = self.regularized(loss, multiplier)
         self.log("train/loss", loss, prog_bar=True)
         return loss
-
-    def on_validation_epoch_start(self) -> None:
-        if self.pruning is not None:  # evaluated at the final threshold, as the reference does
-            pruner.set_threshold(self.model, self.pruning.final_threshold)
 
     def validation_step(self, batch, batch_idx):
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
@@ -191,38 +165,7 @@ class FinetuneModule(pl.LightningModule):
             self._val = []
             for k, v in compute_metrics(self.task, logits, labels).items():
                 self.log(f"val/{k}", v, prog_bar=True)
-            if self.pruning is not None:
-                self.log("val/remaining_weights", 100 * pruner.remaining_weights(self.model))
-
-    def configure_optimizers(self):
-        hp = self.hp
-        groups = layerwise_groups(self.model, hp["lr"], hp["layerwise_lr_decay"]) or [
-            {"params": list(self.model.named_parameters()), "lr": hp["lr"]}
-        ]
-        warmup = int(hp["warmup_fraction"] * self.total_steps)
-        if hp.get("scalar_mix_lr"):  # protocol=bermo: the layer-mixing scalars have their own rate
-            is_mix = lambda name: name.startswith("encoder.scalar_mix.")  # noqa: E731
-            groups = [{**g, "params": [(n, p) for n, p in g["params"] if not is_mix(n)]} for g in groups]
-            mix = [(n, p) for n, p in self.model.named_parameters() if is_mix(n)]
-            groups.append({"params": mix, "lr": hp["scalar_mix_lr"]})
-        if self.pruning is not None:  # the scores: their own learning rate, no weight decay
-            scores = {id(p) for p in pruner.score_parameters(self.model)}
-            groups = [
-                {**g, "params": [(n, p) for n, p in g["params"] if id(p) not in scores]} for g in groups
-            ]
-            named = [(n, p) for n, p in self.model.named_parameters() if id(p) in scores]
-            groups.append({"params": named, "lr": self.pruning.score_lr, "weight_decay": 0.0})
-            warmup = self.prune_warmup  # Sanh et al.: one warm-up for the LR and the schedule
-        return adamw_with_linear_schedule(
-            self.model,
-            hp["lr"],
-            (0.9, 0.999),
-            hp.get("adam_epsilon", 1e-6),
-            hp["weight_decay"],
-            warmup,
-            self.total_steps,
-            param_groups=groups,
-        )
+            self.log_remaining_weights()
 
 
 def load_teacher(ckpt: Checkpoint, task: Task, student: ModelConfig) -> SequenceClassifier:

@@ -193,9 +193,16 @@ FINETUNE_RECIPE = 2
 
 
 def finetune_run(
-    cfg: DictConfig, init_slug: str, task_name: str, seed: int, hp: dict, start_slug: str = ""
+    cfg: DictConfig,
+    init_slug: str,
+    task_name: str,
+    seed: int,
+    hp: dict,
+    start_slug: str = "",
+    extra: Mapping | None = None,
 ) -> tuple[Run, DictConfig]:
-    """The run directory of one (task, seed, hyper-parameters) fine-tune, and what its id hashes."""
+    """The run directory of one (task, seed, hyper-parameters) fine-tune, and what its id hashes
+    (``extra``: more keys a task family adds, e.g. SQuAD's windows and data source)."""
     run_cfg = OmegaConf.create(
         {
             "stage": "finetune",
@@ -239,6 +246,8 @@ def finetune_run(
             run_cfg.scalar_mix_norm = cfg.get("scalar_mix_norm", "per_layer")
     if cfg.get("classifier"):  # a head other than the init model's
         run_cfg.classifier = cfg.classifier
+    for k, v in (extra or {}).items():
+        run_cfg[k] = v
     bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
     slug = "-".join(filter(None, [init_slug, bermo, task_name, f"s{seed}", cfg.name]))
     return Run.for_config(cfg.outputs, "finetune", slug, run_cfg), run_cfg

@@ -20,6 +20,7 @@ GLUE_TRAIN = {
     "rte": 2490,
     "wnli": 635,
 }
+SQUAD_TRAIN = {"squad1": 87599, "squad2": 130319}  # training questions of train-v1.1 / train-v2.0
 
 
 def pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float:
@@ -48,6 +49,19 @@ def finetune_flops(cfg: DictConfig, model_cfg, task: str) -> float:
     for hp in hyperparameters(cfg, model_cfg.hidden_size):
         total += per_token * n * hp["epochs"] * cfg.task.max_len
     return total
+
+
+def squad_flops(cfg: DictConfig, model_cfg, task: str) -> float:
+    """SQuAD's upper bound: every training question one window of the protocol's max_len (longer
+    contexts make more windows; 0 when the model is unknown)."""
+    if model_cfg is None:
+        return 0.0
+    from ..stages.squad_runs import qa_settings, squad_runs
+
+    n = cfg.squad.synthetic_size if cfg.squad.source == "synthetic" else SQUAD_TRAIN.get(task, 100_000)
+    max_len = qa_settings(cfg)["max_len"]
+    per_token = _flops_per_token(model_cfg, max_len)
+    return sum(per_token * n * p.hp["epochs"] * max_len for p in squad_runs(cfg, "", model_cfg.hidden_size))
 
 
 _FLOPS: dict = {}

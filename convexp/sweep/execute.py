@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from ..config import compose_stage
+from ..data.squad import SQUAD_TASKS
 from ..record import invocation_record
 from ..runs import Run
 from .nodes import Node
@@ -21,6 +22,10 @@ def run_node(stage: str, overrides: list[str]) -> None:
         from ..stages.pretrain import run_pretrain
 
         run_pretrain(compose_stage("pretrain", overrides))
+    elif any(o in (f"task={t}" for t in SQUAD_TASKS) for o in overrides):  # convexp finetune squad
+        from ..stages.squad import run_squad
+
+        run_squad(compose_stage("finetune", overrides))
     else:
         from ..stages.finetune import run_glue
         from ..stages.rundirs import compose_finetune

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..config import CONF_DIR, compose_stage, to_model_config
 from ..errors import ConfigError, UserError
 from ..runs import Run
-from .compute import finetune_flops, pretrain_flops
+from .compute import finetune_flops, pretrain_flops, squad_flops
 from .spec import Sweep, SweepError, Variant
 from .start import Start
 
@@ -47,9 +47,10 @@ class Node:
 
     @property
     def command(self) -> str:
+        from ..data.squad import SQUAD_TASKS
         from ..data.tasks import PROBING_ORDER
 
-        kind = "probing" if self.task in PROBING_ORDER else "glue"
+        kind = "probing" if self.task in PROBING_ORDER else "squad" if self.task in SQUAD_TASKS else "glue"
         head = "convexp pretrain" if self.stage == "pretrain" else f"convexp finetune {kind}"
         return " ".join([head, *(_quote(o) for o in self.overrides)])
 
@@ -97,8 +98,10 @@ def finetune_nodes(
     """One node per (task, seed) fine-tuning the variant's start (MNLI included when the protocol
     starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
     run of that task (its first seed), which must be planned first."""
+    from ..data.squad import SQUAD_TASKS
     from ..data.tasks import PROBING_ORDER
     from ..stages.rundirs import glue_runs, glue_task_names
+    from ..stages.squad_runs import squad_runs
 
     where = f"sweep {sweep.name}, variant {v.name}"
     start = starts[v.name]
@@ -134,8 +137,11 @@ def finetune_nodes(
                 "finetune.glue.path=<SentEval data/probing> (or scale=smoke: synthetic stand-ins)"
             )
         try:
-            task_cfgs = {n: compose_task(n) for n in glue_task_names(tcfg) if n != t}
-            planned = glue_runs(tcfg, start.slug, start.width, task_cfgs)
+            if t in SQUAD_TASKS:  # `convexp finetune squad`: one task, no intermediate tasks
+                planned = squad_runs(tcfg, start.slug, start.width)
+            else:
+                task_cfgs = {n: compose_task(n) for n in glue_task_names(tcfg) if n != t}
+                planned = glue_runs(tcfg, start.slug, start.width, task_cfgs)
         except UserError as e:
             raise SweepError(f"{where}: {e}") from e
         for p in planned:
@@ -149,7 +155,9 @@ def finetune_nodes(
             if p.run not in nodes[key].runs:
                 nodes[key].runs.append(p.run)
     for node in nodes.values():
-        node.flops = finetune_flops(compose_task(node.task), start.model_cfg, node.task)
+        tcfg = compose_task(node.task)
+        flops = squad_flops if node.task in SQUAD_TASKS else finetune_flops
+        node.flops = flops(tcfg, start.model_cfg, node.task)
     return list(nodes.values())
 
 

@@ -226,6 +226,7 @@ def _names(x, where: str) -> tuple[str, ...]:
 
 def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, where: str) -> None:
     from ..data.scores import CHANG_COLUMNS, CONVBERT_COLUMNS
+    from ..data.squad import SQUAD_TASKS
     from ..data.tasks import GROUPS, PROBING_ORDER
 
     if r.style not in ("convbert", "chang", "probing"):
@@ -235,7 +236,7 @@ def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, 
     if r.split not in ("dev", "test"):
         raise SweepError(f"{where}: report.split must be dev or test, not {r.split!r}")
     task_columns = set(CONVBERT_COLUMNS) | set(CHANG_COLUMNS) | {"mnli-m", "mnli-mm", "wnli"}
-    task_columns |= set(PROBING_ORDER) | set(GROUPS) | {"probing", "seeds", "diverged"}
+    task_columns |= set(PROBING_ORDER) | set(GROUPS) | set(SQUAD_TASKS) | {"probing", "seeds", "diverged"}
     for c in r.columns:
         head = c.split(".", 1)[0]
         if not (
@@ -243,7 +244,7 @@ def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, 
         ):
             raise SweepError(
                 f"{where}: unknown report column {c!r}; use params, flops, glue, pretrain.<metric>, a task "
-                "column (sst2, mnli-m, sentlen...), <task>.<metric>, seeds or diverged (see sweeps/README.md)"
+                "column (sst2, mnli-m, sentlen, squad1...), <task>.<metric>, seeds or diverged (see sweeps/README.md)"
             )
         if (c in task_columns | {"glue"} or head in task_columns) and finetune is None:
             raise SweepError(f"{where}: report column {c!r} needs a `finetune:` stage")

@@ -1,0 +1,116 @@
+"""Evaluate a fine-tuned question answerer on SQuAD dev: decode every window, official metrics.
+
+A SQuAD run's results (``RUN/``): metrics.json (``dev.validation``: EM / F1 as the official
+scripts compute them; v2.0 also HasAns_* / NoAns_* and best_exact / best_f1 with their no-answer
+thresholds), predictions.json (question id → answer text, "" for no answer at threshold 0),
+null_odds.json (v2.0: id → no-answer score, the official v2.0 script's ``--na-prob-file``) and
+model/ (encoder and span head, with the tokenizer). A fine-pruned model is evaluated and saved at
+the final threshold with its masks folded into the weights (W ⊙ M).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from omegaconf import DictConfig
+
+from .. import pruning as pruner
+from ..data.squad_decode import decode_independent, decode_joint
+from ..data.squad_features import collate_squad
+from ..data.squad_metrics import evaluate_spans
+from ..models.io import save_model_dir
+from ..models.qa import QuestionAnswerer
+from ..runs import Run, RunDiverged, non_finite
+from .common import log_result
+
+
+def predict_spans(model: QuestionAnswerer, records, features, qa: dict, pad_id: int, batch_size: int = 64):
+    """{id: SpanPrediction} for ``records`` from the model's outputs over all their windows,
+    decoded with the head's decoder (BERT: independent start/end; ELECTRA: the joint beam)."""
+    model.eval()
+    joint = qa["head"] == "electra"
+    outs: dict[str, list] = {}
+    with torch.no_grad():
+        for i in range(0, len(features), batch_size):
+            rows = features[i : i + batch_size]
+            b = collate_squad(rows, pad_id)
+            out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["context_mask"])
+            if joint:
+                keys = ["start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index"]
+                keys += ["null_logit"] if out.null_logit is not None else []
+            else:
+                keys = ["start_logits", "end_logits"]
+            for k in keys:
+                outs.setdefault(k, []).extend(getattr(out, k).float().unbind(0))  # per feature
+    v2 = qa["version"] == "v2.0"
+    common = {"n_best": qa["n_best"], "max_answer_len": qa["max_answer_len"]}
+    if joint:
+        return decode_joint(
+            records,
+            features,
+            outs["start_top_log_probs"],
+            outs["start_top_index"],
+            outs["end_top_log_probs"],
+            outs["end_top_index"],
+            outs.get("null_logit") if v2 else None,
+            **common,
+        )
+    return decode_independent(records, features, outs["start_logits"], outs["end_logits"], version_2=v2, **common)
+
+
+def evaluate_squad(
+    run: Run,
+    model: QuestionAnswerer,
+    qa: dict,
+    dev_records: list[dict],
+    dev_features: list[dict],
+    pad: int,
+    hp: dict,
+    seconds: float,
+    examples: int,
+    pruning: DictConfig | None = None,
+    tokenizer=None,
+    task: str = "squad1",
+) -> dict:
+    """Evaluate the trained ``model`` on the dev questions; write the run's results (see the
+    module docstring), mark it finished and return metrics.json's content."""
+    remaining = None
+    if pruning is not None:  # the final masks; the saved model is an ordinary one with W ⊙ M
+        pruner.set_threshold(model, pruning.final_threshold)
+        model.eval()
+        remaining = 100 * pruner.remaining_weights(model)
+        pruner.fold_masks(model)
+    started = time.time()
+    predictions = predict_spans(model, dev_records, dev_features, qa, pad)
+    scores = evaluate_spans(dev_records, predictions, qa["version"])
+    eval_seconds = time.time() - started
+    run.write_json("predictions.json", {q: p.text for q, p in predictions.items()})
+    if qa["version"] == "v2.0":
+        run.write_json("null_odds.json", {q: p.null_diff for q, p in predictions.items()})
+    if not run.model_dir.exists():  # with the tokenizer: the model dir is a self-contained init=
+        files = sorted(tokenizer.save(run.dir / "tokenizer").iterdir()) if tokenizer is not None else []
+        save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir, extra_files=files)
+    # the task score: F1 (BERMO Table 2); v2.0: F1 at the no-answer threshold chosen on dev
+    score = scores["best_f1"] if "best_f1" in scores else scores["f1"]
+    metrics = {
+        "task": task,
+        "dev": {"validation": scores},
+        "diverged": not any(p.text for p in predictions.values()),  # nothing but "no answer"
+        "score": score,
+        "convbert_score": score,
+        "hp": hp,
+        "qa": qa,
+        "wall_time_s": seconds,
+        "examples_per_s": examples / seconds if seconds else None,  # training windows per second
+        "eval_time_s": eval_seconds,  # dev: every window through the model, decoding, metrics
+        "eval_questions": len(dev_records),
+        "eval_windows": len(dev_features),
+        **({"remaining_weights": remaining, "pruning": pruning.method} if pruning is not None else {}),
+    }
+    if non_finite(scores):  # a non-finite score is a diverged run, not a result
+        path, value = non_finite(scores)[0]
+        raise RunDiverged(f"training diverged: dev {path}={value}; lower the learning rate")
+    log_result(metrics)
+    run.finish(metrics)
+    return metrics

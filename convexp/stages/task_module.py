@@ -1,0 +1,116 @@
+"""The task-independent part of fine-tuning: fine-pruning, distillation and the optimiser.
+
+:class:`TaskModule` is the LightningModule base of every fine-tuning stage (GLUE/probing
+classification in finetune.py, SQuAD span extraction in squad.py). A subclass builds
+``self.model`` (an encoder under ``model.encoder`` plus a head) and ``self._teacher`` (a list
+holding a frozen teacher or nothing, so the teacher is not saved), then calls
+:meth:`prune_model`; its ``training_step`` calls :meth:`pruning_step` first and
+:meth:`regularized` on its loss.
+
+Fine-pruning (cfg.pruning: masks on the encoder's matrices, their threshold on Sanh et al.'s
+cubic schedule, an optional L0 / L1 penalty ramped with the schedule) is evaluated at the final
+threshold. The optimiser: AdamW with linear warm-up and decay, ELECTRA's layer-wise learning-rate
+decay, BERMO's scalar-mix rate, and the mask scores' own rate (no weight decay).
+"""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig
+
+from .. import pruning as pruner
+from .common import adamw_with_linear_schedule, layerwise_groups
+
+
+class TaskModule(pl.LightningModule):
+    """Fine-tuning state shared by the task stages (see the module docstring)."""
+
+    def __init__(
+        self,
+        hp: dict,
+        total_steps: int,
+        seed: int,
+        pruning: DictConfig | None = None,
+        prune_warmup: int = 0,
+        distill: DictConfig | None = None,
+    ):
+        super().__init__()
+        self.hp, self.total_steps, self.seed = hp, total_steps, seed
+        self.pruning, self.prune_warmup, self.distill = pruning, prune_warmup, distill
+        self._teacher: list = []
+
+    def prune_model(self) -> None:
+        """Put the masks on ``self.model``: after the start weights are loaded and the teacher is
+        built (the seeded initialisation order), before the optimiser."""
+        if self.pruning is not None:
+            p = self.pruning
+            pruner.prune(self.model, p.method, mask_scale=p.mask_scale, mask_init=p.mask_init)
+
+    def threshold(self) -> tuple[float, float]:
+        """(mask threshold, regularisation multiplier) at this step (Sanh et al.'s cubic schedule)."""
+        p = self.pruning
+        return pruner.cubic_threshold(
+            self.global_step,
+            self.total_steps,
+            self.prune_warmup,
+            p.initial_threshold,
+            p.final_threshold,
+            p.initial_warmup,
+            p.final_warmup,
+        )
+
+    def pruning_step(self) -> float:
+        """Set this step's mask threshold; the regularisation multiplier (0 without pruning)."""
+        if self.pruning is None:
+            return 0.0
+        t, multiplier = self.threshold()
+        pruner.set_threshold(self.model, t)
+        self.log("train/threshold", t)
+        return multiplier
+
+    def regularized(self, loss: torch.Tensor, multiplier: float) -> torch.Tensor:
+        """loss + λ · multiplier · (L0 or L1 of the mask scores), when the pruning method has one."""
+        if self.pruning is not None and self.pruning.regularization:
+            reg = pruner.regularization(self.model, self.pruning.regularization)
+            loss = loss + self.pruning.final_lambda * multiplier * reg
+            self.log("train/regularization", reg)
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        if self.pruning is not None:  # evaluated at the final threshold, as the reference does
+            pruner.set_threshold(self.model, self.pruning.final_threshold)
+
+    def log_remaining_weights(self) -> None:
+        if self.pruning is not None:
+            self.log("val/remaining_weights", 100 * pruner.remaining_weights(self.model))
+
+    def configure_optimizers(self):
+        hp = self.hp
+        groups = layerwise_groups(self.model, hp["lr"], hp["layerwise_lr_decay"]) or [
+            {"params": list(self.model.named_parameters()), "lr": hp["lr"]}
+        ]
+        warmup = int(hp["warmup_fraction"] * self.total_steps)
+        if hp.get("scalar_mix_lr"):  # protocol=bermo: the layer-mixing scalars have their own rate
+            is_mix = lambda name: name.startswith("encoder.scalar_mix.")  # noqa: E731
+            groups = [{**g, "params": [(n, p) for n, p in g["params"] if not is_mix(n)]} for g in groups]
+            mix = [(n, p) for n, p in self.model.named_parameters() if is_mix(n)]
+            groups.append({"params": mix, "lr": hp["scalar_mix_lr"]})
+        if self.pruning is not None:  # the scores: their own learning rate, no weight decay
+            scores = {id(p) for p in pruner.score_parameters(self.model)}
+            groups = [
+                {**g, "params": [(n, p) for n, p in g["params"] if id(p) not in scores]} for g in groups
+            ]
+            named = [(n, p) for n, p in self.model.named_parameters() if id(p) in scores]
+            groups.append({"params": named, "lr": self.pruning.score_lr, "weight_decay": 0.0})
+            warmup = self.prune_warmup  # Sanh et al.: one warm-up for the LR and the schedule
+        return adamw_with_linear_schedule(
+            self.model,
+            hp["lr"],
+            (0.9, 0.999),
+            hp.get("adam_epsilon", 1e-6),
+            hp["weight_decay"],
+            warmup,
+            self.total_steps,
+            param_groups=groups,
+        )

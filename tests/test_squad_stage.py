@@ -1,0 +1,221 @@
+"""`convexp finetune squad`: SQuAD runs in the run store, protocols, resume, errors, sweeps."""
+
+import json
+from pathlib import Path
+
+import pytest
+from test_finetune import write_vocab
+from test_pretrain import convexp, kill_when
+
+SMOKE = ["scale=smoke", "squad.synthetic_size=200", "epochs=1", "squad.max_len=96"]
+
+
+def squad_runs_in(outputs: Path) -> list[Path]:
+    return sorted((outputs / "runs" / "finetune").glob("*squad*"))
+
+
+def official_json(path: Path, records: list[dict], version: str) -> None:
+    """Records (data/squad.py's format) as an official SQuAD file: one paragraph per record."""
+    paragraphs = [
+        {
+            "context": r["context"],
+            "qas": [
+                {
+                    "id": r["id"],
+                    "question": r["question"],
+                    "answers": [
+                        {"text": t, "answer_start": s}
+                        for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])
+                    ],
+                    **({"is_impossible": r["is_impossible"]} if version == "v2.0" else {}),
+                }
+            ],
+        }
+        for r in records
+    ]
+    path.write_text(json.dumps({"version": version, "data": [{"title": "t", "paragraphs": paragraphs}]}))
+
+
+def local_squad(root: Path, version: str = "v1.1", size: int = 120) -> Path:
+    from convexp.data.squad import synthetic_squad
+
+    data = synthetic_squad(size, 3, version)
+    root.mkdir(parents=True, exist_ok=True)
+    official_json(root / f"train-{version}.json", data["train"], version)
+    official_json(root / f"dev-{version}.json", data["validation"], version)
+    return root
+
+
+# ----------------------------------------------------------------------------- planning (fast)
+
+
+def test_protocol_settings_and_run_ids():
+    from convexp.config import compose_stage
+    from convexp.stages.squad_runs import squad_runs
+
+    def plan(*over):
+        return squad_runs(compose_stage("finetune", ["init=x", "seeds=[1]", *over]), "m", 256)
+
+    [electra] = plan("task=squad2")
+    assert electra.run_cfg.qa == {
+        "head": "electra", "max_len": 512, "doc_stride": 128, "stride_mode": "step", "max_query_len": 64,
+        "n_best": 20, "max_answer_len": 30, "version": "v2.0",
+    }  # fmt: skip
+    assert (electra.hp["epochs"], electra.hp["batch_size"], electra.hp["layerwise_lr_decay"]) == (2, 32, 0.8)
+    [bert] = plan("task=squad1", "protocol=bermo")
+    assert (bert.run_cfg.qa["head"], bert.run_cfg.qa["max_len"], bert.run_cfg.qa["stride_mode"]) == (
+        "bert",
+        384,
+        "overlap",
+    )
+    assert (bert.hp["epochs"], bert.hp["batch_size"]) == (3, 16)
+    # BERMO fine-pruning on SQuAD: 10 epochs, Tables 7-10's SQuAD column
+    [l0] = plan("task=squad1", "protocol=bermo", "pruning=l0")
+    p = l0.run_cfg.pruning
+    assert l0.hp["epochs"] == 10 and (p["final_lambda"], p["score_lr"], p["warmup_steps"]) == (175.0, 0.1, None)
+    [soft] = plan("task=squad1", "protocol=bermo", "pruning=soft_movement")
+    assert soft.run_cfg.pruning["final_lambda"] == 500.0
+    assert (soft.run_cfg.pruning["initial_warmup"], soft.run_cfg.pruning["final_warmup"]) == (1, 2)
+    # the same command, the same run; windows and data source are part of the id
+    assert plan("task=squad1", "protocol=bermo")[0].run.dir == bert.run.dir
+    assert plan("task=squad1", "protocol=bermo", "squad.max_len=256")[0].run.dir != bert.run.dir
+    assert plan("task=squad1", "protocol=bermo", "squad.source=synthetic")[0].run.dir != bert.run.dir
+    assert plan("task=squad1")[0].run.dir != plan("task=squad2")[0].run.dir
+    assert plan("task=squad1", "protocol=bermo", "glue.synthetic_size=7")[0].run.dir == bert.run.dir
+    assert plan("task=squad1", "protocol=bermo", "task.max_len=32")[0].run.dir == bert.run.dir  # GLUE's key
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_hugging_face_bert_fine_tunes_on_local_squad_json(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    from convexp.data.synthetic import vocabulary_words
+
+    ckpt = tmp_path / "bert"
+    ckpt.mkdir()
+    write_vocab(ckpt / "vocab.txt", sorted(vocabulary_words())[:400])
+    cfg = BertConfig(
+        vocab_size=405,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    BertModel(cfg).save_pretrained(ckpt)
+    data = local_squad(tmp_path / "squad", "v2.0")
+    args = ["finetune", "squad", "task=squad2", "protocol=bermo", f"init={ckpt}", "squad.source=local"]
+    res = convexp(*args, f"squad.path={data}", *SMOKE[2:], "squad.doc_stride=32", "epochs=2", "seeds=[42]", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    [run] = squad_runs_in(tmp_path)
+    m = json.loads((run / "metrics.json").read_text())
+    dev = m["dev"]["validation"]
+    for key in ("exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"):
+        assert key in dev, dev
+    assert 0 <= dev["exact"] <= dev["f1"] <= 100 and m["score"] == dev["best_f1"]
+    assert m["examples_per_s"] > 0 and m["eval_time_s"] > 0 and m["qa"]["head"] == "bert"
+    dev_ids = [q["id"] for p in json.loads((data / "dev-v2.0.json").read_text())["data"][0]["paragraphs"] for q in p["qas"]]
+    predictions = json.loads((run / "predictions.json").read_text())
+    assert sorted(predictions) == sorted(dev_ids) and all(isinstance(t, str) for t in predictions.values())
+    assert (run / "record.json").exists() and (run / "model" / "vocab.txt").exists()
+    assert "squad2 seed 42: EM" in res.stdout
+    # finished runs are reused: nothing is trained again
+    again = convexp(*args, f"squad.path={data}", *SMOKE[2:], "squad.doc_stride=32", "epochs=2", "seeds=[42]", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    assert again.returncode == 0 and "Trainer.fit" not in again.stderr + again.stdout
+
+
+@pytest.mark.slow
+def test_killed_squad_run_resumes_to_the_same_result(tmp_path, pretrained):
+    args = ["finetune", "squad", "task=squad1", f"init={pretrained}", *SMOKE[:1], "squad.synthetic_size=600"]
+    args += ["epochs=3", "batch_size=16", "squad.max_len=96"]
+    ref = convexp(*args, outputs=tmp_path / "ref", env={"WANDB_MODE": "disabled"})
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    out = tmp_path / "killed"
+    kill_when(args, out, "runs/finetune/*/checkpoints/last.ckpt")
+    [run] = squad_runs_in(out)
+    assert not (run / "metrics.json").exists(), "the run finished before it could be killed"
+    res = convexp(*args, outputs=out, env={"WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    a = json.loads((squad_runs_in(tmp_path / "ref")[0] / "metrics.json").read_text())
+    b = json.loads((run / "metrics.json").read_text())
+    assert b["dev"]["validation"] == pytest.approx(a["dev"]["validation"])
+    assert json.loads((run / "predictions.json").read_text()) == json.loads(
+        (squad_runs_in(tmp_path / "ref")[0] / "predictions.json").read_text()
+    )
+
+
+def _bad_answer(root: Path) -> list[str]:
+    local_squad(root)
+    dev = json.loads((root / "dev-v1.1.json").read_text())
+    dev["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1
+    (root / "dev-v1.1.json").write_text(json.dumps(dev))
+    return ["squad.source=local", f"squad.path={root}"]
+
+
+def _not_json(root: Path) -> list[str]:
+    local_squad(root)
+    (root / "train-v1.1.json").write_text("{not json")
+    return ["squad.source=local", f"squad.path={root}"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (_not_json, "is not valid JSON"),
+        (_bad_answer, "dev-v1.1.json"),
+        (lambda root: ["squad.source=local", f"squad.path={root}/none"], "no such SQuAD file"),
+        (lambda root: ["task=mrpc"], "task=mrpc is not a SQuAD task"),
+        (lambda root: ["protocol=chang"], "protocol=chang has no SQuAD settings"),
+        (lambda root: ["squad.max_len=512"], "exceeds the model's"),
+    ],
+)
+def test_bad_input_one_line_exit_2(tmp_path, pretrained, make, message):
+    over = make(tmp_path / "data")
+    res = convexp("finetune", "squad", f"init={pretrained}", *SMOKE, *over, outputs=tmp_path)
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], res.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+
+def test_convbert_squad_sweep_plans_squad_nodes(tmp_path):
+    res = convexp("ablate", "convbert-squad", "scale=smoke", "--dry-run", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "finetune/small/squad1/s42" in res.stdout and "finetune/base/squad2/s42" in res.stdout
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    plan = build_plan(load_sweep("convbert-squad"), ["scale=smoke", f"outputs={tmp_path}"])
+    node = plan.nodes["finetune/small/squad2/s42"]
+    assert node.command.startswith("convexp finetune squad ") and "task=squad2" in node.command
+    assert node.deps == ["pretrain/small"] and node.flops > 0
+
+
+@pytest.mark.slow
+def test_convbert_squad_sweep_runs_and_reports(tmp_path):
+    from test_ablation import SHRINK
+
+    shrink = [o for o in SHRINK if not o.startswith(("tasks=", "finetune.glue.", "finetune.task."))]
+    args = ["convbert-squad", *shrink, "variants=[electra_small,small]", "finetune.squad.synthetic_size=120"]
+    res = convexp("ablate", *args, outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    nodes = json.loads((tmp_path / "sweeps" / "convbert-squad" / "last.json").read_text())["nodes"]
+    assert {k for k, n in nodes.items() if n["status"] == "done"} == {
+        f"{stage}/{v}{task}" for v in ("electra_small", "small") for stage, task in
+        (("pretrain", ""), ("finetune", "/squad1/s42"), ("finetune", "/squad2/s42"))
+    }  # fmt: skip
+    res = convexp("report", "convbert-squad", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((tmp_path / "reports" / "convbert-squad" / "report.json").read_text())
+    small = next(r for r in report["rows"] if r["variant"] == "small")
+    run = Path(nodes["finetune/small/squad2/s42"]["runs"][0])
+    dev = json.loads((run / "metrics.json").read_text())["dev"]["validation"]
+    assert small["ours"]["squad2.best_f1"]["value"] == pytest.approx(dev["best_f1"])
+    assert small["ours"]["squad1.exact"]["value"] is not None and small["paper"]["squad1.f1"] == 84.1
+    assert "SQuAD v1.1 EM" in res.stdout and "SQuAD v2.0 F1 (best thr.)" in res.stdout
