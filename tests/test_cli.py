@@ -28,6 +28,20 @@ def test_help_does_not_import_heavy_modules():
     assert res.returncode == 0 and "models" in res.stdout
 
 
+def test_models_and_ablate_list_do_not_import_torch():
+    """`convexp models` counts from shapes and `ablate --list` reads sweep files: neither needs torch
+    (which alone takes over a second to import)."""
+    code = (
+        "import sys\nfrom convexp.cli import main\nsys.argv = ['convexp', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('heavy:', sorted(m for m in ('torch', 'pytorch_lightning', 'wandb') if m in sys.modules))"
+    )
+    for args in (["models"], ["ablate", "--list"]):
+        res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert "heavy: []" in res.stdout, (args, res.stdout[-300:])
+
+
 def test_models_lists_every_preset_with_counts():
     res = runner.invoke(app, ["models"], terminal_width=200)
     assert res.exit_code == 0, res.output

@@ -10,7 +10,7 @@ import torch
 from convexp.config import group_options, model_config, model_configs
 from convexp.errors import ConfigError
 from convexp.models import MaskedLM
-from convexp.models.stats import model_stats
+from convexp.models.stats import model_stats, parameter_count
 
 # Chang et al. 2021, Tables 1, 2, 3 and 7 (Table 6 repeats them to 0.01M). Their count is the
 # pre-training model: encoder + tied MLM head, no pooler (what their script prints).
@@ -84,13 +84,44 @@ def test_convbert_medium_small_bnk_is_consistent_with_its_gl_row(configs):
     assert abs(bnk / 1e6 - 23) <= 1.2
 
 
-def test_stats_match_a_direct_count_of_the_full_model(configs):
-    """model_stats extrapolates from 1- and 2-layer models; check against the real 12-layer model."""
-    for name in ("chang_small_composite_conv_qkv", "convbert_medium_small", "bert_small"):
-        cfg = configs[name]
-        with torch.device("meta"):
-            direct = sum(p.numel() for p in MaskedLM(dataclasses.replace(cfg, pooler=False)).parameters())
-        assert model_stats(cfg)[0] == direct
+def _built_stats(cfg, seq_len):
+    """(parameters, training FLOPs per token) of the built meta-device model: numel of its
+    parameters, and 3 x the forward FLOPs torch's FlopCounterMode counts."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = MaskedLM(dataclasses.replace(cfg, pooler=False))
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(torch.zeros(1, seq_len, dtype=torch.long, device="meta"))
+    return sum(p.numel() for p in model.parameters()), 3 * counter.get_total_flops() / seq_len
+
+
+@pytest.mark.parametrize("name", sorted(group_options("model")))
+def test_analytic_stats_equal_the_built_model(configs, name):
+    """model_stats counts from shapes alone (convexp models never builds a model): it must equal
+    the built modules' parameters and torch's FLOP counter, exactly, for every preset."""
+    cfg = dataclasses.replace(configs[name], num_layers=min(configs[name].num_layers, 2))
+    for seq_len in (16, 128):
+        assert model_stats(cfg, seq_len) == _built_stats(cfg, seq_len), name
+
+
+def test_analytic_stats_cover_pruned_layers_and_pooler(configs):
+    """Per-layer sizes (a pruned model), a pooler and the scalar mix are counted as built."""
+    cfg = dataclasses.replace(
+        configs["chang_small_composite_conv_qkv"],
+        num_layers=2,
+        layer_sizes=[{"heads": 3, "intermediate": 512, "conv_heads": 1}, {"heads": 4, "intermediate": 8}],
+        scalar_mix=True,
+    )
+    assert model_stats(cfg, 32) == _built_stats(cfg, 32)
+    mixed = dataclasses.replace(configs["convbert_base_bnk"], num_layers=2, conv_type="conventional",
+                                layer_sizes=[{"heads": 2, "intermediate": 64}] * 2)
+    assert model_stats(mixed, 32) == _built_stats(mixed, 32)
+    pooled = dataclasses.replace(configs["bert_small"], pooler=True)
+    with torch.device("meta"):
+        direct = sum(p.numel() for p in MaskedLM(pooled).parameters())
+    assert parameter_count(pooled) == direct
 
 
 def test_training_flops_match_the_textbook_formula_for_bert(configs):

@@ -10,44 +10,108 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-import torch
-
 from .config import ModelConfig
-from .heads import MaskedLM
+
+# Everything here is computed from ModelConfig's shapes alone (no torch), so ``convexp models``
+# answers at once. tests/test_presets.py checks every preset against the built modules'
+# ``numel`` and torch's FlopCounterMode.
 
 
-def _pretraining_model(cfg: ModelConfig) -> MaskedLM:
-    with torch.device("meta"):  # shapes only: no memory, no initialisation
-        return MaskedLM(dataclasses.replace(cfg, pooler=False))
+def _linear(i: int, o: int) -> int:
+    return i * o + o  # nn.Linear(i, o): weight + bias
 
 
-def _forward_flops(model: MaskedLM, seq_len: int) -> int:
-    """Forward FLOPs counted by ``torch.utils.flop_counter`` (matrix products, convolutions,
-    attention; elementwise work is not counted), so the count follows the code, not a formula."""
-    from torch.utils.flop_counter import FlopCounterMode
+def _projection_params(cfg: ModelConfig, out: int, conv: bool, conv_out: int | None) -> int:
+    """attention.Projection: with a convolution, ``half`` outputs come from a depthwise (with bias)
+    + pointwise convolution and the rest from a linear map."""
+    D, K = cfg.hidden_size, cfg.kernel_size
+    half = (out // 2 if conv_out is None else conv_out) if conv else 0
+    sep = D * K + D + _linear(D, half) if half else 0
+    return sep + _linear(D, out - half)
 
-    ids = torch.zeros(1, seq_len, dtype=torch.long, device="meta")
-    counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        model(ids)
-    return counter.get_total_flops()
+
+def _layer(cfg: ModelConfig, i: int) -> tuple[int, int, int]:
+    """(parameters, forward FLOPs per token independent of length, FLOPs per token per position)
+    of layer i. FLOPs as torch's FlopCounterMode counts them: 2·m·n per matrix product, convolutions
+    2·C_in/groups·K per output value, attention 4·H·L·d per query; elementwise work not counted."""
+    D, K, d = cfg.hidden_size, cfg.kernel_size, cfg.head_dim
+    size = cfg.layer_size(i)
+    H, I, G = size["heads"], size["intermediate"], cfg.ffn_groups
+    params = 2 * 2 * D  # two LayerNorms
+    # feed-forward (dense or ConvBERT's grouped linear, eq. 7)
+    params += D * I // G + I + I * D // G + D
+    flops, per_pos = 2 * 2 * D * I // G, 0
+    if cfg.mixer == "attention":
+        conv_out = None if size["conv_heads"] is None else size["conv_heads"] * d
+        used = [n for n, on in (("q", cfg.content_attention or cfg.dynamic_conv),
+                                ("k", cfg.content_attention or cfg.key_conv), ("v", True)) if on]
+        for n in used:
+            conv = n in cfg.conv_qkv
+            params += _projection_params(cfg, H * d, conv, conv_out)
+            half = ((H * d // 2 if conv_out is None else conv_out) if conv else 0)
+            flops += 2 * D * (H * d - half) + (2 * D * K + 2 * D * half if half else 0)
+        params += H * K * cfg.fixed_conv + d * K * (cfg.dynamic_conv + cfg.key_conv)
+        flops += 2 * H * d * K * (cfg.dynamic_conv + cfg.key_conv)  # q·W^Q, k·W^K for every offset
+        if cfg.depthwise_conv:  # eq. 7
+            params += H * d * K + H * d
+            flops += 2 * H * d * K
+        per_pos += (4 if cfg.content_attention else 2) * H * d  # q kᵀ and probs·v (or probs·v alone)
+        params += _linear(H * d, D)
+        flops += 2 * H * d * D
+    else:  # ConvBERT mixed attention
+        c = cfg.attn_heads  # convolution heads
+        A, C = H * d, c * d
+        params += 3 * _linear(D, A)
+        flops += 3 * 2 * D * A
+        per_pos += 4 * H * d
+        if cfg.conv_type == "sdconv":
+            params += D * K + _linear(D, C) + _linear(C, c * K) + _linear(D, C)
+            flops += 2 * D * K + 2 * D * C + 2 * C * c * K + 2 * D * C
+        elif cfg.conv_type == "dynamic":
+            params += _linear(D, c * K) + _linear(D, C)
+            flops += 2 * D * c * K + 2 * D * C
+        elif cfg.conv_type == "conventional":
+            params += D * K + _linear(D, C)
+            flops += 2 * D * K + 2 * D * C
+        width = A if cfg.conv_type == "none" else A + C
+        params += _linear(width, D)
+        flops += 2 * width * D
+    return params, flops, per_pos
+
+
+def parameter_count(cfg: ModelConfig, mlm_head: bool = True) -> int:
+    """Parameters of the encoder ``cfg`` builds (with its pooler and scalar mix when configured)
+    plus, with ``mlm_head``, the tied MLM head (dense D->E, LayerNorm(E), output bias V)."""
+    D, E, V = cfg.hidden_size, cfg.emb_size, cfg.vocab_size
+    n = V * E + 2 * E  # word embeddings, LayerNorm
+    n += cfg.max_position_embeddings * E if cfg.absolute_positions else 0
+    n += cfg.type_vocab_size * E if cfg.type_vocab_size > 0 else 0
+    n += _linear(E, D) if E != D else 0
+    n += sum(_layer(cfg, i)[0] for i in range(cfg.num_layers))
+    n += cfg.num_layers + 2 if cfg.scalar_mix else 0  # α (L+1) and γ
+    n += _linear(D, D) if cfg.pooler else 0
+    n += _linear(D, E) + 2 * E + V if mlm_head else 0
+    return n
+
+
+def forward_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
+    """Forward FLOPs per token of encoder + MLM head scoring every token, no pooler (see _layer)."""
+    D, E, V = cfg.hidden_size, cfg.emb_size, cfg.vocab_size
+    f = 2 * E * D if E != D else 0
+    for i in range(cfg.num_layers):
+        _, const, per_pos = _layer(cfg, i)
+        f += const + per_pos * seq_len
+    if cfg.scalar_mix:
+        f += 2 * (cfg.num_layers + 1) * D  # the weighted sum over layers (an einsum, i.e. a product)
+    return f + 2 * D * E + 2 * E * V
 
 
 def model_stats(cfg: ModelConfig, seq_len: int = 128) -> tuple[int, float]:
-    """(parameters, training FLOPs per token) of encoder + tied MLM head scoring every token.
-
-    Training FLOPs = 3 x forward (the backward pass costs twice the forward), the usual
-    convention; the backward is not counted directly because torch's counter overcounts
-    grouped-convolution gradients by the group count. All layers are equal, so both numbers are
-    extrapolated exactly from 1- and 2-layer models, which keeps ``convexp models`` fast.
-    """
-    stats = []
-    for depth in (1, 2):
-        model = _pretraining_model(dataclasses.replace(cfg, num_layers=depth))
-        stats.append((sum(p.numel() for p in model.parameters()), _forward_flops(model, seq_len)))
-    (p1, f1), (p2, f2) = stats
-    extra = cfg.num_layers - 1
-    return p1 + extra * (p2 - p1), 3 * (f1 + extra * (f2 - f1)) / seq_len
+    """(parameters, training FLOPs per token) of encoder + tied MLM head scoring every token, no
+    pooler (Chang et al.'s count). Training FLOPs = 3 x forward (the backward pass costs twice the
+    forward), the usual convention."""
+    stats_cfg = dataclasses.replace(cfg, pooler=False)
+    return parameter_count(stats_cfg), 3.0 * forward_flops_per_token(stats_cfg, seq_len)
 
 
 def count_parameters(cfg: ModelConfig) -> int:
