@@ -240,7 +240,7 @@ def test_killed_run_with_truncated_last_ckpt_resumes_and_logs_every_step_once(tm
         stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 300
-    while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=40.ckpt")):
+    while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):  # 40 steps before the end
         time.sleep(0.02)
     time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)
