@@ -32,7 +32,7 @@ def fake_slurm(tmp_path: Path) -> dict:
     scontrol = bin_dir / "scontrol"
     scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
     scontrol.chmod(0o755)
-    return {"SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **QUIET}
+    return {"SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "WANDB_MODE": "offline"}
 
 
 @pytest.mark.slow
@@ -74,6 +74,11 @@ def test_time_limit_signal_checkpoints_requeues_and_the_same_command_resumes(tmp
     s = json.loads((run / "status.json").read_text())
     assert s["status"] == "finished" and [x["status"] for x in s["attempts"]] == ["interrupted", "finished"]
     assert not (tmp_path / "again" / "scontrol.log").exists()  # a finished run is not requeued
+    # W&B offline: each attempt writes its own offline directory, both for the same W&B run id
+    # (the run's id), so `wandb sync` resumes one W&B run instead of starting a second
+    files = sorted((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 2, files
+    assert {f.stem.removeprefix("run-") for f in files} == {run.name}
 
 
 def test_requeue_signal_must_name_a_signal(tmp_path):
