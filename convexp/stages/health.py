@@ -24,7 +24,9 @@ command, resumes the same run from that checkpoint. Lightning's own SLURM auto-r
 because its fit returns normally after the signal (the run would be recorded finished after a
 partial training) and it saves ``hpc_ckpt_*.ckpt`` beside, not in, the run's checkpoints; our
 handler is installed first, so Lightning does not install its own. It covers ``srun convexp …``
-under sbatch and submitit jobs alike (both run the stage in the SLURM job's process).
+under sbatch. submitit job arrays are not covered yet: submitit asks SLURM for USR2 and handles it
+itself, requeueing only callables with a ``checkpoint`` method (a ``Checkpointable`` job function
+returning a DelayedSubmission of the same node is the way to add it).
 """
 
 from __future__ import annotations
