@@ -78,6 +78,7 @@ EXECUTION_KEYS = (
     "trainer.log_every_n_steps",
     "trainer.nonfinite_patience",
     "trainer.lock_wait",
+    "trainer.requeue_signal",
     "choices",
     "invocation",
 )

@@ -10,6 +10,7 @@ changes the composed config (run ids are hashes of it): the typed copy is thrown
 from __future__ import annotations
 
 import math
+import signal
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -39,6 +40,7 @@ class TrainerSchema:
     deterministic: bool = False
     nonfinite_patience: int = 0  # non-finite steps in a row tolerated (AMP's skipped steps)
     lock_wait: float = 0.0  # seconds to wait for another process writing the same run
+    requeue_signal: Optional[str] = "SIGUSR1"  # SLURM time-limit warning: checkpoint + requeue; null: off
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "batch_size"):
@@ -48,6 +50,8 @@ class TrainerSchema:
             positive(f"trainer.{key}", getattr(self, key))
         if self.nonfinite_patience < 0 or self.lock_wait < 0:
             raise ValueError("trainer.nonfinite_patience and trainer.lock_wait must be 0 or more")
+        if self.requeue_signal is not None and not isinstance(getattr(signal, self.requeue_signal, None), signal.Signals):
+            raise ValueError(f"trainer.requeue_signal={self.requeue_signal}: not a signal name; use e.g. SIGUSR1 or null")
         if self.num_workers < 0:
             raise ValueError(f"trainer.num_workers={self.num_workers}: must be 0 (load in the main process) or more")
 

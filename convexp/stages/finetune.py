@@ -266,7 +266,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
                 save_top_k=0,
             ),
             StepProgressBar(),
-            Health(cfg.trainer.nonfinite_patience),
+            Health(cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal),
         ],
     )
     started = time.time()

@@ -15,13 +15,29 @@
 `fit` runs ``trainer.fit`` and turns Lightning's ways of stopping on a signal (SIGINT becomes
 ``sys.exit(1)`` inside Lightning) back into KeyboardInterrupt / RunInterrupted, which the run's
 attempt records as ``interrupted``.
+
+**SLURM time limit.** Under SLURM (``SLURM_JOB_ID`` set; ``sbatch --signal=USR1@120`` asks for the
+warning) ``trainer.requeue_signal`` stops training at the end of the current step, saves
+``checkpoints/last.ckpt``, asks ``scontrol requeue`` for this job (array task) and raises
+RunInterrupted: the run is recorded ``interrupted`` and the requeued job, running the same
+command, resumes the same run from that checkpoint. Lightning's own SLURM auto-requeue is not used
+because its fit returns normally after the signal (the run would be recorded finished after a
+partial training) and it saves ``hpc_ckpt_*.ckpt`` beside, not in, the run's checkpoints; our
+handler is installed first, so Lightning does not install its own. It covers ``srun convexp …``
+under sbatch. submitit job arrays are not covered yet: submitit asks SLURM for USR2 and handles it
+itself, requeueing only callables with a ``checkpoint`` method (a ``Checkpointable`` job function
+returning a DelayedSubmission of the same node is the way to add it).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
@@ -31,8 +47,10 @@ from .common import AppendingCSVLogger
 
 
 class Health(pl.Callback):
-    def __init__(self, patience: int = 0):
+    def __init__(self, patience: int = 0, requeue_signal: str | None = None):
         self.patience = patience
+        self.requeue_signal = requeue_signal  # e.g. "SIGUSR1": SLURM's time-limit warning
+        self.requeue_requested = False
         self.bad_steps = 0  # non-finite steps in a row (skipped by the AMP gradient scaler)
         self.last_finite_loss: float | None = None
         self._loss: float | None = None  # this step's loss (accumulated micro-batches: the last)
@@ -121,8 +139,19 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
     main = threading.current_thread() is threading.main_thread()
     # inside fit, Lightning's own SIGTERM handling stops at the end of the step (graceful)
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL) if main else None
+    requeue = getattr(signal, health.requeue_signal) if health.requeue_signal else None
+    slurm = main and requeue is not None and "SLURM_JOB_ID" in os.environ
+    if slurm:
+
+        def on_time_limit(signum, frame):
+            health.requeue_requested = True
+            trainer.should_stop = True  # the loop stops after the current step
+
+        previous_requeue = signal.signal(requeue, on_time_limit)
     try:
         trainer.fit(module, **kwargs)
+        if health.requeue_requested:
+            _checkpoint_and_requeue(trainer, health.requeue_signal)
     except SIGTERMException:
         raise RunInterrupted("SIGTERM") from None
     except SystemExit:
@@ -133,4 +162,25 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
+        if slurm:
+            signal.signal(requeue, previous_requeue)
     return health
+
+
+def slurm_job_id() -> str:
+    """This job's id as ``scontrol requeue`` takes it (``ARRAYID_TASK`` for a job array task)."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
+
+
+def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str) -> None:
+    """Save ``last.ckpt`` where the run's ModelCheckpoint writes, requeue this SLURM job, and raise
+    RunInterrupted so the attempt is recorded ``interrupted``."""
+    path = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"
+    trainer.save_checkpoint(str(path))
+    job = slurm_job_id()
+    if trainer.is_global_zero:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+        if done.returncode != 0:
+            print(f"warning: scontrol requeue {job} failed: {done.stderr.strip()}", file=sys.stderr)
+    raise RunInterrupted(f"{signame} (SLURM time limit) at step {trainer.global_step}: checkpointed, job {job} requeued")

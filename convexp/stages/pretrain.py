@@ -243,7 +243,7 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
             ),
             LearningRateMonitor(logging_interval="step"),
             StepProgressBar(),
-            Health(t.nonfinite_patience),
+            Health(t.nonfinite_patience, t.requeue_signal),
         ],
         enable_model_summary=False,
     )

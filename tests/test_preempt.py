@@ -1,0 +1,86 @@
+"""SLURM preemption: the time-limit signal checkpoints, records ``interrupted`` and requeues the
+job; the requeued job (the same command) resumes the same run. No cluster: a fake SLURM
+environment and a fake ``scontrol`` that records its arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import TINY, convexp, run_dirs
+
+QUIET = {"WANDB_MODE": "disabled"}
+STEPS = [
+    *TINY,
+    "trainer.max_steps=60",
+    "trainer.checkpoint_every_n_steps=20",
+    "trainer.val_every_n_steps=30",
+    "trainer.deterministic=true",
+]
+
+
+def fake_slurm(tmp_path: Path) -> dict:
+    """Environment of a SLURM job whose ``scontrol`` appends its arguments to scontrol.log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
+    scontrol.chmod(0o755)
+    return {"SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "WANDB_MODE": "offline"}
+
+
+@pytest.mark.slow
+def test_time_limit_signal_checkpoints_requeues_and_the_same_command_resumes(tmp_path):
+    ref_out = tmp_path / "ref"
+    res = convexp("pretrain", *STEPS, outputs=ref_out, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [reference] = run_dirs(ref_out)
+
+    out = tmp_path / "out"
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(out), **fake_slurm(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "convexp.cli", "pretrain", *STEPS],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR1)  # SLURM's warning before the time limit (sbatch --signal=USR1@...)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0, err[-3000:]
+    [run] = run_dirs(out)
+    assert run.name == reference.name  # the same run id with and without SLURM
+    s = json.loads((run / "status.json").read_text())
+    assert s["status"] == "interrupted", s
+    assert not (run / "metrics.json").exists()
+    assert (run / "checkpoints" / "last.ckpt").exists()
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+
+    res = convexp("pretrain", *STEPS, outputs=out, env=fake_slurm(tmp_path / "again"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    a = json.loads((reference / "metrics.json").read_text())
+    b = json.loads((run / "metrics.json").read_text())
+    assert b["steps"] == 60 and b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+    assert b["final_train_loss"] == pytest.approx(a["final_train_loss"], rel=1e-5)
+    s = json.loads((run / "status.json").read_text())
+    assert s["status"] == "finished" and [x["status"] for x in s["attempts"]] == ["interrupted", "finished"]
+    assert not (tmp_path / "again" / "scontrol.log").exists()  # a finished run is not requeued
+    # W&B offline: each attempt writes its own offline directory, both for the same W&B run id
+    # (the run's id), so `wandb sync` resumes one W&B run instead of starting a second
+    files = sorted((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 2, files
+    assert {f.stem.removeprefix("run-") for f in files} == {run.name}
+
+
+def test_requeue_signal_must_name_a_signal(tmp_path):
+    res = convexp("pretrain", *TINY, "trainer.requeue_signal=SIGNOPE", outputs=tmp_path, env=QUIET)
+    assert res.returncode == 2 and "trainer.requeue_signal" in res.stderr and "Traceback" not in res.stderr
