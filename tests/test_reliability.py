@@ -240,7 +240,8 @@ def test_killed_run_with_truncated_last_ckpt_resumes_and_logs_every_step_once(tm
         stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 300
-    while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):  # 40 steps before the end
+    # killed after the first checkpoint: 40 steps before the end, so a fast machine cannot finish first
+    while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
         time.sleep(0.02)
     time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)

@@ -271,7 +271,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
                 save_top_k=0,
             ),
             StepProgressBar(),
-            Health(cfg.trainer.nonfinite_patience),
+            Health(cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal),
         ],
     )
     started = time.time()
