@@ -69,6 +69,12 @@ def run_dirs(outputs: Path) -> list[Path]:
 # The sweeps' own files with tiny models and data: the same code paths, seconds per run.
 
 
+def write_vocab(path: Path, words: list[str]) -> Path:
+    """A WordPiece vocab.txt: BERT's special tokens, then ``words``."""
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    return path
+
+
 # --- sweeps
 
 SHRINK = [

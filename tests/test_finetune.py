@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from helpers import convexp, kill_when
+from helpers import convexp, kill_when, write_vocab
 
 FAST = ["scale=smoke", "glue.synthetic_size=160", "epochs=1", "batch_size=16", "task.max_len=48"]
 
@@ -152,11 +152,6 @@ def test_killed_finetune_resumes_to_the_same_result(tmp_path, pretrained):
     a = json.loads((finetune_runs(tmp_path / "ref")[0] / "metrics.json").read_text())
     b = json.loads((run / "metrics.json").read_text())
     assert b["dev"]["validation"] == pytest.approx(a["dev"]["validation"])
-
-
-def write_vocab(path: Path, words: list[str]) -> Path:
-    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
-    return path
 
 
 @pytest.mark.slow

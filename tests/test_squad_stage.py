@@ -4,8 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_finetune import write_vocab
-from test_pretrain import convexp, kill_when
+from helpers import convexp, kill_when, write_vocab
 
 SMOKE = ["scale=smoke", "squad.synthetic_size=200", "epochs=1", "squad.max_len=96"]
 
@@ -199,7 +198,7 @@ def test_convbert_squad_sweep_plans_squad_nodes(tmp_path):
 
 @pytest.mark.slow
 def test_convbert_squad_sweep_runs_and_reports(tmp_path):
-    from test_ablation import SHRINK
+    from helpers import SHRINK
 
     shrink = [o for o in SHRINK if not o.startswith(("tasks=", "finetune.glue.", "finetune.task."))]
     args = ["convbert-squad", *shrink, "variants=[electra_small,small]", "finetune.squad.synthetic_size=120"]
@@ -219,3 +218,4 @@ def test_convbert_squad_sweep_runs_and_reports(tmp_path):
     assert small["ours"]["squad2.best_f1"]["value"] == pytest.approx(dev["best_f1"])
     assert small["ours"]["squad1.exact"]["value"] is not None and small["paper"]["squad1.f1"] == 84.1
     assert "SQuAD v1.1 EM" in res.stdout and "SQuAD v2.0 F1 (best thr.)" in res.stdout
+    assert "; SQuAD dev, " in res.stdout  # what the numbers are, in the report's header

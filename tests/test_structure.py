@@ -4,6 +4,7 @@ lines. Reads the source only (no imports), so it runs in well under a second."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -125,3 +126,13 @@ def test_cycle_finder_sees_lazy_imports(tmp_path, monkeypatch):
     (pkg / "c.py").write_text("from convexp.a import f\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
     assert import_cycles() == {frozenset({"convexp.a", "convexp.b"})}
+
+
+def test_test_modules_share_helpers_not_each_other():
+    tests = Path(__file__).resolve().parent
+    offenders = [
+        p.name
+        for p in sorted(tests.glob("*.py"))
+        if re.search(r"^\s*(from|import) test_\w+", p.read_text(), flags=re.M)
+    ]
+    assert not offenders, f"import shared helpers from tests/helpers.py instead: {offenders}"

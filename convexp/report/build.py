@@ -183,12 +183,15 @@ def _columns(plan: Plan) -> list[str]:
 def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) -> list[str]:
     spec, sweep = plan.sweep.report, plan.sweep
     seeds = sorted({m["seed"] for ms in finetune.values() for m in ms})
+    tasks = list(sweep.finetune.tasks) if sweep.finetune else []
+    squad = [t for t in tasks if t.startswith("squad")]
+    kind = "SQuAD" if squad and len(squad) == len(tasks) else "GLUE and SQuAD" if squad else "GLUE"
     lines = [
         f"Source: {sweep.source.get('paper', '?')}, {sweep.source.get('ref', '?')}."
         + (f" {sweep.source['note']}" if sweep.source.get("note") else ""),
         f"Ours: scale={plan.settings.scale}"
         + (f", arguments: {' '.join(plan.args)}" if plan.args else "")
-        + f"; {'probing' if spec.style == 'probing' else 'GLUE'} {spec.split}, "
+        + f"; {'probing' if spec.style == 'probing' else kind} {spec.split}, "
         + f"{spec.aggregate} over {len(seeds)} seed(s) per task"
         + (" (± standard error)" if spec.aggregate == "mean" and len(seeds) > 1 else "")
         + (", collapsed runs left out" if spec.exclude_diverged else "")
