@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -34,16 +33,14 @@ from ..data.scores import compute_metrics
 from ..data.tasks import Task, get_task, register
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
-from ..record import warn_if_other_version, write_record
+from ..record import warn_if_other_version
 from ..runs import Run, RunDiverged
-from .common import finish_wandb, make_loggers, step_seed
+from .common import make_loggers, step_seed
 from .glue_eval import Padded, evaluate_and_save
 from .glue_summary import write_summary
-from .health import Health, fit
-from .progress import StepProgressBar
 from .rundirs import GlueRun, glue_runs, task_config
 from .streams import PermutedStream, StreamSampler
-from .task_module import TaskModule
+from .task_module import TaskModule, run_callbacks, train_attempt
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
 
@@ -240,8 +237,6 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers
     )
 
-    from pytorch_lightning.callbacks import ModelCheckpoint
-
     trainer = pl.Trainer(
         default_root_dir=str(run.dir),
         accelerator=cfg.trainer.accelerator,
@@ -258,39 +253,24 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         logger=make_loggers(
             _logged_config(cfg, task_name, seed, hp), run, "finetune", tags=[task_name, f"seed{seed}"]
         ),
-        callbacks=[
-            ModelCheckpoint(
-                dirpath=str(run.checkpoints),
-                every_n_train_steps=max(1, steps_per_epoch // 2),
-                save_last=True,
-                save_top_k=0,
-            ),
-            StepProgressBar(),
-            Health(cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal),
-        ],
+        callbacks=run_callbacks(cfg, run, steps_per_epoch),
     )
-    started = time.time()
-    # one writer per run; status running -> finished | failed | diverged | interrupted
-    with run.attempt(wait=cfg.trainer.lock_wait, stage="finetune", task=task_name, seed=seed) as fresh:
-        try:
-            if fresh:  # (not fresh: another process finished it while this one waited)
-                write_record(run, cfg)
-                ckpt = run.resume_checkpoint()
-                fit(trainer, module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None)
-                evaluate_and_save(
-                    run,
-                    module.model,
-                    task,
-                    splits,
-                    pad,
-                    hp,
-                    time.time() - started,
-                    len(train) * hp["epochs"],
-                    pruning,
-                    init.tokenizer,
-                )
-        finally:
-            finish_wandb()
+
+    def finish(seconds: float) -> None:
+        evaluate_and_save(
+            run,
+            module.model,
+            task,
+            splits,
+            pad,
+            hp,
+            seconds,
+            len(train) * hp["epochs"],
+            pruning,
+            init.tokenizer,
+        )
+
+    train_attempt(cfg, run, trainer, module, data, finish, task=task_name, seed=seed)
     return run
 
 

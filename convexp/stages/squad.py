@@ -17,7 +17,6 @@ targets.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -32,17 +31,15 @@ from ..data.squad_features import collate_squad, squad_features
 from ..errors import UserError
 from ..models import ModelConfig
 from ..models.qa import QuestionAnswerer
-from ..record import warn_if_other_version, write_record
+from ..record import warn_if_other_version
 from ..runs import Run
-from .common import finish_wandb, make_loggers, step_seed
-from .health import Health, fit
+from .common import make_loggers, step_seed
 from .finetune import Init, _logged_config, resolve_init
-from .progress import StepProgressBar
 from .rundirs import GlueRun
 from .squad_eval import evaluate_squad
 from .squad_runs import check_squad_config, qa_settings, squad_runs, squad_source
 from .streams import PermutedStream, StreamSampler
-from .task_module import TaskModule
+from .task_module import TaskModule, run_callbacks, train_attempt
 
 COLUMNS = (
     "input_ids",
@@ -247,8 +244,6 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
     pad = init.tokenizer.pad_id
     datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)
 
-    from pytorch_lightning.callbacks import ModelCheckpoint
-
     task = cfg.task.name
     trainer = pl.Trainer(
         default_root_dir=str(run.dir),
@@ -263,41 +258,26 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
         use_distributed_sampler=False,
         enable_model_summary=False,
         logger=make_loggers(_logged_config(cfg, task, seed, hp), run, "finetune", tags=[task, f"seed{seed}"]),
-        callbacks=[
-            ModelCheckpoint(
-                dirpath=str(run.checkpoints),
-                every_n_train_steps=max(1, steps_per_epoch // 2),
-                save_last=True,
-                save_top_k=0,
-            ),
-            StepProgressBar(),
-            Health(cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal),
-        ],
+        callbacks=run_callbacks(cfg, run, steps_per_epoch),
     )
-    started = time.time()
-    # one writer per run; status running -> finished | failed | diverged | interrupted
-    with run.attempt(wait=cfg.trainer.lock_wait, stage="finetune", task=task, seed=seed) as fresh:
-        try:
-            if fresh:  # (not fresh: another process finished it while this one waited)
-                write_record(run, cfg)
-                ckpt = run.resume_checkpoint()
-                fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
-                evaluate_squad(
-                    run,
-                    module.model,
-                    qa,
-                    data["dev_records"],
-                    data["dev"],
-                    pad,
-                    hp,
-                    time.time() - started,
-                    len(train) * hp["epochs"],
-                    pruning,
-                    init.tokenizer,
-                    task,
-                )
-        finally:
-            finish_wandb()
+
+    def finish(seconds: float) -> None:
+        evaluate_squad(
+            run,
+            module.model,
+            qa,
+            data["dev_records"],
+            data["dev"],
+            pad,
+            hp,
+            seconds,
+            len(train) * hp["epochs"],
+            pruning,
+            init.tokenizer,
+            task,
+        )
+
+    train_attempt(cfg, run, trainer, module, datamodule, finish, task=task, seed=seed)
     return run
 
 

@@ -15,12 +15,19 @@ decay, BERMO's scalar-mix rate, and the mask scores' own rate (no weight decay).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 
 from .. import pruning as pruner
-from .common import adamw_with_linear_schedule, layerwise_groups
+from ..record import write_record
+from ..runs import Run
+from .common import adamw_with_linear_schedule, finish_wandb, layerwise_groups
+from .health import Health, fit
+from .progress import StepProgressBar
 
 
 class TaskModule(pl.LightningModule):
@@ -114,3 +121,39 @@ class TaskModule(pl.LightningModule):
             self.total_steps,
             param_groups=groups,
         )
+
+
+def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
+    """A fine-tuning run's callbacks: checkpoints twice an epoch (``last.ckpt`` for resume), the
+    steps progress bar, and divergence / SLURM time-limit handling."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    return [
+        ModelCheckpoint(
+            dirpath=str(run.checkpoints),
+            every_n_train_steps=max(1, steps_per_epoch // 2),
+            save_last=True,
+            save_top_k=0,
+        ),
+        StepProgressBar(),
+        Health(cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal),
+    ]
+
+
+def train_attempt(
+    cfg: DictConfig, run: Run, trainer: pl.Trainer, module, datamodule, finish: Callable[[float], None], **info
+) -> None:
+    """One attempt at a fine-tuning run, under its lock (status running -> finished | failed |
+    diverged | interrupted): record the invocation, resume from the newest intact checkpoint, fit,
+    then ``finish(seconds)`` evaluates and saves. Nothing is done when another process finished the
+    run while this one waited for the lock."""
+    started = time.time()
+    with run.attempt(wait=cfg.trainer.lock_wait, stage="finetune", **info) as fresh:
+        try:
+            if fresh:
+                write_record(run, cfg)
+                ckpt = run.resume_checkpoint()
+                fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
+                finish(time.time() - started)
+        finally:
+            finish_wandb()
