@@ -280,7 +280,7 @@ def bench(
     skip_hf: bool = typer.Option(False, help="Skip the Hugging Face comparison."),
 ) -> None:
     """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention blocks."""
-    from .bench import run_benchmarks
+    from .bench.step import run_benchmarks
 
     for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--seq-len", seq_len)):
         if value < 1:

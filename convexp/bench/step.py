@@ -18,9 +18,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from .config import model_config
-from .models import MaskedLM
-from .models.encoder import Block, init_weights
+from ..config import model_config
+from ..models import MaskedLM
+from ..models.encoder import Block, init_weights
 
 
 def _time(step: Callable[[], None], steps: int, warmup: int = 2) -> float:

@@ -1,0 +1,2 @@
+"""Benchmarks (``convexp bench``): convexp against what a researcher would use instead, measured in
+the same invocation. ``step``: the training step and the attention modules against Hugging Face."""
