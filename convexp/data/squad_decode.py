@@ -107,6 +107,24 @@ def _finish(
     return SpanPrediction(str(record["id"]), text, best, null_diff, nbest)
 
 
+def _decode(records, features, window, n_best, null_is_diff, null_threshold, version_2):
+    """The loop both scorers share: each record's windows give candidates and a null score
+    (``window(f) -> (candidates, null or None)``); the lowest null over windows counts."""
+    out = {}
+    by_example = _group(features)
+    for ex, record in enumerate(records):
+        candidates, null = [], None
+        for f in by_example.get(ex, []):
+            found, z = window(f)
+            candidates += found
+            if z is not None:
+                null = z if null is None else min(null, z)
+        if version_2 and null is None:
+            null = math.inf
+        out[str(record["id"])] = _finish(record, candidates, n_best, null, null_is_diff, null_threshold)
+    return out
+
+
 def decode_independent(
     records: Sequence[dict],
     features: Sequence[dict],
@@ -119,26 +137,20 @@ def decode_independent(
     max_context_only: bool = False,
 ) -> dict[str, SpanPrediction]:
     """BERT / run_qa decoding (independent start and end logits), one prediction per record id."""
-    out = {}
-    by_example = _group(features)
-    for ex, record in enumerate(records):
-        candidates, null = [], None
-        for f in by_example.get(ex, []):
-            n = len(f["input_ids"])
-            st, en = (
-                _as_array(start_logits[f["feature_index"]])[:n],
-                _as_array(end_logits[f["feature_index"]])[:n],
-            )
-            if version_2:
-                null = st[0] + en[0] if null is None else min(null, st[0] + en[0])
-            for s in top_indices(st, n_best):
-                for e in top_indices(en, n_best):
-                    if _valid(f, s, e, max_answer_len, max_context_only):
-                        candidates.append((st[s] + en[e], f, s, e))
-        if version_2 and null is None:
-            null = math.inf
-        out[str(record["id"])] = _finish(record, candidates, n_best, null, False, null_threshold)
-    return out
+
+    def window(f: dict):
+        n = len(f["input_ids"])
+        st = _as_array(start_logits[f["feature_index"]])[:n]  # [n]
+        en = _as_array(end_logits[f["feature_index"]])[:n]  # [n]
+        found = [
+            (st[s] + en[e], f, s, e)
+            for s in top_indices(st, n_best)
+            for e in top_indices(en, n_best)
+            if _valid(f, s, e, max_answer_len, max_context_only)
+        ]
+        return found, (st[0] + en[0] if version_2 else None)  # null: [CLS] as start and end
+
+    return _decode(records, features, window, n_best, False, null_threshold, version_2)
 
 
 def decode_joint(
@@ -155,22 +167,17 @@ def decode_joint(
     max_context_only: bool = True,
 ) -> dict[str, SpanPrediction]:
     """ELECTRA joint decoding (beam of starts, ends conditioned on each start)."""
-    out = {}
-    by_example = _group(features)
-    for ex, record in enumerate(records):
-        candidates, null = [], None
-        for f in by_example.get(ex, []):
-            i_f = f["feature_index"]
-            s_lp, s_idx = _as_array(start_top_log_probs[i_f]), _as_array(start_top_index[i_f]).astype(int)
-            e_lp, e_idx = _as_array(end_top_log_probs[i_f]), _as_array(end_top_index[i_f]).astype(int)
-            if null_logits is not None:
-                z = float(_as_array(null_logits[i_f]))
-                null = z if null is None else min(null, z)
-            for i, s in enumerate(s_idx):
-                for j, e in enumerate(e_idx[i]):
-                    if _valid(f, int(s), int(e), max_answer_len, max_context_only):
-                        candidates.append((s_lp[i] + e_lp[i, j], f, int(s), int(e)))
-        if null_logits is not None and null is None:
-            null = math.inf
-        out[str(record["id"])] = _finish(record, candidates, n_best, null, True, null_threshold)
-    return out
+
+    def window(f: dict):
+        i_f = f["feature_index"]
+        s_lp, s_idx = _as_array(start_top_log_probs[i_f]), _as_array(start_top_index[i_f]).astype(int)
+        e_lp, e_idx = _as_array(end_top_log_probs[i_f]), _as_array(end_top_index[i_f]).astype(int)
+        found = [
+            (s_lp[i] + e_lp[i, j], f, int(s), int(e))
+            for i, s in enumerate(s_idx)
+            for j, e in enumerate(e_idx[i])
+            if _valid(f, int(s), int(e), max_answer_len, max_context_only)
+        ]
+        return found, (float(_as_array(null_logits[i_f])) if null_logits is not None else None)
+
+    return _decode(records, features, window, n_best, True, null_threshold, null_logits is not None)
