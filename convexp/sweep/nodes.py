@@ -60,8 +60,8 @@ def _quote(o: str) -> str:
 
 
 def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]):
-    """(the variant's pre-training node, its resolved config, its ModelConfig)."""
-    from ..stages.rundirs import pretrain_run, resolve
+    """(the variant's pre-training node, its composed config, its ModelConfig)."""
+    from ..stages.rundirs import pretrain_run
 
     where = f"sweep {sweep.name}, variant {v.name}"
     scale = settings.scale
@@ -70,7 +70,6 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     cfg = _compose(where, "pretrain", over)
     try:
         model_cfg = to_model_config(cfg.model)
-        cfg = resolve(cfg)
         flops = pretrain_flops(cfg, model_cfg)
     except (ConfigError, ValueError) as e:  # e.g. seq_len beyond the position table
         raise SweepError(f"{where}: {e}") from e
