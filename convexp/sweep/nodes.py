@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..config import CONF_DIR, compose_stage, to_model_config
 from ..errors import ConfigError, UserError
 from ..runs import Run
+from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
 from .spec import Sweep, SweepError, Variant
 from .start import Start
@@ -30,6 +31,7 @@ class Node:
     task: str | None = None
     seed: int | None = None
     flops: float = 0.0
+    hparams: dict = dataclasses.field(default_factory=dict)  # fine-tuning: run id -> cards.finetune_settings
 
     @property
     def done(self) -> bool:
@@ -153,6 +155,7 @@ def finetune_nodes(
                 nodes[key] = Node(key, "finetune", v.name, over, [], deps, p.task, p.seed)
             if p.run not in nodes[key].runs:
                 nodes[key].runs.append(p.run)
+                nodes[key].hparams[p.run.id] = finetune_settings(p.hp, p.run_cfg)
     for node in nodes.values():
         tcfg = compose_task(node.task)
         flops = squad_flops if node.task in SQUAD_TASKS else finetune_flops
