@@ -196,13 +196,11 @@ def check_types(cfg: DictConfig) -> None:
 
 def _check_recipe(cfg: DictConfig) -> None:
     """A pre-training config has a recipe (the model preset names one) and every value it sets."""
-    from .config import group_options
-
     if "recipe" not in cfg:
         model = OmegaConf.select(cfg, "choices.model", default="?")
         raise ConfigError(
             f"model preset {model!r} names no pre-training recipe: add `- /recipe@_global_: NAME` to its "
-            f"defaults list, or pass +recipe@_global_=NAME (recipes: {', '.join(group_options('recipe'))})"
+            "defaults list, or pass +recipe@_global_=NAME (the recipes: convexp/conf/recipe/)"
         )
     typed(RecipeSchema, cfg.recipe, "recipe")
     for key in PRETRAIN_REQUIRED:
