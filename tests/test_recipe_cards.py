@@ -54,11 +54,11 @@ REFERENCE = {
     "electra_base": Ref(2e-4, 256, 766_000, ELECTRA_MASKING, 79, 1 / 3, seq_len=512),
     # BERT-Base (Devlin et al. §A.2): lr 1e-4, batch 256, 1M steps; create_pretraining_data.py: 80/10/10,
     # at most 20 predictions; optimization.py: eps 1e-6
-    "bert_base": Ref(1e-4, 256, 1_000_000, (0.15, 0.8, 0.1), 20, None),
+    "bert_base": Ref(1e-4, 256, 1_000_000, (0.15, 0.8, 0.1), 20, 1 / 3),  # (generator: objective=electra only)
     # Chang et al. Table 4: small lr 3e-4, batch 128, 125k steps; base lr 1e-4, batch 256, 1M steps;
     # warm-up 10k, eps 1e-6, weight decay 0.01, mask proportion 0.15
-    "chang_small": Ref(3e-4, 128, 125_000, HF_MASKING, None, None),
-    "chang_base": Ref(1e-4, 256, 1_000_000, HF_MASKING, None, None),
+    "chang_small": Ref(3e-4, 128, 125_000, HF_MASKING, None, 0.25),  # (generator: objective=electra only)
+    "chang_base": Ref(1e-4, 256, 1_000_000, HF_MASKING, None, 1 / 3),
 }
 
 CHANG = "Salesforce/wikitext (wikitext-103-raw-v1)"  # Chang et al.: BookCorpus + WikiText-103 (BookCorpus is not open)
@@ -221,9 +221,15 @@ def test_a_preset_without_a_recipe_is_one_line_with_the_fix(tmp_path, monkeypatc
     assert model_configs(["bare"])["bare"].hidden_size == 64  # presets without a recipe still list
 
 
-def test_bert_recipe_has_no_generator_for_electra():
+def test_electra_generator_size_follows_the_recipe():
+    # MLM recipes give ELECTRA's generator size for their width, for objective=electra
+    assert compose_stage("pretrain", ["model=chang_small", "objective=electra"]).objective.generator_fraction == 0.25
+    assert compose_stage("pretrain", ["model=bert_base", "objective=electra"]).objective.generator_fraction == pytest.approx(1 / 3)
+    assert "generator_fraction" not in compose_stage("pretrain", ["model=bert_base"]).objective  # MLM: none
+    given = compose_stage("pretrain", ["model=convbert_small", "objective=electra", "objective.generator_fraction=0.5"])
+    assert given.objective.generator_fraction == 0.5
     with pytest.raises(ConfigError, match="objective.generator_fraction"):
-        compose_stage("pretrain", ["model=bert_base", "objective=electra"])
+        compose_stage("pretrain", ["model=convbert_small", "objective=electra", "recipe.generator_fraction=null"])
 
 
 def test_every_preset_composes_alone_and_together():
