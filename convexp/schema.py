@@ -3,7 +3,8 @@
 YAML says what the values are; these dataclasses say what they may be. A composed config is
 checked against them before anything runs or any directory is made (``--cfg`` included), so
 ``model.kernel_size=abc``, ``trainer.max_steps=0`` or ``optim.lr=-1`` fails at once with one line
-naming the key. ``0`` is never a stand-in for "the paper's value": that is ``null``. Checking never
+naming the key. ``0`` is never a stand-in for a default; the papers' values are in the config
+(pre-training: ``conf/recipe/``). Checking never
 changes the composed config (run ids are hashes of it): the typed copy is thrown away.
 """
 
@@ -90,11 +91,11 @@ def positive(key: str, value, none_means: str | None = None) -> None:
 
 @dataclass
 class RecipeSchema:
-    """``conf/recipe/``: what names a pre-training recipe; its values are the keys it sets
-    (optim, trainer, objective, seq_len), typed there."""
+    """``conf/recipe/``: what names a pre-training recipe (its sources are the file's comments: not
+    in the config, so editing them changes no run id); its values are the keys it sets (optim,
+    trainer, objective, seq_len), typed there."""
 
     name: str = "?"
-    source: str = ""
     generator_fraction: Optional[float] = None  # ELECTRA's generator hidden / discriminator hidden
 
     def __post_init__(self) -> None:

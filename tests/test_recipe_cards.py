@@ -258,7 +258,6 @@ def test_finetune_cards_group_variants_and_tasks_and_show_grids():
     assert [k for k, _ in first.rows][:3] == ["lr", "batch_size", "epochs"]
 
 
-@pytest.mark.slow
 def test_dry_run_prints_one_card_per_recipe(capsys):
     from convexp.sweep.plan import build_plan
     from convexp.sweep.show import print_plan
@@ -266,6 +265,6 @@ def test_dry_run_prints_one_card_per_recipe(capsys):
     plan = build_plan(load_sweep("convbert-sizes"), ["scale=paper", "variants=[small,small_4m]", "tasks=[rte]"])
     print_plan(plan)
     out = capsys.readouterr().out
-    assert "pre-training recipe convbert_small — variants: small;" in out
+    assert "pre-training recipe convbert_small — variants: small\n" in out
     assert "steps 4,000,000" in out and "lr 3e-04" in out
     assert "fine-tuning recipe rte — variants: small, small_4m" in out

@@ -38,7 +38,6 @@ def pretrain_rows(cfg: DictConfig) -> tuple[tuple[str, object], ...]:
     o, t, obj = cfg.optim, cfg.trainer, cfg.objective
     rows: list[tuple[str, object]] = [
         ("recipe", cfg.recipe.name),
-        ("source", cfg.recipe.source),
         ("objective", obj.name),
         ("lr", o.lr),
         ("batch_size", t.batch_size),

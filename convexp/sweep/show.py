@@ -62,9 +62,8 @@ def print_cards(cards: list[Card]) -> None:
     for c in cards:
         stage = "pre-training" if c.stage == "pretrain" else "fine-tuning"
         head = f"{stage} recipe {c.title} — variants: {', '.join(c.variants)}"
-        rows = [(k, v) for k, v in c.rows if k not in ("recipe", "source")]
-        source = dict(c.rows).get("source")
-        console.print(head + (f"; source: {source}" if source else ""), markup=False, soft_wrap=True)
+        rows = [(k, v) for k, v in c.rows if k != "recipe"]
+        console.print(head, markup=False, soft_wrap=True)
         console.print("  " + " · ".join(f"{k} {_value(v)}" for k, v in rows), markup=False, soft_wrap=True)
 
 
