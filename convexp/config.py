@@ -133,6 +133,16 @@ def one_line(message: str) -> str:
 # --- composing --------------------------------------------------------------------------------
 
 
+def _steps(n, *, _root_) -> int:
+    """``${steps:N}`` (conf/recipe/, conf/scale/): N updates x ``trainer.steps_multiplier`` ("train
+    longer"), resolved when composing so that ``--cfg`` shows the number of steps that runs; a
+    ``trainer.max_steps=N`` given on the command line is taken as it is."""
+    return int(round(int(n) * OmegaConf.select(_root_, "trainer.steps_multiplier", default=1)))
+
+
+OmegaConf.register_new_resolver("steps", _steps, replace=True)
+
+
 def compose(config_name: str | None, overrides: list[str] = (), choices: bool = False) -> DictConfig:
     """Compose ``conf/<config_name>.yaml`` (or nothing) with Hydra overrides, resolved.
 
@@ -219,6 +229,8 @@ def stage_overrides(stage: str, overrides: list[str]) -> list[str]:
         key = override_key(parsed)
         if key == "scale":
             o = with_key(parsed, SCALE_GROUP[stage])
+        elif stage == "pretrain" and key == "recipe":  # model presets include it at the root package
+            o = with_key(parsed, "recipe@_global_")
         elif stage == "finetune" and key == "model":
             value = parsed.value()
             if value not in group_options("model"):
@@ -276,7 +288,11 @@ def model_config(name: str, overrides: list[str] = ()):
 
 def model_configs(names: list[str]) -> dict:
     """Several presets at once (one Hydra composition): {name: ModelConfig}."""
-    cfg = compose(None, [f"+model@presets.{n}={n}" for n in names])
+    presets = [f"+model@presets.{n}={n}" for n in names]
+    try:  # each preset names its pre-training recipe (conf/recipe/), which would clash: leave it out
+        cfg = compose(None, [*presets, "~recipe@_global_"])
+    except ConfigError:  # none of them names one (a user's presets)
+        cfg = compose(None, presets)
     return {n: to_model_config(cfg.presets[n]) for n in names}
 
 

@@ -3,7 +3,8 @@
 YAML says what the values are; these dataclasses say what they may be. A composed config is
 checked against them before anything runs or any directory is made (``--cfg`` included), so
 ``model.kernel_size=abc``, ``trainer.max_steps=0`` or ``optim.lr=-1`` fails at once with one line
-naming the key. ``0`` is never a stand-in for "the paper's value": that is ``null``. Checking never
+naming the key. ``0`` is never a stand-in for a default; the papers' values are in the config
+(pre-training: ``conf/recipe/``). Checking never
 changes the composed config (run ids are hashes of it): the typed copy is thrown away.
 """
 
@@ -44,7 +45,7 @@ class TrainerSchema:
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "batch_size"):
-            positive(f"trainer.{key}", getattr(self, key), "null: the paper's")
+            positive(f"trainer.{key}", getattr(self, key), "null only where unused: fine-tuning")
         for key in ("num_nodes", "accumulate_grad_batches", "val_every_n_steps", "val_batches",
                     "log_every_n_steps", "checkpoint_every_n_steps", "steps_multiplier"):
             positive(f"trainer.{key}", getattr(self, key))
@@ -68,7 +69,7 @@ class OptimSchema:
     grad_clip: Optional[float] = 1.0
 
     def __post_init__(self) -> None:
-        positive("optim.lr", self.lr, "null: the paper's")
+        positive("optim.lr", self.lr, "null only where unused: fine-tuning")
         positive("optim.eps", self.eps)
         positive("optim.grad_clip", self.grad_clip, "null: no clipping")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
@@ -86,6 +87,25 @@ def positive(key: str, value, none_means: str | None = None) -> None:
     if value is None or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
         hint = f" ({none_means})" if none_means else ""
         raise ValueError(f"{key}={value}: must be a number > 0{hint}")
+
+
+@dataclass
+class RecipeSchema:
+    """``conf/recipe/``: what names a pre-training recipe (its sources are the file's comments: not
+    in the config, so editing them changes no run id); its values are the keys it sets (optim,
+    trainer, objective, seq_len), typed there."""
+
+    name: str = "?"
+    generator_fraction: Optional[float] = None  # ELECTRA's generator hidden / discriminator hidden
+
+    def __post_init__(self) -> None:
+        g = self.generator_fraction
+        if g is not None and not 0 < g <= 1:
+            raise ValueError(f"recipe.generator_fraction={g}: must be in (0, 1] (null: no generator)")
+
+
+# what pre-training cannot run without; the recipe sets them (conf/recipe/)
+PRETRAIN_REQUIRED = ("optim.lr", "trainer.max_steps", "trainer.batch_size")
 
 
 @dataclass
@@ -159,6 +179,7 @@ def check_types(cfg: DictConfig) -> None:
             typed(schema, cfg[key], key)
     if cfg.get("stage") == "pretrain":
         own = typed(PretrainSchema, _own(cfg, PretrainSchema), "")
+        _check_recipe(cfg)
         positions = OmegaConf.select(cfg, "model.max_position_embeddings")
         if positions is not None and own.seq_len > positions:
             raise ConfigError(
@@ -172,6 +193,25 @@ def check_types(cfg: DictConfig) -> None:
     outputs = cfg.get("outputs")
     if outputs is not None and Path(outputs).exists() and not Path(outputs).is_dir():
         raise ConfigError(f"outputs {outputs!r} is a file, not a folder: set outputs= (or CONVEXP_OUTPUTS) to a folder")
+
+
+def _check_recipe(cfg: DictConfig) -> None:
+    """A pre-training config has a recipe (the model preset names one) and every value it sets."""
+    if "recipe" not in cfg:
+        model = OmegaConf.select(cfg, "choices.model", default="?")
+        raise ConfigError(
+            f"model preset {model!r} names no pre-training recipe: add `- /recipe@_global_: NAME` to its "
+            "defaults list, or pass +recipe@_global_=NAME (the recipes: convexp/conf/recipe/)"
+        )
+    typed(RecipeSchema, cfg.recipe, "recipe")
+    for key in PRETRAIN_REQUIRED:
+        if OmegaConf.select(cfg, key) is None:
+            raise ConfigError(f"{key}=null: pre-training needs a value (recipe {cfg.recipe.name} sets it; give {key}=...)")
+    if cfg.objective.name == "electra" and cfg.objective.get("generator_fraction") is None:
+        raise ConfigError(
+            f"recipe {cfg.recipe.name} has no generator (recipe.generator_fraction=null): give "
+            "objective.generator_fraction=... (ELECTRA: 0.25; 1/3 for base) or use objective=mlm"
+        )
 
 
 def _own(cfg: DictConfig, schema: type) -> DictConfig:

@@ -52,7 +52,7 @@ def test_every_sweep_plans_at_every_scale():
     seeds = {n.seed for n in paper.nodes.values() if n.stage == "finetune"}
     assert len(seeds) == 9  # "median of 9 runs"
     sizes = build_plan(load_sweep("convbert-sizes"), ["scale=paper", "variants=[small,small_4m]"])
-    steps = {v: c.resolved.max_steps for v, c in sizes.pretrain_cfgs.items()}
+    steps = {v: c.trainer.max_steps for v, c in sizes.pretrain_cfgs.items()}
     assert steps == {"small": 1_000_000, "small_4m": 4_000_000}
     assert sizes.pretrain_cfgs["small"].data.path == "Skylion007/openwebtext"  # the paper's corpus
 

@@ -21,7 +21,7 @@ from ..models import ModelConfig, ReplacedTokenDetector
 from ..models.io import save_model_dir
 from ..record import warn_if_other_version, write_record
 from ..runs import Run, RunDiverged, non_finite
-from .rundirs import pretrain_run, resolve  # noqa: F401
+from .rundirs import pretrain_run
 from .common import (
     adamw_with_linear_schedule,
     finish_wandb,
@@ -49,9 +49,8 @@ class PretrainModule(pl.LightningModule):
         if obj.name == "mlm":
             self.objective = MLMObjective(model_cfg, pair_head=obj.pair_format in ("nsp", "sop"))
         elif obj.name == "electra":
-            fraction = obj.generator_fraction or cfg.resolved.generator_fraction
             self.objective = ElectraObjective(
-                model_cfg, fraction, obj.gen_weight, obj.disc_weight, obj.temperature
+                model_cfg, obj.generator_fraction, obj.gen_weight, obj.disc_weight, obj.temperature
             )
         else:
             raise UserError(f"unknown objective {obj.name!r}; use objective=mlm or objective=electra")
@@ -110,7 +109,7 @@ class PretrainModule(pl.LightningModule):
         o = self.cfg.optim
         return adamw_with_linear_schedule(
             self.objective,
-            self.cfg.resolved.lr,
+            o.lr,
             o.betas,
             o.eps,
             o.weight_decay,
@@ -161,7 +160,6 @@ class _Rows(torch.utils.data.Dataset):
 
 def run_pretrain(cfg: DictConfig) -> Run:
     """Pre-train as configured; returns the run. A finished run with the same config is reused."""
-    cfg = resolve(cfg)
     run = pretrain_run(cfg)
     if run.finished:
         warn_if_other_version(run)
@@ -203,12 +201,12 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     tokens = TokenInfo(tok.vocab_size, tok.mask_id, tuple(sorted(tok.special_ids)), tok.continuation_mask())
 
-    steps = cfg.resolved.max_steps
+    steps = cfg.trainer.max_steps
     module = PretrainModule(model_cfg, cfg, tokens, steps)
     if cfg.init:
         _init_weights(module.objective.encoder, cfg.init, model_cfg)
     columns = COLUMNS + (("pair_label",) if cfg.objective.pair_format in ("nsp", "sop") else ())
-    batch = per_device_batch(cfg.resolved.batch_size, cfg.trainer)
+    batch = per_device_batch(cfg.trainer.batch_size, cfg.trainer)
     datamodule = PretrainData(data.train, data.val, cfg.seed, batch, cfg.trainer.num_workers, columns)
 
     from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint

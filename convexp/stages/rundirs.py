@@ -10,18 +10,16 @@ caller (the CLI, the sweep planner) for the tasks :func:`glue_task_names` lists.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import compose_stage, model_config, override_key, parse_overrides
+from ..config import compose_stage, override_key, parse_overrides
 from ..data.loading import task_data
 from ..data.tasks import PROBING_ORDER
 from ..errors import UserError
 from ..runs import Run
-from . import recipes
 
 TASK_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
 TASK_SETS = {"all": TASK_ORDER, "probing_all": PROBING_ORDER}  # task=<set>: these tasks in turn
@@ -34,29 +32,9 @@ BERMO_PROBING_SEEDS = (63, 77, 9, 96, 39)  # BERMO Table 12
 BERMO_PRUNING_EPOCHS = 10
 
 
-@functools.lru_cache(maxsize=None)
-def _preset_width(preset: str) -> int:
-    return model_config(preset).hidden_size
-
-
-def resolve(cfg: DictConfig) -> DictConfig:
-    """Fill the paper defaults (lr, steps, batch size) into ``cfg.resolved``."""
-    paper_size = _preset_width(cfg.choices.model)  # the preset's, before scale= shrinks it
-    recipe = recipes.paper_recipe(cfg.choices.model, paper_size)
-    resolved = {
-        "lr": cfg.optim.lr or recipe.lr,
-        "max_steps": int((cfg.trainer.max_steps or recipe.max_steps) * cfg.trainer.steps_multiplier),
-        "batch_size": cfg.trainer.batch_size or recipe.batch_size,
-        "generator_fraction": recipes.generator_fraction(paper_size),
-    }
-    OmegaConf.set_struct(cfg, False)
-    cfg.resolved = resolved
-    OmegaConf.set_struct(cfg, True)
-    return cfg
-
-
 def pretrain_run(cfg: DictConfig) -> Run:
-    """The run directory of a resolved pre-training config (known before it runs)."""
+    """The run directory of a composed pre-training config (known before it runs): its recipe
+    (conf/recipe/) is part of the composed config, so the id hashes every value the run uses."""
     slug = "-".join(filter(None, [cfg.model.name, cfg.objective.name, cfg.name]))
     return Run.for_config(cfg.outputs, "pretrain", slug, cfg)
 

@@ -19,6 +19,7 @@ Data flows one way through the modules:
     nodes.py        one variant's stage commands (nodes) and their run directories
     plan.py         the whole graph: every selected variant's nodes in dependency order
     compute.py      training FLOPs and parameter counts (the --dry-run estimate, the report)
+    cards.py        recipe cards: the settings of each distinct pre-training / fine-tuning recipe
     launchers.py    walk the graph here, in N worker processes, or on SLURM (submitit)
     execute.py      run one node; the outcomes and the ledger (outputs/sweeps/NAME/last.json)
     wandb_sweep.py  the same sweep as a W&B sweep file (one agent job per variant)

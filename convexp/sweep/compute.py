@@ -32,9 +32,9 @@ def pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float:
 
     per_token = _flops_per_token(model_cfg, cfg.seq_len)
     if generator and cfg.objective.name == "electra":
-        gen = generator_config(model_cfg, cfg.resolved.generator_fraction)
+        gen = generator_config(model_cfg, cfg.objective.generator_fraction)
         per_token += _flops_per_token(gen, cfg.seq_len)
-    return per_token * cfg.resolved.max_steps * cfg.resolved.batch_size * cfg.seq_len
+    return per_token * cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.seq_len
 
 
 def finetune_flops(cfg: DictConfig, model_cfg, task: str) -> float:

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..config import CONF_DIR, compose_stage, to_model_config
 from ..errors import ConfigError, UserError
 from ..runs import Run
+from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
 from .spec import Sweep, SweepError, Variant
 from .start import Start
@@ -30,6 +31,7 @@ class Node:
     task: str | None = None
     seed: int | None = None
     flops: float = 0.0
+    hparams: dict = dataclasses.field(default_factory=dict)  # fine-tuning: run id -> cards.finetune_settings
 
     @property
     def done(self) -> bool:
@@ -60,8 +62,8 @@ def _quote(o: str) -> str:
 
 
 def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]):
-    """(the variant's pre-training node, its resolved config, its ModelConfig)."""
-    from ..stages.rundirs import pretrain_run, resolve
+    """(the variant's pre-training node, its composed config, its ModelConfig)."""
+    from ..stages.rundirs import pretrain_run
 
     where = f"sweep {sweep.name}, variant {v.name}"
     scale = settings.scale
@@ -70,7 +72,6 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     cfg = _compose(where, "pretrain", over)
     try:
         model_cfg = to_model_config(cfg.model)
-        cfg = resolve(cfg)
         flops = pretrain_flops(cfg, model_cfg)
     except (ConfigError, ValueError) as e:  # e.g. seq_len beyond the position table
         raise SweepError(f"{where}: {e}") from e
@@ -154,6 +155,7 @@ def finetune_nodes(
                 nodes[key] = Node(key, "finetune", v.name, over, [], deps, p.task, p.seed)
             if p.run not in nodes[key].runs:
                 nodes[key].runs.append(p.run)
+                nodes[key].hparams[p.run.id] = finetune_settings(p.hp, p.run_cfg)
     for node in nodes.values():
         tcfg = compose_task(node.task)
         flops = squad_flops if node.task in SQUAD_TASKS else finetune_flops

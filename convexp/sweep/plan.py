@@ -24,7 +24,7 @@ class Plan:
     args: list[str]  # the command line's KEY=VALUE arguments
     nodes: dict[str, Node]
     starts: dict[str, Start]  # every planned variant -> where its fine-tuning starts
-    pretrain_cfgs: dict[str, DictConfig]  # pre-trained variant -> resolved pre-training config
+    pretrain_cfgs: dict[str, DictConfig]  # pre-trained variant -> its composed pre-training config
     outputs: Path
     logger: DictConfig  # the W&B settings the runs log with
 

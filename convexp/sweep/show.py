@@ -3,6 +3,7 @@ compute (--dry-run), and the end-of-sweep summary."""
 
 from __future__ import annotations
 
+from .cards import Card, Grid, recipe_cards
 from .execute import Outcome
 from .plan import Plan
 from .spec import load_sweep
@@ -38,8 +39,36 @@ def _flops(x: float) -> str:
     return f"{x:.2e}" if x else "-"
 
 
+def _value(v) -> str:
+    """A card's value as printed: 1,000,000 steps, 3e-04, yes/no, a grid as a | b."""
+    if isinstance(v, Grid):
+        return " | ".join(_value(x) for x in v)
+    if isinstance(v, tuple):
+        return ", ".join(_value(x) for x in v)
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if v is None:
+        return "-"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.0e}" if 0 < abs(v) < 1e-2 and float(f"{v:.0e}") == v else f"{v:.4g}"
+    return str(v)
+
+
+def print_cards(cards: list[Card]) -> None:
+    """The recipe cards (sweep/cards.py): one line of settings per distinct recipe."""
+    console = _console()
+    for c in cards:
+        stage = "pre-training" if c.stage == "pretrain" else "fine-tuning"
+        head = f"{stage} recipe {c.title} — variants: {', '.join(c.variants)}"
+        rows = [(k, v) for k, v in c.rows if k != "recipe"]
+        console.print(head, markup=False, soft_wrap=True)
+        console.print("  " + " · ".join(f"{k} {_value(v)}" for k, v in rows), markup=False, soft_wrap=True)
+
+
 def print_plan(plan: Plan) -> None:
-    """The --dry-run view: every node, what is cached, and the compute still to do."""
+    """The --dry-run view: every node, what is cached, the recipe cards, and the compute still to do."""
     from rich.table import Table
 
     table = Table(title=f"convexp ablate {plan.sweep.name} ({plan.sweep.title}), scale={plan.settings.scale}")
@@ -55,6 +84,7 @@ def print_plan(plan: Plan) -> None:
         table.add_row(n.key, state, ", ".join(r.id for r in n.runs), _flops(n.flops))
     console = _console()
     console.print(table)
+    print_cards(recipe_cards(plan))
     counts = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))
     parts = [f"{len(plan.nodes)} runs ({counts})"]
     if todo:

@@ -1,0 +1,145 @@
+"""Recipe cards: the settings a sweep's runs train with, one card per distinct recipe (variants and
+tasks that share one share the card), built from the composed configs of the plan, so that what
+``convexp ablate NAME --dry-run`` prints (sweep/show.py) is what will run.
+
+A card's rows are raw values (numbers, text, tuples), formatted only when printed, so tests can
+compare them with the papers' numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class Grid(tuple):
+    """The values a fine-tuning setting takes across the runs of one (task, seed): a grid."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Card:
+    """One recipe: the stage, what it is (the recipe's name, or the tasks it fine-tunes), the
+    variants that use it, and its (setting, value) rows. A fine-tuning value that differs between
+    the runs of one (task, seed) (a grid) is the tuple of its values."""
+
+    stage: str
+    title: str
+    variants: tuple[str, ...]
+    rows: tuple[tuple[str, object], ...]
+
+    def get(self, setting: str):
+        return dict(self.rows)[setting]
+
+
+def pretrain_rows(cfg: DictConfig) -> tuple[tuple[str, object], ...]:
+    """The pre-training recipe of a composed ``convexp pretrain`` config."""
+    o, t, obj = cfg.optim, cfg.trainer, cfg.objective
+    rows: list[tuple[str, object]] = [
+        ("recipe", cfg.recipe.name),
+        ("objective", obj.name),
+        ("lr", o.lr),
+        ("batch_size", t.batch_size),
+        ("steps", t.max_steps),
+        ("warmup_steps", o.warmup_steps),
+        ("adam_betas", tuple(o.betas)),
+        ("adam_eps", o.eps),
+        ("weight_decay", o.weight_decay),
+        ("grad_clip", o.grad_clip),
+        ("mask_prob", obj.mask_prob),
+        ("replace_mask", obj.replace_mask),
+        ("replace_random", obj.replace_random),
+        ("exact_count", bool(obj.get("exact_count", False))),
+        ("max_predictions", obj.get("max_predictions") if obj.get("exact_count") else None),
+    ]
+    if obj.name == "electra":
+        rows.append(("generator_fraction", obj.generator_fraction))
+    rows += [("seq_len", cfg.seq_len), ("corpus", corpus(cfg.data)), ("tokenizer", tokenizer(cfg.tokenizer))]
+    return tuple(rows)
+
+
+def corpus(data: DictConfig) -> str:
+    """The pre-training corpus as a user names it: the hub dataset, the files, or synthetic."""
+    name = data.get("path") or data.source
+    return f"{name} ({data.name})" if data.get("name") else str(name)
+
+
+def tokenizer(tok: DictConfig) -> str:
+    """The tokenizer: its kind and vocabulary size (or the vocabulary it loads)."""
+    what = tok.get("kind", "?")
+    if tok.get("path"):
+        return f"{what} from {tok.path}"
+    size = tok.get("vocab_size")
+    return f"{what}, {size:,} tokens" if size else str(what)
+
+
+def pretrain_cards(cfgs: Mapping[str, DictConfig]) -> list[Card]:
+    """One card per distinct pre-training recipe of ``{variant: composed config}`` (in order)."""
+    grouped: dict[tuple, list[str]] = {}
+    for variant, cfg in cfgs.items():
+        grouped.setdefault(pretrain_rows(cfg), []).append(variant)
+    return [Card("pretrain", str(dict(rows)["recipe"]), tuple(vs), rows) for rows, vs in grouped.items()]
+
+
+# the fine-tuning settings printed first (the rest follow in the order the runs give them)
+FINETUNE_ORDER = (
+    "lr",
+    "batch_size",
+    "epochs",
+    "warmup_fraction",
+    "layerwise_lr_decay",
+    "weight_decay",
+    "adam_epsilon",
+)
+# run-config keys (rundirs.finetune_run) that set how a fine-tuning run trains, besides its hp
+RUN_KEYS = ("protocol", "max_len", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier")
+
+
+def finetune_settings(hp: Mapping, run_cfg: DictConfig | Mapping | None = None) -> dict:
+    """A fine-tuning run's settings, flat: its hyper-parameters (``GlueRun.hp``) and the keys of its
+    run config that change training (pruning, distillation...), nested ones as ``pruning.method``."""
+    out = dict(_flat(hp))
+    if run_cfg is not None:
+        d = OmegaConf.to_container(run_cfg) if isinstance(run_cfg, DictConfig) else dict(run_cfg)
+        for key in RUN_KEYS:
+            if key in d:
+                out.update(_flat({key: d[key]}))
+    return out
+
+
+def _flat(d: Mapping, prefix: str = "") -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            out += _flat(v, f"{prefix}{k}.")
+        else:
+            out.append((f"{prefix}{k}", tuple(v) if isinstance(v, list) else v))
+    return out
+
+
+def finetune_cards(nodes) -> list[Card]:
+    """One card per distinct fine-tuning recipe of the plan's fine-tuning nodes (``Node.hparams``:
+    run id -> :func:`finetune_settings`); its title lists the tasks that use it."""
+    grouped: dict[tuple, tuple[list[str], list[str]]] = {}
+    for n in nodes:
+        if n.stage != "finetune" or not n.hparams:
+            continue
+        values: dict[str, list] = {}
+        for settings in n.hparams.values():
+            for k, v in settings.items():
+                if v not in values.setdefault(k, []):
+                    values[k].append(v)
+        keys = [k for k in FINETUNE_ORDER if k in values] + [k for k in values if k not in FINETUNE_ORDER]
+        rows = tuple((k, values[k][0] if len(values[k]) == 1 else Grid(values[k])) for k in keys)
+        variants, tasks = grouped.setdefault(rows, ([], []))
+        if n.variant not in variants:
+            variants.append(n.variant)
+        if n.task not in tasks:
+            tasks.append(n.task)
+    return [Card("finetune", ", ".join(tasks), tuple(vs), rows) for rows, (vs, tasks) in grouped.items()]
+
+
+def recipe_cards(plan) -> list[Card]:
+    """Every card of a plan: pre-training recipes first, then fine-tuning."""
+    return pretrain_cards(plan.pretrain_cfgs) + finetune_cards(plan.order())
