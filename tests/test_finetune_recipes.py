@@ -107,12 +107,13 @@ def test_convbert_grid_is_on_at_paper_only_and_for_glue_only():
         assert len(hyperparameters(compose_stage("finetune", ["init=x", "task=cola", f"scale={scale}"]), SMALL)) == 1
     for protocol in ("chang", "bermo"):
         assert not compose_stage("finetune", ["init=x", f"protocol={protocol}"]).grid
-    assert len(hyperparameters(compose_stage("finetune", ["init=x", "task=squad1"]), SMALL)) == 1
+    for task in ("squad1", "squad2", "tense"):  # the grid is GLUE's (ConvBERT appendix)
+        assert len(hyperparameters(compose_stage("finetune", ["init=x", f"task={task}"]), SMALL)) == 1
 
 
 def test_the_convbert_sweeps_are_the_ones_with_the_grid_at_paper():
-    """Every named sweep fine-tuning a GLUE task under protocol=convbert runs the grid at
-    scale=paper; every other sweep (Chang et al.'s, BERMO's, SQuAD) runs one setting."""
+    """Every named sweep fine-tuning GLUE tasks under protocol=convbert runs the grid at
+    scale=paper; every other sweep (Chang et al.'s, BERMO's, SQuAD, probing) runs one setting."""
     from convexp.config import group_options
     from convexp.sweep.spec import load_sweep
 
@@ -125,7 +126,7 @@ def test_the_convbert_sweeps_are_the_ones_with_the_grid_at_paper():
         cfg = compose_stage("finetune", ["init=x", "scale=paper", *sweep.finetune.overrides, f"task={task}"])
         if cfg.grid:
             with_grid.add(name)
-        assert cfg.grid == (cfg.protocol == "convbert" and not task.startswith("squad")), name
+        assert cfg.grid == (cfg.protocol == "convbert" and task in GLUE), name
     assert {"convbert-components", "convbert-conv-type", "convbert-kernel-size", "convbert-sizes",
             "objective"} <= with_grid
 
