@@ -143,6 +143,15 @@ def _steps(n, *, _root_) -> int:
 OmegaConf.register_new_resolver("steps", _steps, replace=True)
 
 
+def _when_pruning(on, off, *, _root_):
+    """``${when_pruning:A,B}``: A when the config fine-prunes (``pruning.method`` is not none), else
+    B (conf/protocol/bermo.yaml: BERMO's fine-pruning lr and epochs differ from its fine-tuning ones)."""
+    return off if OmegaConf.select(_root_, "pruning.method", default="none") == "none" else on
+
+
+OmegaConf.register_new_resolver("when_pruning", _when_pruning, replace=True)
+
+
 def compose(config_name: str | None, overrides: list[str] = (), choices: bool = False) -> DictConfig:
     """Compose ``conf/<config_name>.yaml`` (or nothing) with Hydra overrides, resolved.
 

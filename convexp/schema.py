@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import signal
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -124,24 +124,71 @@ class PretrainSchema:
         positive("seq_len", self.seq_len)
 
 
+# The recipe keys whose value may depend on the init model's size: a number, or {small: .., base: ..}
+# (``base_width`` decides which applies: stages/rundirs.hyperparameters).
+SIZED_KEYS = ("lr", "epochs", "batch_size")
+# The keys a grid (``grid_values``) may vary.
+GRID_KEYS = ("lr", "weight_decay", "epochs", "batch_size", "warmup_fraction", "layerwise_lr_decay")
+
+
 @dataclass
 class FinetuneSchema:
-    """The top-level keys of ``conf/finetune.yaml`` that are numbers or lists."""
+    """The top-level keys of ``conf/finetune.yaml`` that are numbers or lists: the fine-tuning
+    recipe (filled by ``conf/protocol/<protocol>.yaml``) and the seeds."""
 
     seeds: List[int] = field(default_factory=lambda: [42])
-    lr: Optional[float] = None
-    epochs: Optional[int] = None
-    batch_size: Optional[int] = None
-    layerwise_lr_decay: Optional[float] = None
+    base_width: int = 768
+    lr: Any = None  # a number or {small, base}; null only for a task set (task=all: each task's own)
+    epochs: Any = None
+    batch_size: Any = None
+    warmup_fraction: float = 0.1
+    layerwise_lr_decay: float = 1.0
+    weight_decay: float = 0.0
+    adam_epsilon: float = 1e-6
+    adam_betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    grad_clip: Optional[float] = None
+    scalar_mix_lr: Optional[float] = None
+    intermediate: bool = False
+    grid: bool = False
+    grid_values: Dict[str, List[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.seeds:
             raise ValueError("seeds=[]: give at least one seed, e.g. seeds=[42]")
-        for key in ("lr", "epochs", "batch_size"):
-            positive(key, getattr(self, key), "null: the protocol's")
+        positive("base_width", self.base_width)
+        for key in SIZED_KEYS:
+            value = getattr(self, key)
+            for size, v in (value.items() if isinstance(value, dict) else [("", value)]):
+                where = f"{key}.{size}" if size else key
+                if isinstance(value, dict) and size not in ("small", "base"):
+                    raise ValueError(f"{where}: a size is small or base, e.g. {key}={{small: 1, base: 2}}")
+                positive(where, v, "null: a task set's, each task gives its own")
+                if key != "lr" and v is not None and v != int(v):
+                    raise ValueError(f"{where}={v}: must be a whole number")
         d = self.layerwise_lr_decay
-        if d is not None and not 0 < d <= 1:
-            raise ValueError(f"layerwise_lr_decay={d}: must be in (0, 1] (null: the protocol's)")
+        if not 0 < d <= 1:
+            raise ValueError(f"layerwise_lr_decay={d}: must be in (0, 1] (1: no layer-wise decay)")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay={self.weight_decay}: must be 0 or more")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"warmup_fraction={self.warmup_fraction}: must be in [0, 1)")
+        positive("adam_epsilon", self.adam_epsilon)
+        positive("grad_clip", self.grad_clip, "null: no clipping")
+        positive("scalar_mix_lr", self.scalar_mix_lr, "null: the encoder's rate")
+        if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
+            raise ValueError(f"adam_betas={list(self.adam_betas)}: two numbers in [0, 1)")
+        for key, values in self.grid_values.items():
+            if key not in GRID_KEYS:
+                raise ValueError(f"grid_values.{key}: not a grid key; use {', '.join(GRID_KEYS)}")
+            if not values:
+                raise ValueError(f"grid_values.{key}=[]: give at least one value")
+            for v in values:
+                if key == "weight_decay" and v == 0:
+                    continue
+                positive(f"grid_values.{key}", v)
+        if self.grid and not self.grid_values:
+            raise ValueError("grid=true but this protocol has no grid (grid_values is empty): the grid is "
+                             "ConvBERT's (protocol=convbert), or give grid_values")
 
 
 def typed(schema: type, node: DictConfig, where: str):

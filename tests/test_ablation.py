@@ -130,7 +130,7 @@ def test_bad_command_lines_fail_before_training(tmp_path, args, message):
         ),
         (
             "variants: {a: {finetune: [protocol=nope]}}\nfinetune: {tasks: [rte]}\n",
-            "variant a: protocol='nope'",
+            "variant a, finetune: Could not find 'protocol/nope'",
         ),
         ("variants: {a: {teacher: b}}\n", "teacher must name another variant"),
         ("init: 3\nfinetune: {tasks: [rte]}\nvariants: {a: {}}\n", "init must be a checkpoint"),

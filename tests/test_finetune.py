@@ -225,13 +225,14 @@ def test_wrong_columns_and_other_vocabulary(tmp_path, pretrained):
 
 
 def test_protocol_hyperparameters_and_grid():
-    """ConvBERT/ELECTRA vs Chang et al. Table 5 settings, and the appendix grid."""
+    """ConvBERT/ELECTRA vs Chang et al. Table 5 settings, and the appendix grid (every protocol x
+    size x task against the papers' values: tests/test_finetune_recipes.py)."""
     from omegaconf import OmegaConf
 
     from convexp.config import compose_stage
     from convexp.stages.rundirs import hyperparameters
 
-    cfg = compose_stage("finetune", ["init=x", "task=rte"])
+    cfg = compose_stage("finetune", ["init=x", "task=rte", "grid=false"])
     [hp] = hyperparameters(cfg, 256)
     assert (hp["lr"], hp["epochs"], hp["batch_size"], hp["layerwise_lr_decay"], hp["weight_decay"]) == (
         3e-4,
@@ -247,14 +248,14 @@ def test_protocol_hyperparameters_and_grid():
         3e-4,
         4,
         128,
-        None,
+        1.0,
         0.0,
     )
     assert (
         hyperparameters(compose_stage("finetune", ["init=x", "task=qnli", "protocol=chang"]), 256)[0]["lr"]
         == 1e-4
     )
-    grid = hyperparameters(compose_stage("finetune", ["init=x", "task=cola", "grid=true"]), 256)
+    grid = hyperparameters(compose_stage("finetune", ["init=x", "task=cola", "scale=smoke", "grid=true"]), 256)
     assert len(grid) == 16
     assert {(g["lr"], g["weight_decay"], g["epochs"]) for g in grid} == {
         (lr, wd, ep) for lr in (5e-5, 1e-4, 2e-4, 3e-4) for wd in (0.01, 0.1) for ep in (3, 10)

@@ -236,7 +236,8 @@ def test_bermo_hyperparameters():
     from convexp.stages.rundirs import TASK_ORDER, glue_runs, hyperparameters, probing_overrides
 
     bermo = {"lr": 5e-5, "epochs": 3, "batch_size": 32, "warmup_fraction": 0.0, "weight_decay": 0.0}
-    bermo |= {"layerwise_lr_decay": None, "adam_epsilon": 1e-8, "scalar_mix_lr": 1e-2}
+    bermo |= {"layerwise_lr_decay": 1.0, "adam_epsilon": 1e-8, "adam_betas": [0.9, 0.999], "grad_clip": 1.0}
+    bermo |= {"scalar_mix_lr": 1e-2}
     overrides = probing_overrides(["init=x", "task=all"])
     cfg = compose_stage("finetune", overrides)
     assert (cfg.protocol, cfg.task.name, list(cfg.seeds)) == ("bermo", "probing_all", [63, 77, 9, 96, 39])
@@ -254,8 +255,8 @@ def test_bermo_hyperparameters():
     task_cfgs = {t: compose_stage("finetune", [*overrides, f"task={t}"]) for t in PROBING_ORDER}
     plan = glue_runs(cfg, "m", 256, task_cfgs)
     assert list(dict.fromkeys(p.task for p in plan)) == list(PROBING_ORDER) and len(plan) == 50
-    glue_cfg = compose_stage("finetune", ["init=x", "task=all", "seeds=[1]"])
-    glue_cfgs = {t: compose_stage("finetune", ["init=x", "seeds=[1]", f"task={t}"]) for t in TASK_ORDER}
+    glue_cfg = compose_stage("finetune", ["init=x", "task=all", "seeds=[1]", "grid=false"])
+    glue_cfgs = {t: compose_stage("finetune", ["init=x", "seeds=[1]", "grid=false", f"task={t}"]) for t in TASK_ORDER}
     glue_plan = glue_runs(glue_cfg, "m", 256, glue_cfgs)
     assert [p.task for p in glue_plan] == list(TASK_ORDER)
     # explicit choices win; smoke scale keeps its own seeds
@@ -274,8 +275,8 @@ def test_bermo_scalar_mix_learns_at_its_own_rate():
     cfg = ModelConfig(
         vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, scalar_mix=True
     )
-    hp = {"lr": 5e-5, "weight_decay": 0.0, "warmup_fraction": 0.0, "layerwise_lr_decay": None}
-    hp |= {"adam_epsilon": 1e-8, "scalar_mix_lr": 1e-2}
+    hp = {"lr": 5e-5, "weight_decay": 0.0, "warmup_fraction": 0.0, "layerwise_lr_decay": 1.0}
+    hp |= {"adam_epsilon": 1e-8, "adam_betas": [0.9, 0.999], "scalar_mix_lr": 1e-2}
     module = FinetuneModule(cfg, tasks.get_task("tense"), hp, 10, 0)
     opt = module.configure_optimizers()["optimizer"]
     by_lr = {g["lr"]: sum(p.numel() for p in g["params"]) for g in opt.param_groups}

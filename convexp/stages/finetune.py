@@ -246,7 +246,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         val_check_interval=steps_per_epoch,
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
-        gradient_clip_val=cfg.optim.grad_clip,
+        gradient_clip_val=hp["grad_clip"],
         log_every_n_steps=cfg.trainer.log_every_n_steps,
         use_distributed_sampler=False,
         enable_model_summary=False,

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ..config import compose_stage, override_key, parse_overrides
 from ..data.loading import task_data
@@ -24,12 +24,7 @@ from ..runs import Run
 TASK_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
 TASK_SETS = {"all": TASK_ORDER, "probing_all": PROBING_ORDER}  # task=<set>: these tasks in turn
 INTERMEDIATE = ("rte", "stsb", "mrpc")
-CONVBERT_GRID = {"lr": [5e-5, 1e-4, 2e-4, 3e-4], "weight_decay": [0.01, 0.1], "epochs": [3, 10]}
-PROTOCOLS = ("convbert", "chang", "bermo")
 BERMO_PROBING_SEEDS = (63, 77, 9, 96, 39)  # BERMO Table 12
-# epochs of fine-pruning under protocol=bermo for tasks whose conf/task yaml gives no
-# epochs.bermo_pruning (SST-2 25, MNLI 6, QQP 10 do: Tables 6, 8-10); Sanh et al. prune for 10
-BERMO_PRUNING_EPOCHS = 10
 
 
 def pretrain_run(cfg: DictConfig) -> Run:
@@ -39,40 +34,61 @@ def pretrain_run(cfg: DictConfig) -> Run:
     return Run.for_config(cfg.outputs, "pretrain", slug, cfg)
 
 
+# The recipe keys of a composed fine-tuning config (conf/finetune.yaml, set by conf/protocol/) that
+# every run's ``hp`` carries, under the same names; ``scalar_mix_lr`` too where the protocol has one.
+RECIPE_KEYS = (
+    "lr",
+    "batch_size",
+    "epochs",
+    "warmup_fraction",
+    "layerwise_lr_decay",
+    "weight_decay",
+    "adam_epsilon",
+    "adam_betas",
+    "grad_clip",
+)
+
+
+def model_size(cfg: DictConfig, hidden_size: int) -> str:
+    """``base`` for an init model of hidden size >= ``cfg.base_width``, else ``small``: which entry
+    of a recipe value given per size (``lr: {small: .., base: ..}``) applies."""
+    return "base" if hidden_size >= cfg.base_width else "small"
+
+
 def hyperparameters(cfg: DictConfig, hidden_size: int) -> list[dict]:
-    """The settings of one task's runs (one, or the ConvBERT grid), for a model of ``hidden_size``."""
-    task, protocol = cfg.task, cfg.protocol
-    if protocol not in PROTOCOLS:
-        raise UserError(f"protocol={protocol!r}; use protocol=convbert, chang or bermo")
-    base_size = hidden_size >= 768
-    extra, pruning_epochs = {}, None
-    if protocol == "chang":  # Table 5: no weight decay, no layer-wise decay
-        lr = task.lr.chang_base if base_size else task.lr.chang_small
-        decay, weight_decay = cfg.layerwise_lr_decay, 0.0
-    elif protocol == "bermo":  # A.1.1 (probing, SST-2, MNLI, QQP), else Sanh et al.'s script defaults
-        lr, decay, weight_decay = 5e-5, cfg.layerwise_lr_decay, 0.0
-        # no warm-up, Adam eps 1e-8; §4: the layer-mixing scalars learn at the mask scores' rate
-        extra = {"warmup_fraction": 0.0, "adam_epsilon": 1e-8, "scalar_mix_lr": 1e-2}
-        if cfg.pruning.method != "none":  # fine-pruning: Tables 6-10 (lr 3e-5; epochs per task)
-            lr = 3e-5  # (Tables 7, 10, 11 print 3e-6 for QQP, Tables 8, 9 and A.1.1 3e-5: taken as a typo)
-            pruning_epochs = task.epochs.get("bermo_pruning", BERMO_PRUNING_EPOCHS)
-    else:  # ELECTRA's fine-tuning settings
-        lr = 1e-4 if base_size else 3e-4
-        decay = 0.8 if cfg.layerwise_lr_decay is None else cfg.layerwise_lr_decay
-        weight_decay = cfg.optim.weight_decay
-    hp = {
-        "lr": cfg.lr or lr,
-        "weight_decay": weight_decay,
-        "epochs": cfg.epochs or (pruning_epochs if pruning_epochs else task.epochs[protocol]),
-        "batch_size": cfg.batch_size or task.batch_size[protocol],
-        "warmup_fraction": task.warmup_fraction,
-        "layerwise_lr_decay": decay,
-        **extra,
-    }
+    """The settings of one task's runs, for an init model of ``hidden_size``: the composed recipe
+    (conf/protocol/<protocol>.yaml and the command line) with each per-size value picked for the
+    model's size, once, or once per combination of ``grid_values`` when ``grid`` is on."""
+    size = model_size(cfg, hidden_size)
+    keys = [*RECIPE_KEYS, *(["scalar_mix_lr"] if cfg.get("scalar_mix_lr") is not None else [])]
+    hp = {}
+    for key in keys:
+        value = cfg[key]
+        if isinstance(value, DictConfig):  # {small: .., base: ..}
+            value = value[size]
+        if value is None:
+            raise UserError(
+                f"{key}: task={cfg.task.name} has no value under protocol={cfg.protocol} "
+                f"(conf/task/{cfg.task.name}.yaml); give {key}=... on the command line"
+            )
+        hp[key] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
     if not cfg.grid:
         return [hp]
-    keys = list(CONVBERT_GRID)
-    return [{**hp, **dict(zip(keys, values))} for values in itertools.product(*CONVBERT_GRID.values())]
+    _check_grid_overrides(cfg)
+    axes = {k: list(v) for k, v in cfg.grid_values.items()}
+    return [{**hp, **dict(zip(axes, values))} for values in itertools.product(*axes.values())]
+
+
+def _check_grid_overrides(cfg: DictConfig) -> None:
+    """A value given on the command line that the grid would vary is refused (one line): the
+    user meant that value, and the grid would silently replace it."""
+    given = {override_key(o) for o in parse_overrides(list(cfg.get("invocation", {}).get("overrides", [])))}
+    for key in cfg.grid_values:
+        if key in given:
+            raise UserError(
+                f"{key}= is given but the grid (on at scale=paper for protocol={cfg.protocol}) varies "
+                f"{key}: add grid=false to run your {key}, or set grid_values.{key}=[...]"
+            )
 
 
 @dataclasses.dataclass
@@ -92,7 +108,7 @@ def glue_task_names(cfg: DictConfig) -> list[str]:
     """The tasks a GLUE invocation fine-tunes, in execution order: ``task=all`` / ``probing_all``
     are sets; MNLI comes first when the protocol starts the intermediate tasks from it."""
     names = list(TASK_SETS.get(cfg.task.name, [cfg.task.name]))
-    if _intermediate(cfg) and "mnli" not in names and any(t in INTERMEDIATE for t in names):
+    if cfg.intermediate and "mnli" not in names and any(t in INTERMEDIATE for t in names):
         names = ["mnli", *names]  # the intermediate task runs first
     return names
 
@@ -105,10 +121,6 @@ def compose_finetune(overrides: list[str]) -> tuple[DictConfig, dict[str, DictCo
     return cfg, {t: compose_stage("finetune", [*overrides, f"task={t}"]) for t in others}
 
 
-def _intermediate(cfg: DictConfig) -> bool:
-    return cfg.intermediate if cfg.intermediate is not None else cfg.protocol == "chang"
-
-
 def glue_runs(
     cfg: DictConfig, init_slug: str, hidden_size: int, task_cfgs: Mapping[str, DictConfig]
 ) -> list[GlueRun]:
@@ -118,7 +130,7 @@ def glue_runs(
     its own task may be left out). Needs only the init's name and width, not its weights:
     ``convexp ablate`` lays out fine-tunes of models that are not pre-trained yet, and ``convexp
     report`` finds them again."""
-    intermediate = _intermediate(cfg)
+    intermediate = cfg.intermediate
     runs: list[GlueRun] = []
     mnli: dict[int, GlueRun] = {}
     for name in glue_task_names(cfg):

@@ -253,7 +253,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
         max_steps=total,
         limit_val_batches=0,  # evaluated once, after training (decoding every window is costly)
         num_sanity_val_steps=0,
-        gradient_clip_val=cfg.optim.grad_clip,
+        gradient_clip_val=hp["grad_clip"],
         log_every_n_steps=cfg.trainer.log_every_n_steps,
         use_distributed_sampler=False,
         enable_model_summary=False,

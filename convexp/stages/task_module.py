@@ -114,8 +114,8 @@ class TaskModule(pl.LightningModule):
         return adamw_with_linear_schedule(
             self.model,
             hp["lr"],
-            (0.9, 0.999),
-            hp.get("adam_epsilon", 1e-6),
+            hp["adam_betas"],
+            hp["adam_epsilon"],
             hp["weight_decay"],
             warmup,
             self.total_steps,

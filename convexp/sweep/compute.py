@@ -38,7 +38,8 @@ def pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float:
 
 
 def finetune_flops(cfg: DictConfig, model_cfg, task: str) -> float:
-    """An upper bound: every example padded to the task's max_len (0 when the model is unknown)."""
+    """An upper bound for one seed of one task: every example padded to the task's max_len, summed
+    over the runs of every setting (all of ConvBERT's grid when it is on; 0 when the model is unknown)."""
     if model_cfg is None:
         return 0.0
     n = cfg.glue.synthetic_size if cfg.glue.source == "synthetic" else GLUE_TRAIN.get(task, 100_000)

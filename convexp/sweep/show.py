@@ -87,6 +87,9 @@ def print_plan(plan: Plan) -> None:
     print_cards(recipe_cards(plan))
     counts = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))
     parts = [f"{len(plan.nodes)} runs ({counts})"]
+    n_runs = sum(len(n.runs) for n in plan.order())
+    if n_runs != len(plan.nodes):  # ConvBERT's grid: a fine-tuning node runs every setting
+        parts.append(f"{n_runs} run directories (a fine-tuning node with a grid runs every setting; its FLOPs count them all)")
     if todo:
         hours = todo / (plan.settings.tflops * 1e12) / 3600
         parts.append(
