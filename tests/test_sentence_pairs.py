@@ -59,25 +59,33 @@ def corpus_files(tmp_path, n_docs=12):
     return data, {"kind": "pretrained", "path": str(vocab)}
 
 
-def test_prepared_examples_pair_consecutive_sentences_of_one_document(tmp_path):
-    data_cfg, tok_cfg = corpus_files(tmp_path)
-    data = prepare_pretraining_data(data_cfg, tok_cfg, seq_len=16, cache_dir=tmp_path / "cache", seed=0)
-    tok = data.tokenizer
-    assert data.stats["examples"] == "sentence_pairs" and data.stats["num_train_docs"] == 10
+def check_pair_rows(rows, tok, seq_len) -> list[int]:
+    """Every row one pair of consecutive sentences of one document, padded (cut only when
+    longer than seq_len); returns the rows' lengths."""
     lengths = []
-    for row in data.train:
+    for row in rows:
         ids, mask = row["input_ids"], row["attention_mask"]
         n = sum(mask)
         lengths.append(n)
-        assert len(ids) == 16 and mask == [1] * n + [0] * (16 - n) and ids[n:] == [tok.pad_id] * (16 - n)
+        assert len(ids) == seq_len and mask == [1] * n + [0] * (seq_len - n)
+        assert ids[n:] == [tok.pad_id] * (seq_len - n)
         assert ids[0] == tok.cls_id and ids.count(tok.cls_id) == 1 and ids.count(tok.sep_id) <= 2
         words = [w for w in tok.decode(ids).split() if w != "."]
         doc_ids = {w.split("s")[0] for w in words}
         assert len(doc_ids) == 1, words  # never two documents' text in one example
         sentences = sorted({int(w.split("s")[1].split("w")[0]) for w in words})
         assert sentences[0] % 2 == 0 and sentences in ([sentences[0]], [sentences[0], sentences[0] + 1])
-        if n < 16:  # not cut: both sentences whole, ending in [SEP]
+        if n < seq_len:  # not cut: both sentences whole, ending in [SEP]
             assert ids[n - 1] == tok.sep_id
+    return lengths
+
+
+def test_prepared_examples_pair_consecutive_sentences_of_one_document(tmp_path):
+    data_cfg, tok_cfg = corpus_files(tmp_path)
+    data = prepare_pretraining_data(data_cfg, tok_cfg, seq_len=16, cache_dir=tmp_path / "cache", seed=0)
+    assert data.stats["examples"] == "sentence_pairs" and data.stats["num_train_docs"] == 10
+    lengths = check_pair_rows(data.train, data.tokenizer, 16)
+    assert min(lengths) < 16 and max(lengths) == 16  # some pairs are cut, most are not
     assert data.stats["mean_example_tokens"] == pytest.approx(sum(lengths) / len(lengths))
     assert len(lengths) == sum((3 + d % 4 + 1) // 2 for d in range(10))  # ceil(sentences / 2) per doc
 
@@ -88,6 +96,10 @@ def test_prepared_examples_pair_consecutive_sentences_of_one_document(tmp_path):
     batch = torch.utils.data.default_collate([stream[i] for i in range(4)])
     assert batch["input_ids"].shape == (4, 16) and batch["position"].tolist() == [0, 1, 2, 3]
 
+    # a streaming corpus gives the same kind of rows, lazily
+    streamed = prepare_pretraining_data({**data_cfg, "streaming": True}, tok_cfg, 16, tmp_path / "cache", 0)
+    assert check_pair_rows(streamed.train, streamed.tokenizer, 16)
+
 
 def test_example_format_errors_are_one_line(tmp_path):
     data_cfg, tok_cfg = corpus_files(tmp_path)
@@ -95,7 +107,7 @@ def test_example_format_errors_are_one_line(tmp_path):
         ({"pair_format": "nsp"}, ["sentence_pairs", "objective.pair_format=pairs"]),
         ({"data_cfg": {**data_cfg, "examples": "blocks"}}, ["data.examples", "sentence_pairs"]),
     ):
-        args = {"data_cfg": data_cfg, "tokenizer_cfg": tok_cfg, "seq_len": 16, "cache_dir": tmp_path, "seed": 0}
+        args = dict(data_cfg=data_cfg, tokenizer_cfg=tok_cfg, seq_len=16, cache_dir=tmp_path, seed=0)
         with pytest.raises(DataError) as e:
             prepare_pretraining_data(**{**args, **bad})
         assert "\n" not in str(e.value) and all(w in str(e.value) for w in words)
@@ -124,7 +136,8 @@ def test_chang_sweeps_use_sentence_pairs_at_every_scale(tmp_path, monkeypatch):
         assert packed.data.examples == "packed"
         steps_batch = cfg.resolved.max_steps * cfg.resolved.batch_size
         # packed blocks hold seq_len tokens; Chang et al.'s pairs fewer (the corpus's mean)
-        assert pretrain_tokens(packed) == packed.resolved.max_steps * packed.resolved.batch_size * packed.seq_len
+        packed_steps_batch = packed.resolved.max_steps * packed.resolved.batch_size
+        assert pretrain_tokens(packed) == packed_steps_batch * packed.seq_len
         assert 0.2 * cfg.seq_len * steps_batch < pretrain_tokens(cfg) < 0.7 * cfg.seq_len * steps_batch
         # ... but padded to seq_len, as Chang et al.'s dataset pads them: the compute is the same
         as_packed = OmegaConf.merge(cfg, {"data": {"examples": "packed"}})

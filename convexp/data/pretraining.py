@@ -229,7 +229,8 @@ def _examples(texts, tokenizer: Tokenizer, seq_len: int, layout: tuple[str, str]
     """The rows of a text Dataset/IterableDataset: packed blocks or sentence pairs."""
     pair_format, examples = layout
     if examples == "sentence_pairs":
-        return sentence_pairs(_sentence_docs(_text_batches(texts), tokenizer, counts), seq_len, _specials(tokenizer))
+        docs = _sentence_docs(_text_batches(texts), tokenizer, counts)
+        return sentence_pairs(docs, seq_len, _specials(tokenizer))
     docs = _token_docs(_text_batches(texts), tokenizer, counts)
     return pack_blocks(docs, seq_len, pair_format, _specials(tokenizer), random.Random(seed))
 
@@ -313,7 +314,9 @@ def _blocks_dataset(texts, tokenizer, seq_len, layout, seed, workdir: Path, name
 
 def _pack_splits(workdir: Path, train_texts, val_texts, tokenizer, seq_len, layout, seed, in_memory: bool):
     """Make both splits' examples; unless in_memory, save them under workdir/{train,val} with save_to_disk."""
-    train, counts, mean = _blocks_dataset(train_texts, tokenizer, seq_len, layout, seed, workdir, "train", in_memory)
+    train, counts, mean = _blocks_dataset(
+        train_texts, tokenizer, seq_len, layout, seed, workdir, "train", in_memory
+    )
     val, val_counts, _ = _blocks_dataset(
         val_texts, tokenizer, seq_len, layout, VAL_SEED, workdir, "validation", in_memory
     )

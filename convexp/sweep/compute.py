@@ -52,9 +52,10 @@ def pretrain_tokens(cfg: DictConfig) -> float:
 def pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float:
     """Training FLOPs of a pre-training run: per-token FLOPs x steps x batch x length; with
     ``generator``, an ELECTRA generator's too (the compute spent). The report's flops column counts
-    as ConvBERT's Table 3 does instead (``convexp.report.flops``). Every example is computed at its full length
-    seq_len: sentence pairs are padded to seq_len (as Chang et al.'s dataset pads them), so their
-    padding costs compute although it holds no token (``pretrain_tokens`` counts the real ones)."""
+    as ConvBERT's Table 3 does instead (``convexp.report.flops``). Every example is computed at its
+    full length seq_len: sentence pairs are padded to seq_len (as Chang et al.'s dataset pads them),
+    so their padding costs compute although it holds no token (``pretrain_tokens`` counts the real
+    ones)."""
     from ..stages.objectives import generator_config
 
     per_token = _flops_per_token(model_cfg, cfg.seq_len)

@@ -65,7 +65,8 @@ def print_plan(plan: Plan) -> None:
             "sustained (set tflops=...)"
         )
     if plan.pretrain_cfgs:  # real tokens (sentence pairs hold fewer than seq_len: compute.example_tokens)
-        parts.append(f"pre-training reads {sum(map(pretrain_tokens, plan.pretrain_cfgs.values())):.3g} tokens")
+        tokens = sum(map(pretrain_tokens, plan.pretrain_cfgs.values()))
+        parts.append(f"pre-training reads {tokens:.3g} tokens")
     if unknown:
         parts.append(f"{unknown} runs of unknown compute (their checkpoint's config is not on disk)")
     elif not todo:
