@@ -1,4 +1,4 @@
-"""Data: corpora, tokenizers, packed pre-training blocks and fine-tuning tasks (``datasets`` + ``tokenizers``).
+"""Data: corpora, tokenizers, pre-training examples and fine-tuning tasks (``datasets`` + ``tokenizers``).
 
 Modules (import them directly; this package imports nothing so that ``import convexp.data.x``
 stays cheap). Pre-training:
@@ -7,8 +7,10 @@ stays cheap). Pre-training:
   synthetic.py          the built-in synthetic corpus (documents of that language); unigram_entropy
   corpus.py             load_corpus(cfg): synthetic | hub | local files -> Dataset with a `text` column
   tokenizer.py          build_tokenizer / Tokenizer: trained WordPiece or Unigram, or a pretrained file
-  packing.py            pack token streams into fixed-length [CLS] A [SEP] B [SEP] blocks (pure Python)
-  pretraining.py        prepare_pretraining_data: corpus -> tokenizer -> packed, cached train/val blocks
+  sentences.py          split_sentences: documents -> sentences (for sentence-pair examples)
+  packing.py            pre-training examples (pure Python): token streams packed into fixed-length
+                        [CLS] A [SEP] B [SEP] blocks, or Chang et al.'s one sentence pair per example
+  pretraining.py        prepare_pretraining_data: corpus -> tokenizer -> cached train/val examples
 
 Fine-tuning tasks (data flows down this list; each imports only those above it):
 

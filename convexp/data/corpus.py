@@ -13,6 +13,7 @@ Data config keys (``conf/data/*.yaml``; missing keys take the values of ``DATA_D
   max_docs      keep only the first max_docs documents (null: all)
   line_by_line  .txt files: one document per line; default false = one document per block of
                 lines separated by a blank line ("\\n\\n")
+  examples      packed | sentence_pairs: how pre-training examples are made (``packing.py``)
   cache, val_fraction, val_docs, val_split   used by ``pretraining.py`` (see there)
 
 Files: ``path`` is one file or a folder, searched recursively (hidden files skipped) for one
@@ -46,6 +47,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "max_docs": None,
     "line_by_line": False,
+    "examples": "packed",
     "cache": True,
     "val_fraction": 0.01,
     "val_docs": None,
@@ -133,8 +135,10 @@ def find_data_files(path) -> tuple[str, list[str]]:
 
 
 def corpus_fingerprint(cfg) -> dict:
-    """What identifies a corpus for caching: the settings, plus size and mtime of local files."""
+    """What identifies a corpus for caching: the settings, plus size and mtime of local files
+    (not ``examples``: the same corpus and tokenizer make either kind of example)."""
     s = data_settings(cfg)
+    s.pop("examples")
     if s["source"] == "files":
         _, files = find_data_files(s["path"])
         s["files"] = [(f, Path(f).stat().st_size, Path(f).stat().st_mtime_ns) for f in files]

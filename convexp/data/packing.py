@@ -1,11 +1,14 @@
-"""Packing tokenised documents into fixed-length pre-training blocks (pure Python).
+"""Pre-training examples from tokenized documents (pure Python): packed blocks or sentence pairs.
 
-Documents (lists of token ids without special tokens) are concatenated, in order, into one
-stream, and the stream is cut into blocks that fill ``seq_len`` exactly (a block may span a
-document boundary, as RoBERTa's FULL-SENTENCES; nothing marks the boundary). Block layouts:
+``data.examples`` picks how examples are made (``EXAMPLES``):
+
+packed (``pack_blocks``): documents (lists of token ids without special tokens) are concatenated,
+in order, into one stream, and the stream is cut into blocks that fill ``seq_len`` exactly (a
+block may span a document boundary, as RoBERTa's FULL-SENTENCES; nothing marks the boundary).
+Block layouts (``objective.pair_format``):
 
   pairs   [CLS] A [SEP] B [SEP]   A and B consecutive spans of the stream, split at a uniformly
-          random point (Chang et al.'s sentence pairs without NSP); no label
+          random point (sentence pairs without NSP, made from packed text); no label
   nsp     as pairs, but with probability 1/2 B is replaced by a span of the same length from a
           random other document; pair_label 1 = random ("not next"), 0 = next. The tokens of
           the replaced B are not lost: the next block starts with them (BERT does the same)
@@ -20,9 +23,22 @@ A final remainder of one token is dropped in the pair formats.
 "Random other document" is drawn from a pool of the ``pool_size`` most recently read
 documents (excluding those in the current block), so that streams of any size can be packed
 in one pass; until the pool holds another document, an nsp block keeps its true B (label 0).
-
 The output depends only on the documents, the settings and ``rng``'s state: packing is
 deterministic for a seed.
+
+sentence_pairs (``sentence_pairs``): Chang et al.'s examples, as their line-by-line pair dataset
+builds them (mlpc-ucsd/BERT_Convolutions, ``src/transformers/data/datasets/language_modeling.py``
+``LineByLineTextDataset``): sentences 1+2, 3+4, ... become ``[CLS] A [SEP] B [SEP]``, one pair per
+example, never packed; an example longer than ``seq_len`` is cut to its first ``seq_len`` tokens
+(their ``example[0:block_size]``: the final [SEP] goes too), a shorter one is padded with pad_id
+up to ``seq_len`` (as their ``__getitem__`` pads to block_size), so every row has the same
+length. ``token_type_ids`` are all 0: their collator (``DataCollatorForLanguageModeling``) passes
+only input_ids, attention_mask and labels, so BERT's token types default to zeros. No pair label
+(MLM only, no NSP). Two deviations, both so that no example holds two documents' text: pairs are
+formed within a document (their file pairs consecutive lines across document boundaries too),
+and a document's odd last sentence is an example of its own, ``[CLS] A [SEP]`` (their file
+pairs it with the next document's first sentence; their iterable dataset allows "one or two
+sentences" per example).
 """
 
 from __future__ import annotations
@@ -32,6 +48,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 PAIR_FORMATS = ("pairs", "nsp", "sop", "single")
+EXAMPLES = ("packed", "sentence_pairs")
 
 
 @dataclass(frozen=True)
@@ -106,6 +123,25 @@ def pack_blocks(
                 a, b = b, a
         yield _row(a, b, label, seq_len, specials)
         del buf[:used], buf_doc[:used]
+
+
+def sentence_pairs(docs: Iterable[list[list[int]]], seq_len: int, specials: SpecialIds) -> Iterator[dict]:
+    """Yield Chang et al.'s examples (see the module docstring) of documents given as lists of
+    sentences (token ids without special tokens; empty sentences are skipped)."""
+    if seq_len < 3:
+        raise ValueError(f"seq_len {seq_len} is too short for sentence pairs")
+    for doc in docs:
+        sentences = [ids for ids in doc if ids]
+        for i in range(0, len(sentences), 2):
+            a, b = sentences[i], sentences[i + 1] if i + 1 < len(sentences) else None
+            ids = [specials.cls_id, *a, specials.sep_id] + ([*b, specials.sep_id] if b is not None else [])
+            ids = ids[:seq_len]
+            pad = seq_len - len(ids)
+            yield {
+                "input_ids": ids + [specials.pad_id] * pad,
+                "token_type_ids": [0] * seq_len,
+                "attention_mask": [1] * len(ids) + [0] * pad,
+            }
 
 
 def _random_span(

@@ -1,17 +1,23 @@
-"""Pre-training data: corpus -> tokenizer -> packed fixed-length blocks, cached on disk.
+"""Pre-training data: corpus -> tokenizer -> fixed-length examples, cached on disk.
 
 ``prepare_pretraining_data(data_cfg, tokenizer_cfg, seq_len, cache_dir, seed, pair_format)``
 returns a :class:`PretrainingData` with
 
   tokenizer  the Tokenizer (pretrained, or trained on the training documents)
-  train      a ``datasets.Dataset`` of blocks (columns input_ids, token_type_ids,
+  train      a ``datasets.Dataset`` of examples ("blocks": columns input_ids, token_type_ids,
              attention_mask, and pair_label for nsp/sop; see ``packing.py``), in corpus
              order; when streaming, a :class:`StreamingBlocks` that yields the same rows lazily
-  val        a small ``datasets.Dataset`` of blocks
-  stats      num_train_blocks, num_val_blocks, num_train_docs, num_val_docs, num_tokens
-             (document tokens of the training split, specials and padding excluded),
-             unigram_entropy (nats/token, same tokens), vocab_size, seq_len, pair_format,
-             cached, cache_path, streaming
+  val        a small ``datasets.Dataset`` of examples
+  stats      num_train_blocks, num_val_blocks (examples), num_train_docs, num_val_docs,
+             num_tokens (document tokens of the training split, specials and padding excluded),
+             unigram_entropy (nats/token, same tokens), mean_example_tokens (non-padding
+             tokens per training example, specials included; streaming: of the validation
+             examples), vocab_size, seq_len, pair_format, examples, cached, cache_path, streaming
+
+``data.examples`` (``packing.EXAMPLES``): ``packed`` blocks that fill seq_len, or Chang et al.'s
+``sentence_pairs`` (documents split into sentences by ``sentences.py``, one pair per example,
+padded to seq_len; needs ``pair_format="pairs"``: no NSP/SOP label). Both give the same columns
+and row length, so the stage reads them the same way.
 
 Column types: input_ids int32, token_type_ids/attention_mask/pair_label int8, each a
 fixed-length list; ``collate`` stacks rows into int64 tensors.
@@ -56,7 +62,8 @@ import numpy as np
 from ..atomic import atomic_dir, config_hash
 from .corpus import corpus_fingerprint, data_settings, load_corpus
 from .errors import DataError, EmptyCorpusError
-from .packing import PAIR_FORMATS, SpecialIds, min_seq_len, pack_blocks
+from .packing import EXAMPLES, PAIR_FORMATS, SpecialIds, min_seq_len, pack_blocks, sentence_pairs
+from .sentences import split_sentences
 from .synthetic import entropy_from_counts
 from .tokenizer import Tokenizer, build_tokenizer, tokenizer_settings
 
@@ -89,14 +96,25 @@ def prepare_pretraining_data(
             f"seq_len {seq_len} is too short for pair_format {pair_format!r}; "
             f"use at least {min_seq_len(pair_format)}"
         )
+    examples = d["examples"]
+    if examples not in EXAMPLES:
+        raise DataError(f"unknown data.examples {examples!r}; choose one of: {', '.join(EXAMPLES)}")
+    if examples == "sentence_pairs" and pair_format != "pairs":
+        raise DataError(
+            f"data.examples=sentence_pairs has no {pair_format} label (Chang et al.: MLM only); "
+            "use objective.pair_format=pairs or data.examples=packed"
+        )
+    layout = (pair_format, examples)
     cache_dir = Path(cache_dir) if d["cache"] else None
     if d["streaming"]:
-        return _prepare_streaming(d, t, seq_len, cache_dir, seed, pair_format)
+        return _prepare_streaming(d, t, seq_len, cache_dir, seed, layout)
 
     corpus = corpus_fingerprint(d)
     split = _LazySplit(d)
     tokenizer = _get_tokenizer(t, corpus, lambda: split.train, cache_dir)
-    key = config_hash("packed", FORMAT_VERSION, corpus, tokenizer.to_json(), seq_len, pair_format, seed)
+    # packed blocks keep the cache keys they had before data.examples existed
+    fmt = pair_format if examples == "packed" else f"{examples}/{pair_format}"
+    key = config_hash("packed", FORMAT_VERSION, corpus, tokenizer.to_json(), seq_len, fmt, seed)
     if cache_dir is not None and (cache_dir / key).is_dir():
         return _load_packed(cache_dir / key, tokenizer)
 
@@ -104,12 +122,10 @@ def prepare_pretraining_data(
     if cache_dir is None:
         with tempfile.TemporaryDirectory() as tmp:
             return _pack_splits(
-                Path(tmp), train_texts, val_texts, tokenizer, seq_len, pair_format, seed, in_memory=True
+                Path(tmp), train_texts, val_texts, tokenizer, seq_len, layout, seed, in_memory=True
             )
     with atomic_dir(cache_dir / key) as tmp:
-        data = _pack_splits(
-            tmp, train_texts, val_texts, tokenizer, seq_len, pair_format, seed, in_memory=False
-        )
+        data = _pack_splits(tmp, train_texts, val_texts, tokenizer, seq_len, layout, seed, in_memory=False)
         data.stats["cache_path"] = str(cache_dir / key)
         (tmp / "stats.json").write_text(json.dumps(data.stats, indent=1))
     log.info("packed %d training blocks into %s", data.stats["num_train_blocks"], cache_dir / key)
@@ -179,10 +195,11 @@ class _TokenCounts:
         self.counts = np.zeros(vocab_size, dtype=np.int64)
         self.docs = 0
 
-    def add(self, id_lists: list[list[int]]) -> None:
+    def add(self, id_lists: list[list[int]], docs: int | None = None) -> None:
+        """Count the tokens of id_lists, and ``docs`` documents (default: one per list)."""
         flat = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int64)
         self.counts += np.bincount(flat, minlength=len(self.counts))[: len(self.counts)]
-        self.docs += len(id_lists)
+        self.docs += len(id_lists) if docs is None else docs
 
     def entropy(self) -> float:
         return entropy_from_counts(self.counts.tolist())
@@ -195,6 +212,27 @@ def _token_docs(batches: Iterator[list[str]], tokenizer: Tokenizer, counts: _Tok
         if counts is not None:
             counts.add(ids)
         yield from ids
+
+
+def _sentence_docs(batches: Iterator[list[str]], tokenizer: Tokenizer, counts: _TokenCounts | None = None):
+    """Each document as the token ids of its sentences (no specials), optionally counted."""
+    for texts in batches:
+        split = [split_sentences(t) for t in texts]
+        ids = iter(tokenizer.encode_batch([s for doc in split for s in doc]))
+        docs = [[next(ids) for _ in doc] for doc in split]
+        if counts is not None:
+            counts.add([s for doc in docs for s in doc], docs=len(docs))
+        yield from docs
+
+
+def _examples(texts, tokenizer: Tokenizer, seq_len: int, layout: tuple[str, str], seed: int, counts=None):
+    """The rows of a text Dataset/IterableDataset: packed blocks or sentence pairs."""
+    pair_format, examples = layout
+    if examples == "sentence_pairs":
+        docs = _sentence_docs(_text_batches(texts), tokenizer, counts)
+        return sentence_pairs(docs, seq_len, _specials(tokenizer))
+    docs = _token_docs(_text_batches(texts), tokenizer, counts)
+    return pack_blocks(docs, seq_len, pair_format, _specials(tokenizer), random.Random(seed))
 
 
 # ---------------------------------------------------------------------------- tokenizer
@@ -245,19 +283,22 @@ def _specials(tokenizer: Tokenizer) -> SpecialIds:
     return SpecialIds(cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, pad_id=tokenizer.pad_id)
 
 
-def _blocks_dataset(texts, tokenizer, seq_len, pair_format, seed, workdir: Path, name: str, in_memory: bool):
-    """(Dataset of the packed blocks of a text Dataset, token counts)."""
+def _blocks_dataset(texts, tokenizer, seq_len, layout, seed, workdir: Path, name: str, in_memory: bool):
+    """(Dataset of the examples of a text Dataset, token counts, mean non-padding tokens per example)."""
     import datasets
 
     counts = _TokenCounts(tokenizer.vocab_size)
+    length = [0, 0]  # non-padding tokens, examples
 
     def rows():
-        docs = _token_docs(_text_batches(texts), tokenizer, counts)
-        yield from pack_blocks(docs, seq_len, pair_format, _specials(tokenizer), random.Random(seed))
+        for row in _examples(texts, tokenizer, seq_len, layout, seed, counts):
+            length[0] += sum(row["attention_mask"])
+            length[1] += 1
+            yield row
 
     ds = datasets.Dataset.from_generator(
         rows,
-        features=_features(seq_len, pair_format),
+        features=_features(seq_len, layout[0]),
         cache_dir=str(workdir / f"_build_{name}"),
         keep_in_memory=in_memory,
         fingerprint=f"{name}-{config_hash(str(workdir), name, seed)}",
@@ -268,18 +309,16 @@ def _blocks_dataset(texts, tokenizer, seq_len, pair_format, seed, workdir: Path,
             f"the {name} split gives no block of length {seq_len}; add documents "
             f"(or raise data.val_docs for the validation split)"
         )
-    return ds, counts
+    return ds, counts, length[0] / max(1, length[1])
 
 
-def _pack_splits(
-    workdir: Path, train_texts, val_texts, tokenizer, seq_len, pair_format, seed, in_memory: bool
-):
-    """Pack both splits; unless in_memory, save them under workdir/{train,val} with save_to_disk."""
-    train, counts = _blocks_dataset(
-        train_texts, tokenizer, seq_len, pair_format, seed, workdir, "train", in_memory
+def _pack_splits(workdir: Path, train_texts, val_texts, tokenizer, seq_len, layout, seed, in_memory: bool):
+    """Make both splits' examples; unless in_memory, save them under workdir/{train,val} with save_to_disk."""
+    train, counts, mean = _blocks_dataset(
+        train_texts, tokenizer, seq_len, layout, seed, workdir, "train", in_memory
     )
-    val, val_counts = _blocks_dataset(
-        val_texts, tokenizer, seq_len, pair_format, VAL_SEED, workdir, "validation", in_memory
+    val, val_counts, _ = _blocks_dataset(
+        val_texts, tokenizer, seq_len, layout, VAL_SEED, workdir, "validation", in_memory
     )
     stats = {
         "num_train_blocks": len(train),
@@ -288,9 +327,11 @@ def _pack_splits(
         "num_val_docs": val_counts.docs,
         "num_tokens": int(counts.counts.sum()),
         "unigram_entropy": counts.entropy(),
+        "mean_example_tokens": mean,
         "vocab_size": tokenizer.vocab_size,
         "seq_len": seq_len,
-        "pair_format": pair_format,
+        "pair_format": layout[0],
+        "examples": layout[1],
         "streaming": False,
         "cached": False,
         "cache_path": None,
@@ -325,8 +366,8 @@ def _load_packed(path: Path, tokenizer: Tokenizer, cached: bool = True) -> Pretr
 
 
 class StreamingBlocks:
-    """The packed blocks of a streaming corpus, produced lazily. Iterating starts again from the
-    first block (after the skipped ones): same seed, same rows."""
+    """The examples (packed blocks or sentence pairs) of a streaming corpus, produced lazily.
+    Iterating starts again from the first example (after the skipped ones): same seed, same rows."""
 
     def __init__(
         self,
@@ -337,15 +378,15 @@ class StreamingBlocks:
         seed: int,
         skip: int = 0,
         shard: tuple[int, int] = (0, 1),
+        examples: str = "packed",
     ):
         self.texts, self.tokenizer, self.seq_len = texts, tokenizer, seq_len
         self.pair_format, self.seed, self.skip, self.shard_spec = pair_format, seed, skip, shard
+        self.examples = examples
 
     def __iter__(self) -> Iterator[dict]:
-        docs = _token_docs(_text_batches(self.texts), self.tokenizer)
-        blocks = pack_blocks(
-            docs, self.seq_len, self.pair_format, _specials(self.tokenizer), random.Random(self.seed)
-        )
+        layout = (self.pair_format, self.examples)
+        blocks = _examples(self.texts, self.tokenizer, self.seq_len, layout, self.seed)
         index, count = self.shard_spec
         return itertools.islice(blocks, self.skip + index, None, count)
 
@@ -360,6 +401,7 @@ class StreamingBlocks:
             self.seed,
             self.skip + n * count,
             self.shard_spec,
+            self.examples,
         )
 
     def shard(self, index: int, count: int) -> StreamingBlocks:
@@ -367,11 +409,18 @@ class StreamingBlocks:
         if self.shard_spec != (0, 1):
             raise ValueError("shard() of a sharded stream")
         return StreamingBlocks(
-            self.texts, self.tokenizer, self.seq_len, self.pair_format, self.seed, self.skip, (index, count)
+            self.texts,
+            self.tokenizer,
+            self.seq_len,
+            self.pair_format,
+            self.seed,
+            self.skip,
+            (index, count),
+            self.examples,
         )
 
 
-def _prepare_streaming(d, t, seq_len, cache_dir, seed, pair_format) -> PretrainingData:
+def _prepare_streaming(d, t, seq_len, cache_dir, seed, layout) -> PretrainingData:
     import datasets
 
     corpus = load_corpus(d)
@@ -390,8 +439,8 @@ def _prepare_streaming(d, t, seq_len, cache_dir, seed, pair_format) -> Pretraini
         t, corpus_fingerprint(d), lambda: train_texts, cache_dir, default_docs=STREAMING_TOKENIZER_DOCS
     )
     with tempfile.TemporaryDirectory() as tmp:
-        val, val_counts = _blocks_dataset(
-            val_texts, tokenizer, seq_len, pair_format, VAL_SEED, Path(tmp), "validation", in_memory=True
+        val, val_counts, val_mean = _blocks_dataset(
+            val_texts, tokenizer, seq_len, layout, VAL_SEED, Path(tmp), "validation", in_memory=True
         )
     sample = _TokenCounts(tokenizer.vocab_size)
     for _ in _token_docs(_text_batches(train_texts, ENTROPY_SAMPLE_DOCS), tokenizer, sample):
@@ -404,14 +453,16 @@ def _prepare_streaming(d, t, seq_len, cache_dir, seed, pair_format) -> Pretraini
         "num_tokens": None,
         "unigram_entropy": sample.entropy(),
         "unigram_entropy_docs": sample.docs,
+        "mean_example_tokens": val_mean,
         "vocab_size": tokenizer.vocab_size,
         "seq_len": seq_len,
-        "pair_format": pair_format,
+        "pair_format": layout[0],
+        "examples": layout[1],
         "streaming": True,
         "cached": False,
         "cache_path": None,
     }
-    train = StreamingBlocks(train_texts, tokenizer, seq_len, pair_format, seed)
+    train = StreamingBlocks(train_texts, tokenizer, seq_len, layout[0], seed, examples=layout[1])
     return PretrainingData(tokenizer, train, val, stats)
 
 

@@ -4,9 +4,12 @@ Tokenizer config keys (``conf/tokenizer/*.yaml``; missing keys take ``TOKENIZER_
 
   kind          wordpiece | unigram | pretrained
   vocab_size    maximum vocabulary size of a trained tokenizer, specials included (a small
-                corpus may give fewer: read ``Tokenizer.vocab_size``)
+                corpus may give fewer: read ``Tokenizer.vocab_size``); pretrained: when set,
+                the size the file must have (a check that the right vocabulary was given)
   lowercase     lower-case (and, for WordPiece, strip accents) before tokenizing
-  path          pretrained only: a tokenizer.json, a BERT vocab.txt, or a directory holding one
+  path          pretrained only: a tokenizer.json, a BERT vocab.txt, a directory holding one,
+                or a hub model name (e.g. ``bert-base-uncased``: its vocab.txt is downloaded
+                with huggingface_hub into the Hugging Face cache, once)
   train_docs    train on the first train_docs training documents (null: all; streaming: 100,000)
 
 Trained tokenizers of both kinds have the same special tokens at the same ids:
@@ -131,10 +134,13 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path, lowercase: bool = True) -> Tokenizer:
-        """Load a tokenizer.json, a BERT vocab.txt (``lowercase`` applies) or a directory with one."""
+        """Load a tokenizer.json, a BERT vocab.txt (``lowercase`` applies), a directory with one,
+        or the vocab.txt of a hub model (a name that is not a local path, see ``hub_vocab``)."""
         from tokenizers import Tokenizer as Backend
 
         p = Path(path).expanduser()
+        if not p.exists() and _is_hub_name(str(path)):
+            p = hub_vocab(str(path))
         if p.is_dir():
             found = [p / n for n in ("tokenizer.json", "vocab.txt") if (p / n).is_file()]
             if not found:
@@ -160,11 +166,36 @@ class Tokenizer:
         raise TokenizerError(f"unsupported tokenizer file {p.name!r}; use a tokenizer.json or a vocab.txt")
 
 
+def _is_hub_name(ref: str) -> bool:
+    """Could ``ref`` be a hub repository id (``org/name`` or a legacy ``name``), not a file path?"""
+    if not ref or ref.startswith(("/", ".", "~")) or "\\" in ref or ref.count("/") > 1:
+        return False
+    return Path(ref).suffix not in (".txt", ".json")
+
+
+def hub_vocab(name: str) -> Path:
+    """The local path of hub model ``name``'s vocab.txt: from the Hugging Face cache, else
+    downloaded (``huggingface_hub.hf_hub_download``; HF_HUB_OFFLINE=1 allows the cache only)."""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(repo_id=name, filename="vocab.txt"))
+    except Exception as e:  # noqa: BLE001 - offline, unknown repo, no vocab.txt: all fixable by the user
+        cause = " ".join(str(e).split())[:160] or type(e).__name__
+        raise TokenizerError(
+            f"cannot get the vocab.txt of hub model {name!r} ({cause}); go online (unset HF_HUB_OFFLINE) "
+            f"or set tokenizer.path to a local vocab.txt"
+        ) from e
+
+
 def tokenizer_settings(cfg) -> dict:
-    """Tokenizer config with defaults, validated."""
-    from .corpus import with_defaults
+    """Tokenizer config with defaults, validated. A pretrained tokenizer's vocab_size is None
+    unless the config gives it (it is then checked against the file)."""
+    from .corpus import to_dict, with_defaults
 
     s = with_defaults(cfg, TOKENIZER_DEFAULTS, "tokenizer", TokenizerError)
+    if s["kind"] == "pretrained" and "vocab_size" not in to_dict(cfg):
+        s["vocab_size"] = None
     if s["kind"] not in KINDS:
         raise TokenizerError(
             f"unknown tokenizer kind {s['kind']!r}; set tokenizer.kind to one of: {', '.join(KINDS)}"
@@ -190,7 +221,13 @@ def build_tokenizer(cfg, texts_iterator_factory: Callable[[], Iterator[str | lis
 
     s = tokenizer_settings(cfg)
     if s["kind"] == "pretrained":
-        return Tokenizer.load(s["path"], lowercase=bool(s["lowercase"]))
+        tokenizer = Tokenizer.load(s["path"], lowercase=bool(s["lowercase"]))
+        if s["vocab_size"] is not None and tokenizer.vocab_size != int(s["vocab_size"]):
+            raise TokenizerError(
+                f"tokenizer {s['path']} has {tokenizer.vocab_size} tokens, not tokenizer.vocab_size="
+                f"{s['vocab_size']}; give the intended vocabulary or set tokenizer.vocab_size=null"
+            )
+        return tokenizer
     if s["kind"] == "wordpiece":
         backend = _bert_wordpiece(None, bool(s["lowercase"]))
         texts = texts_iterator_factory()

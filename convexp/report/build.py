@@ -13,11 +13,13 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from ..errors import UserError
-from ..sweep.compute import model_flops, parameters
+from ..sweep.compute import parameters
 from ..sweep.execute import last_args
 from ..sweep.plan import Plan, build_plan
 from ..sweep.spec import load_sweep
 from . import tables
+from .flops import NOTE as FLOPS_NOTE
+from .flops import table3_flops
 
 FORMATS = {"md": "table.md", "csv": "table.csv", "latex": "table.tex"}
 
@@ -65,7 +67,8 @@ def collect(plan: Plan, read) -> tuple[dict, dict, list[str]]:
     """({variant: pretrain info}, {variant: [fine-tuning results]}, [node keys without results]).
 
     A variant that fine-tunes a checkpoint has no pre-training metrics or FLOPs (its parameters are
-    counted when the checkpoint's config is on disk)."""
+    counted when the checkpoint's config is on disk); FLOPs are counted as ConvBERT's Table 3
+    counts them (``flops.py``)."""
     pretrain, finetune, missing = {}, {}, []
     for v, start in plan.starts.items():
         cfg = plan.pretrain_cfgs.get(v)
@@ -75,7 +78,7 @@ def collect(plan: Plan, read) -> tuple[dict, dict, list[str]]:
         pretrain[v] = {
             "metrics": metrics,
             "params": parameters(start.model_cfg) if start.model_cfg is not None else None,
-            "flops": model_flops(cfg) if cfg is not None else None,
+            "flops": table3_flops(cfg, start.model_cfg) if cfg is not None else None,
             "run": start.slug,
         }
     for node in plan.order():
@@ -214,6 +217,8 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) ->
             f"Missing ({len(missing)} runs not finished): {', '.join(missing[:6])}"
             + (" …" if len(missing) > 6 else "")
         )
+    if "flops" in spec.columns:
+        lines.append(FLOPS_NOTE)
     lines += list(spec.notes)
     return lines
 

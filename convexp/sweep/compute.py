@@ -1,11 +1,9 @@
-"""Training compute and model size: the --dry-run estimate of a sweep's work, and the FLOPs and
-parameter columns of its report."""
+"""Training compute and model size: the --dry-run estimate of a sweep's work (FLOPs, tokens) and
+the parameter column of its report."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
-
-from ..config import to_model_config
 
 # GLUE training-set sizes, for the compute estimate of fine-tuning on the real data (SentEval's
 # probing tasks: 100k each)
@@ -23,11 +21,44 @@ GLUE_TRAIN = {
 SQUAD_TRAIN = {"squad1": 87599, "squad2": 130319}  # training questions of train-v1.1 / train-v2.0
 
 
+# Mean non-padding tokens of a sentence-pair example (``data.examples=sentence_pairs``: [CLS] A
+# [SEP] B [SEP], cut at seq_len) by corpus, for estimates made before the data exist; a run
+# records the value it measured in metrics.json (data.mean_example_tokens).
+SENTENCE_PAIR_TOKENS = {
+    # measured: scale=smoke's corpus (20,000 docs), its WordPiece of 2,000 tokens, seq_len 64: 36.9
+    "synthetic": 36.9,
+    # Chang et al.'s own corpus, derived (not measured): §4's 31M sentence pairs from BookCorpus
+    # (~800M words, Devlin et al. 2019) + WikiText-103 (103M tokens, Merity et al. 2017) = ~29
+    # words a pair, x ~1.3 pieces a word (an assumption, typical of 30k English vocabularies) + 3
+    # specials = ~41. WikiText-103 alone (BookCorpus is not openly available) has longer
+    # sentences than BookCorpus, so its pairs are likely longer: the run's measured value is the
+    # one to trust.
+    "wikitext103": 41.0,
+}
+
+
+def example_tokens(cfg: DictConfig) -> float:
+    """Non-padding tokens of one pre-training example: seq_len for packed blocks; for sentence
+    pairs the corpus's mean (``SENTENCE_PAIR_TOKENS``; an unlisted corpus takes wikitext103's),
+    never more than seq_len."""
+    if cfg.data.get("examples", "packed") != "sentence_pairs":
+        return float(cfg.seq_len)
+    mean = SENTENCE_PAIR_TOKENS.get(cfg.choices.data, SENTENCE_PAIR_TOKENS["wikitext103"])
+    return min(float(cfg.seq_len), mean)
+
+
+def pretrain_tokens(cfg: DictConfig) -> float:
+    """Real (non-padding) tokens a pre-training run reads: steps x batch x tokens per example."""
+    return example_tokens(cfg) * cfg.trainer.max_steps * cfg.trainer.batch_size
+
+
 def pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float:
     """Training FLOPs of a pre-training run: per-token FLOPs x steps x batch x length; with
-    ``generator``, an ELECTRA generator's too (the compute spent). ConvBERT's Table 3 counts the
-    discriminator only (ConvBERT-small: 1.3e18 for 1M updates; ours 1.33e18 that way, 1.8e18 with
-    the generator), so reports use generator=False."""
+    ``generator``, an ELECTRA generator's too (the compute spent). The report's flops column counts
+    as ConvBERT's Table 3 does instead (``convexp.report.flops``). Every example is computed at its
+    full length seq_len: sentence pairs are padded to seq_len (as Chang et al.'s dataset pads them),
+    so their padding costs compute although it holds no token (``pretrain_tokens`` counts the real
+    ones)."""
     from ..stages.objectives import generator_config
 
     per_token = _flops_per_token(model_cfg, cfg.seq_len)
@@ -75,11 +106,6 @@ def _flops_per_token(model_cfg, seq_len: int) -> float:
     if key not in _FLOPS:
         _FLOPS[key] = model_stats(model_cfg, seq_len)[1]
     return _FLOPS[key]
-
-
-def model_flops(cfg: DictConfig) -> float:
-    """A pre-training run's FLOPs as the papers report them (the model itself; see pretrain_flops)."""
-    return pretrain_flops(cfg, to_model_config(cfg.model), generator=False)
 
 
 def parameters(model_cfg) -> int:

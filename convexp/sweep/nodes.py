@@ -68,7 +68,8 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     where = f"sweep {sweep.name}, variant {v.name}"
     scale = settings.scale
     corpus = [f"data={sweep.data}"] if sweep.data and scale != "smoke" else []  # smoke: synthetic
-    over = [f"scale={scale}", *corpus, *sweep.pretrain, *v.pretrain, *cli, *_logging(sweep, v)]
+    vocab = [f"tokenizer={sweep.tokenizer}"] if sweep.tokenizer and scale != "smoke" else []  # smoke: trained
+    over = [f"scale={scale}", *corpus, *vocab, *sweep.pretrain, *v.pretrain, *cli, *_logging(sweep, v)]
     cfg = _compose(where, "pretrain", over)
     try:
         model_cfg = to_model_config(cfg.model)

@@ -4,6 +4,7 @@ compute (--dry-run), and the end-of-sweep summary."""
 from __future__ import annotations
 
 from .cards import Card, Grid, recipe_cards
+from .compute import pretrain_tokens
 from .execute import Outcome
 from .plan import Plan
 from .spec import load_sweep
@@ -96,6 +97,9 @@ def print_plan(plan: Plan) -> None:
             f"to do: {_flops(todo)} training FLOPs ≈ {hours:.3g} h at {plan.settings.tflops} TFLOP/s "
             "sustained (set tflops=...)"
         )
+    if plan.pretrain_cfgs:  # real tokens (sentence pairs hold fewer than seq_len: compute.example_tokens)
+        tokens = sum(map(pretrain_tokens, plan.pretrain_cfgs.values()))
+        parts.append(f"pre-training reads {tokens:.3g} tokens")
     if unknown:
         parts.append(f"{unknown} runs of unknown compute (their checkpoint's config is not on disk)")
     elif not todo:

@@ -66,6 +66,7 @@ class Sweep:
     path: Path
     source: dict
     data: str | None  # the paper's pre-training corpus (conf/data/), used at scales above smoke
+    tokenizer: str | None  # the paper's tokenizer (conf/tokenizer/), used at scales above smoke
     pretrain: tuple[str, ...]
     init: str | None  # fine-tune this checkpoint instead of pre-training, at scales above smoke
     smoke: tuple[str, ...]  # arguments added at scale=smoke (before the command line's)
@@ -103,12 +104,20 @@ def load_sweep(name: str) -> Sweep:
             f"{where}: not valid YAML{at}: {getattr(e, 'problem', e)}; fix the file's syntax"
         ) from e
     d = _mapping(
-        raw, where, {"source", "data", "init", "smoke", "pretrain", "finetune", "variants", "report"}
+        raw,
+        where,
+        {"source", "data", "tokenizer", "init", "smoke", "pretrain", "finetune", "variants", "report"},
     )
     data = d.get("data")
     if data is not None and data not in group_options("data"):
         raise SweepError(
             f"{where}: data {data!r} is not a corpus; choose one of: {', '.join(group_options('data'))}"
+        )
+    tokenizer = d.get("tokenizer")
+    if tokenizer is not None and tokenizer not in group_options("tokenizer"):
+        raise SweepError(
+            f"{where}: tokenizer {tokenizer!r} is not a tokenizer config; choose one of: "
+            f"{', '.join(group_options('tokenizer'))}"
         )
     source = _mapping(d.get("source") or {}, f"{where}: source", {"paper", "ref", "note"})
     if not d.get("variants"):
@@ -190,6 +199,7 @@ def load_sweep(name: str) -> Sweep:
         path=path,
         source=source,
         data=data,
+        tokenizer=tokenizer,
         pretrain=_overrides(d.get("pretrain"), f"{where}: pretrain"),
         init=d.get("init"),
         smoke=_overrides(d.get("smoke"), f"{where}: smoke"),
