@@ -62,7 +62,13 @@ class RunLocked(UserError):
 
 class RunInterrupted(BaseException):
     """SIGTERM (or SIGINT seen through Lightning): stop, record ``interrupted``, keep checkpoints.
-    A BaseException, like KeyboardInterrupt, so that sweeps stop instead of moving on."""
+    A BaseException, like KeyboardInterrupt, so that sweeps stop instead of moving on.
+    ``exit_code``: the process's exit status (default 143, as SIGTERM; a job runner that requeued
+    the job may need its own, e.g. submitit's local executor restarts a job that exits with 144)."""
+
+    def __init__(self, message: str = "SIGTERM", exit_code: int | None = None):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 # Keys that change how a run is executed or logged, not what it computes.
@@ -178,7 +184,8 @@ class Run:
                 name = "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e) or "SIGTERM"
                 self._end_attempt("interrupted", f"interrupted by {name}")
                 print(f"interrupted: {self.dir} (the same command resumes it)", file=sys.stderr)
-                raise SystemExit(130 if name == "SIGINT" else 143) from None
+                code = getattr(e, "exit_code", None)
+                raise SystemExit(code if code is not None else 130 if name == "SIGINT" else 143) from None
             except BaseException as e:
                 self._end_attempt("failed", error_line(e))
                 raise

@@ -24,9 +24,14 @@ command, resumes the same run from that checkpoint. Lightning's own SLURM auto-r
 because its fit returns normally after the signal (the run would be recorded finished after a
 partial training) and it saves ``hpc_ckpt_*.ckpt`` beside, not in, the run's checkpoints; our
 handler is installed first, so Lightning does not install its own. It covers ``srun convexp …``
-under sbatch. submitit job arrays are not covered yet: submitit asks SLURM for USR2 and handles it
-itself, requeueing only callables with a ``checkpoint`` method (a ``Checkpointable`` job function
-returning a DelayedSubmission of the same node is the way to add it).
+under sbatch.
+
+**submitit jobs** (``launcher=submitit``, on SLURM or on this machine): submitit installs its own
+handler for its signal (USR2) before the job runs, and the sweep's job (`convexp.sweep.node_job`)
+sets ``trainer.requeue_signal`` to that signal. A handler already installed for the signal means
+the job runner requeues: training still stops at the end of the step and saves ``last.ckpt``, then
+submitit's handler is called, which asks the job for its next submission (the same node), requeues
+it and exits. Only one of the two ever requeues: ``scontrol`` is not called here then.
 """
 
 from __future__ import annotations
@@ -140,7 +145,9 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
     # inside fit, Lightning's own SIGTERM handling stops at the end of the step (graceful)
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL) if main else None
     requeue = getattr(signal, health.requeue_signal) if health.requeue_signal else None
-    slurm = main and requeue is not None and "SLURM_JOB_ID" in os.environ
+    runner = signal.getsignal(requeue) if main and requeue is not None else None
+    runner = runner if callable(runner) else None  # submitit's handler: it requeues the job
+    slurm = main and requeue is not None and ("SLURM_JOB_ID" in os.environ or runner is not None)
     if slurm:
 
         def on_time_limit(signum, frame):
@@ -151,7 +158,7 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
     try:
         trainer.fit(module, **kwargs)
         if health.requeue_requested:
-            _checkpoint_and_requeue(trainer, health.requeue_signal)
+            _checkpoint_and_requeue(trainer, health.requeue_signal, runner)
     except SIGTERMException:
         raise RunInterrupted("SIGTERM") from None
     except SystemExit:
@@ -173,11 +180,22 @@ def slurm_job_id() -> str:
     return f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
 
 
-def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str) -> None:
-    """Save ``last.ckpt`` where the run's ModelCheckpoint writes, requeue this SLURM job, and raise
-    RunInterrupted so the attempt is recorded ``interrupted``."""
+def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str, runner=None) -> None:
+    """Save ``last.ckpt`` where the run's ModelCheckpoint writes, have the job requeued (by the job
+    runner's handler ``runner`` when there is one, else ``scontrol requeue``) and raise
+    RunInterrupted so the attempt is recorded ``interrupted``, exiting with the runner's code."""
     path = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"
     trainer.save_checkpoint(str(path))
+    if runner is not None:
+        code = None
+        try:
+            runner(getattr(signal, signame), None)  # submitit: checkpoint() -> requeue -> sys.exit
+        except SystemExit as e:
+            code = e.code
+        raise RunInterrupted(
+            f"{signame} (time limit) at step {trainer.global_step}: checkpointed, requeued by the job runner",
+            exit_code=code,
+        )
     job = slurm_job_id()
     if trainer.is_global_zero:
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)

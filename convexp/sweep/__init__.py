@@ -21,6 +21,7 @@ Data flows one way through the modules:
     compute.py      training FLOPs and parameter counts (the --dry-run estimate, the report)
     launchers.py    walk the graph here, in N worker processes, or on SLURM (submitit)
     execute.py      run one node; the outcomes and the ledger (outputs/sweeps/NAME/last.json)
+    node_job.py     one node as a submitit job: requeued at its time limit, it resumes the run
     wandb_sweep.py  the same sweep as a W&B sweep file (one agent job per variant)
     show.py         the tables: --list, --dry-run and the end-of-sweep summary
 """

@@ -145,10 +145,6 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int) -> None:
 # ----------------------------------------------------------------------------- SLURM (submitit)
 
 
-def _submitit_job(stage: str, overrides: list[str]) -> None:
-    run_node(stage, overrides)
-
-
 def make_executor(plan: Plan, cfg: DictConfig):
     """A submitit executor from conf/launcher/submitit.yaml (cluster=local runs it here)."""
     import submitit
@@ -174,7 +170,10 @@ def make_executor(plan: Plan, cfg: DictConfig):
 
 
 def run_submitit(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
-    """Waves of job arrays: every node whose dependencies are done goes into the next array."""
+    """Waves of job arrays: every node whose dependencies are done goes into the next array; a job
+    warned of its time limit checkpoints and is requeued (`convexp.sweep.node_job`)."""
+    from .node_job import NodeJob
+
     executor = make_executor(plan, cfg)
     pending = [n for n in plan.order() if n.key not in ledger.outcomes]
     while pending:
@@ -190,7 +189,7 @@ def run_submitit(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
         if not wave:
             break
         started = time.time()
-        jobs = executor.map_array(_submitit_job, [n.stage for n in wave], [n.overrides for n in wave])
+        jobs = executor.map_array(NodeJob(), [n.stage for n in wave], [n.overrides for n in wave])
         print(
             f"submitted {len(jobs)} jobs (array {jobs[0].job_id.split('_')[0]}): "
             + ", ".join(n.key for n in wave),
