@@ -13,8 +13,8 @@ from .plan import Plan
 
 
 def wandb_sweep_spec(plan: Plan) -> dict:
-    """A W&B grid sweep whose values are the plan's node keys in dependency order (W&B runs a grid
-    in order: pre-training before the fine-tuning that starts from it). Each agent job runs
+    """A W&B grid sweep whose values are the plan's node keys in `waves` (W&B runs a grid in
+    order: every pre-training before the fine-tuning that starts from it). Each agent job runs
     ``convexp ablate NAME launcher=node launcher.key=KEY`` with this command's other arguments
     (``${args_no_hyphens}`` passes them as KEY=VALUE); a job whose node's dependencies have not
     finished waits for them or runs nothing (`convexp.sweep.launchers.run_one`)."""
@@ -32,10 +32,19 @@ def wandb_sweep_spec(plan: Plan) -> dict:
         "parameters": {
             **fixed,
             "launcher": {"value": "node"},
-            "launcher.key": {"values": [n.key for n in plan.order()]},
+            "launcher.key": {"values": waves(plan)},
         },
         "command": ["convexp", "ablate", _sweep_argument(plan), "${args_no_hyphens}"],
     }
+
+
+def waves(plan: Plan) -> list[str]:
+    """The node keys, those without dependencies first, then those whose dependencies are all in
+    the first wave, and so on (parallel agents start every pre-training before any fine-tuning)."""
+    level: dict[str, int] = {}
+    for n in plan.order():  # dependency order: a node's dependencies have their level already
+        level[n.key] = 1 + max((level[d] for d in n.deps), default=-1)
+    return sorted(level, key=level.__getitem__)
 
 
 def _sweep_argument(plan: Plan) -> str:
