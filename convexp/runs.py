@@ -39,12 +39,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .atomic import atomic_write, config_hash
+from .atomic import atomic_write, config_hash, leftovers
 from .errors import UserError
 
 # The outputs a finishing step writes; any of them in an unfinished run is a leftover to redo.
 FINISH_OUTPUTS = ("metrics.json", "model", "hf", "tokenizer", "predictions", "submission")
 LOCK_FILE = "lock"
+REWRITTEN = (*FINISH_OUTPUTS, "status.json", "config.yaml")  # written atomically by an attempt
 
 
 class RunDiverged(UserError):
@@ -211,8 +212,8 @@ class Run:
         for a in attempts:  # an attempt that never recorded its end: the process was killed
             if a.get("status") == "running":
                 a.update(status="failed", error="the process ended without recording its status (killed?)")
-        for name in FINISH_OUTPUTS:  # leftovers of a finishing step that did not complete
-            path = self.dir / name
+        # leftovers of a finishing step that did not complete, and of writes killed half-way
+        for path in [self.dir / n for n in FINISH_OUTPUTS] + leftovers(self.dir, REWRITTEN):
             if path.is_dir():
                 shutil.rmtree(path)
             elif path.exists():

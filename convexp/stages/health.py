@@ -9,8 +9,9 @@
   by design; ``patience`` such steps in a row are tolerated before the run counts as diverged.
 - **resume**: it keeps, in every checkpoint, the metrics of the last step and the step of the last
   validation, so a resumed run can report the same final metrics as an uninterrupted one and
-  redo a validation its checkpoint predates; on train start it drops the CSV rows of the steps
-  the resumed run will redo.
+  redo a validation its checkpoint predates (a periodic one killed in flight is run again before
+  training goes on; the one after the last step is redone by the stage); on train start it drops
+  the CSV rows of the steps and validations the resumed run will redo.
 
 `fit` runs ``trainer.fit`` and turns Lightning's ways of stopping on a signal (SIGINT becomes
 ``sys.exit(1)`` inside Lightning) back into KeyboardInterrupt / RunInterrupted, which the run's
@@ -61,6 +62,7 @@ class Health(pl.Callback):
         self._loss: float | None = None  # this step's loss (accumulated micro-batches: the last)
         self._loss_bad = False
         self.val_step = -1  # global step of the last completed validation
+        self.restored = False  # a checkpoint was loaded
         self.restored_step = 0
         self.restored_metrics: dict[str, float] = {}
         self.exception: BaseException | None = None
@@ -121,18 +123,64 @@ class Health(pl.Callback):
         self.restored_metrics = state.get("metrics", {})
         self.val_step = state.get("val_step", -1)
         self.last_finite_loss = state.get("last_finite_loss")
+        if self._validation_after(trainer, self.restored_step) and self.val_step < self.restored_step:
+            _validation_in_flight(checkpoint)
+        self._drop_redone_rows(trainer)  # here: a run resumed at its last step does not start training
+        self.restored = True
+
+    @staticmethod
+    def _validation_after(trainer, step: int) -> bool:
+        """Whether a periodic validation follows optimizer step ``step`` in the middle of training
+        (validation every N steps; the stage redoes the one after the last step itself)."""
+        every = trainer.val_check_interval  # batches (optimizer steps x accumulation)
+        return (
+            trainer.check_val_every_n_epoch is None
+            and isinstance(every, int)
+            and 0 < step < trainer.max_steps
+            and step * trainer.accumulate_grad_batches % every == 0
+        )
 
     def on_train_start(self, trainer, pl_module) -> None:
-        # Lightning logs the rows of optimizer step s (1-based) with step s - 1; a checkpoint at
-        # global step K holds steps 1..K, so rows with step >= K are redone by this attempt.
+        if not self.restored:  # a fresh start: the rows of an attempt killed before its first checkpoint
+            self._drop_redone_rows(trainer)
+
+    def _drop_redone_rows(self, trainer) -> None:
+        # Lightning logs the rows of optimizer step s (1-based), and of the validation after it,
+        # with step s - 1. A checkpoint at global step K holds steps 1..K and the validations up
+        # to val_step: this attempt redoes the rows with step >= K and the validation rows with
+        # step >= val_step (a validation after step K that the checkpoint predates).
+        K, v = self.restored_step, self.val_step
+
+        def redone(row: dict) -> bool:
+            step = int(row["step"])
+            return step >= K or (step >= v and any(row[k] != "" for k in row if k.startswith("val/")))
+
         for logger in trainer.loggers if trainer.is_global_zero else []:
             if isinstance(logger, AppendingCSVLogger):
-                logger.drop_rows_from(self.restored_step)
+                logger.drop_rows(redone)
 
     def final_metrics(self, trainer: pl.Trainer) -> dict[str, float]:
         """The metrics at the end of training: those restored from the checkpoint, overwritten
         by those this attempt logged."""
         return {**self.restored_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items()}}
+
+
+def _validation_in_flight(checkpoint: dict) -> None:
+    """Mark the restored validation loop as stopped inside a validation, so that Lightning runs
+    that validation again before training on. A step checkpoint is written at the end of the step,
+    before the validation that follows it; a run killed inside that validation resumes from it,
+    and Lightning, which counts the validation as done, would skip it (no ``val/loss`` for that
+    step)."""
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    progress, epoch = fit_loop.get("epoch_loop.val_loop.batch_progress"), fit_loop.get("epoch_loop.state_dict")
+    if not progress or not epoch:
+        return
+    total = progress["total"]
+    total["ready"] = total["started"] = total["completed"] + 1  # one batch started, none processed
+    total["processed"] = total["completed"]
+    progress["current"].update(ready=1, started=1, processed=0, completed=0)
+    # the restart counts the step's logging as done (+1) and the redone validation counts it again
+    epoch["_batches_that_stepped"] -= 1
 
 
 def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
