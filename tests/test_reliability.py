@@ -546,3 +546,25 @@ def test_a_validation_killed_in_flight_is_redone_once(tmp_path, checkpoint_every
             assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
     a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
     assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_a_diverged_run_in_a_sweep_is_reported_and_never_reused(tmp_path):
+    from helpers import SHRINK, ledger, statuses, write_sweep
+
+    sweep = write_sweep(tmp_path / "div.yaml", {"a": {}})
+    args = ["ablate", str(sweep), *SHRINK, "finetune.lr=1e6"]  # the fine-tuning's loss becomes NaN
+    out = tmp_path / "out"
+    res = convexp(*args, outputs=out, env=QUIET)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert statuses(out, "div") == {"pretrain/a": "done", "finetune/a/rte/s42": "diverged"}
+    assert "1 diverged" in res.stdout and "diverged: finetune/a/rte/s42: " in res.stdout
+    [run] = (out / "runs" / "finetune").glob("*")
+    first = status(run)
+    assert first["status"] == "diverged" and not (run / "metrics.json").exists()
+
+    res = convexp(*args, outputs=out, env=QUIET)  # the same sweep again: not reused, not re-run
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert statuses(out, "div") == {"pretrain/a": "cached", "finetune/a/rte/s42": "diverged"}
+    assert f"delete {run}" in ledger(out, "div")["nodes"]["finetune/a/rte/s42"]["error"]
+    assert status(run) == first
