@@ -568,3 +568,40 @@ def test_a_diverged_run_in_a_sweep_is_reported_and_never_reused(tmp_path):
     assert statuses(out, "div") == {"pretrain/a": "cached", "finetune/a/rte/s42": "diverged"}
     assert f"delete {run}" in ledger(out, "div")["nodes"]["finetune/a/rte/s42"]["error"]
     assert status(run) == first
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_the_step_it_stopped_at_and_the_resume_matches(tmp_path, reference):
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(tmp_path), **QUIET}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "convexp.cli", "pretrain", *STEPS],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
+        time.sleep(0.02)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    [run] = run_dirs(tmp_path)
+    s = status(run)
+    assert s["status"] == "interrupted" and "SIGTERM after step" in s["error"], s
+    step = int(s["error"].split("after step ")[1].split()[0])
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert ckpt["global_step"] == step and 20 <= step < 60  # the step it stopped at, not step 20
+    assert not (run / "checkpoints" / "last.ckpt.partial").exists()
+
+    res = convexp("pretrain", *STEPS, outputs=tmp_path, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
+    assert b["steps"] == 60 and b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+    assert b["final_train_loss"] == pytest.approx(a["final_train_loss"], rel=1e-5)
+    ref_rows, rows = csv_rows(reference), csv_rows(run)
+    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
+    for r, q in zip(ref_rows, rows):
+        for k in r:
+            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)

@@ -17,6 +17,15 @@
 ``sys.exit(1)`` inside Lightning) back into KeyboardInterrupt / RunInterrupted, which the run's
 attempt records as ``interrupted``.
 
+**SIGTERM saves, Ctrl-C does not.** SIGTERM is how ``kill``, ``docker stop``, Kubernetes and SLURM
+(preemption, ``scancel``) ask a process to stop, with a grace period before SIGKILL. Lightning
+stops at the end of the current step; `fit` then saves ``last.ckpt`` there, so the resume loses
+at most that step, not everything since the last periodic checkpoint. The save is atomic (a
+temporary file renamed into place): a SIGKILL that follows during the save leaves the previous
+``last.ckpt``, never a truncated one, so saving can only gain. Ctrl-C (SIGINT) becomes
+KeyboardInterrupt in the middle of a step, where the weights and the optimizer state may not agree;
+it keeps the last periodic checkpoint and stops at once (use ``kill PID`` to stop after the step).
+
 **SLURM time limit.** Under SLURM (``SLURM_JOB_ID`` set; ``sbatch --signal=USR1@120`` asks for the
 warning) ``trainer.requeue_signal`` stops training at the end of the current step, saves
 ``checkpoints/last.ckpt``, asks ``scontrol requeue`` for this job (array task) and raises
@@ -207,8 +216,9 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
         trainer.fit(module, **kwargs)
         if health.requeue_requested:
             _checkpoint_and_requeue(trainer, health.requeue_signal, runner)
-    except SIGTERMException:
-        raise RunInterrupted("SIGTERM") from None
+    except SIGTERMException:  # raised at the end of a step: the state is consistent, keep it
+        _save_last(trainer)
+        raise RunInterrupted(f"SIGTERM after step {trainer.global_step} (checkpointed)") from None
     except SystemExit:
         if isinstance(health.exception, KeyboardInterrupt):  # Lightning turned it into exit(1)
             signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning left it ignored
@@ -228,12 +238,21 @@ def slurm_job_id() -> str:
     return f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
 
 
+def _save_last(trainer: pl.Trainer) -> None:
+    """Save ``last.ckpt`` where the run's ModelCheckpoint writes, atomically (a kill during the save
+    leaves the previous one)."""
+    path = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"
+    partial = path.with_name("last.ckpt.partial")  # not *.ckpt: never taken for a checkpoint
+    trainer.save_checkpoint(str(partial))
+    if trainer.is_global_zero:
+        os.replace(partial, path)
+
+
 def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str, runner=None) -> None:
     """Save ``last.ckpt`` where the run's ModelCheckpoint writes, have the job requeued (by the job
     runner's handler ``runner`` when there is one, else ``scontrol requeue``) and raise
     RunInterrupted so the attempt is recorded ``interrupted``, exiting with the runner's code."""
-    path = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"
-    trainer.save_checkpoint(str(path))
+    _save_last(trainer)
     if runner is not None:
         code = None
         try:
