@@ -300,7 +300,7 @@ def test_crash_between_training_and_metrics_is_redone_with_the_last_validation(t
 # Runs `convexp ARGS` with one step made to stop half-way (marker file, then sleep) so that the
 # test can SIGKILL it there: inside the Hugging Face export (its temporary directory written, not
 # renamed), inside writing metrics.json (its temporary file half written), or inside a periodic
-# validation (validation@STEP: at its second batch).
+# validation (validation#N: the N-th, at its first batch).
 PAUSED = """
 import os, sys, tempfile, time
 from pathlib import Path
@@ -336,17 +336,18 @@ if phase == "metrics":
         real_write(self, name, data)
 
     Run.write_json = write_json
-if phase.startswith("validation@"):  # pre-training's periodic validation at that step, in flight
-    from convexp.stages.pretrain import PretrainModule
+if phase.startswith("validation#"):  # the N-th periodic validation of this process, in flight
+    from convexp.stages.health import Health
 
-    at, real_step = int(phase.split("@")[1]), PretrainModule.validation_step
+    nth, seen = int(phase.split("#")[1]), []
 
-    def validation_step(self, batch, batch_idx):
-        if self.trainer.global_step == at and batch_idx == 1:
-            pause()
-        return real_step(self, batch, batch_idx)
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if batch_idx == 0:
+            seen.append(trainer.global_step)
+            if len(seen) == nth:
+                pause()
 
-    PretrainModule.validation_step = validation_step
+    Health.on_validation_batch_start = on_validation_batch_start
 sys.argv = ["convexp", *args]
 from convexp.cli import main
 
@@ -533,7 +534,7 @@ def test_a_validation_killed_in_flight_is_redone_once(tmp_path, checkpoint_every
     res = convexp("pretrain", *args, outputs=ref, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]
     out = tmp_path / "o"
-    kill_paused("validation@60", ["pretrain", *args], out)
+    kill_paused("validation#2", ["pretrain", *args], out)  # at step 60
     [run] = run_dirs(out)
     assert not any("val/loss" in r and r["step"] == "59" for r in csv_rows(run))  # killed before its row
     res = convexp("pretrain", *args, outputs=out, env=QUIET)
@@ -605,3 +606,35 @@ def test_sigterm_checkpoints_the_step_it_stopped_at_and_the_resume_matches(tmp_p
     for r, q in zip(ref_rows, rows):
         for k in r:
             assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+
+
+@pytest.mark.slow
+def test_a_fine_tuning_validation_killed_in_flight_is_redone_once(tmp_path, pretrained):
+    """Killed inside the validation at the end of epoch 2 of 3 (checkpoints every half epoch):
+    the resumed run logs that epoch's dev scores once, as an uninterrupted run does."""
+    args = [
+        "finetune",
+        "glue",
+        "task=rte",
+        f"init={pretrained}",
+        "scale=smoke",
+        "glue.synthetic_size=160",
+        "epochs=3",
+        "batch_size=16",
+        "task.max_len=48",
+        "trainer.deterministic=true",
+    ]
+    ref, out = tmp_path / "ref", tmp_path / "o"
+    res = convexp(*args, outputs=ref, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    kill_paused("validation#2", args, out)
+    res = convexp(*args, outputs=out, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [reference], [run] = ((d / "runs" / "finetune").glob("*") for d in (ref, out))
+    ref_rows, rows = csv_rows(reference), csv_rows(run)
+    assert len([r for r in ref_rows if "val/accuracy" in r]) == 3
+    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
+    for r, q in zip(ref_rows, rows):
+        for k in r:
+            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+    assert status(run)["attempts"][0]["status"] == "failed"  # it was killed
