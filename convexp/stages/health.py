@@ -145,7 +145,8 @@ class Health(pl.Callback):
         return (
             trainer.check_val_every_n_epoch is None
             and isinstance(every, int)
-            and 0 < step < trainer.max_steps
+            and 0 < step
+            and (trainer.max_steps < 0 or step < trainer.max_steps)
             and step * trainer.accumulate_grad_batches % every == 0
         )
 
@@ -194,7 +195,9 @@ def _validation_in_flight(checkpoint: dict) -> None:
 
 def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
     """``trainer.fit`` (its Health callback required); returns the callback. Ctrl-C raises
-    KeyboardInterrupt, SIGTERM RunInterrupted, divergence RunDiverged."""
+    KeyboardInterrupt, SIGTERM RunInterrupted (after saving ``last.ckpt`` at the step it stopped
+    at), divergence RunDiverged; the time-limit signal checkpoints, requeues and raises
+    RunInterrupted."""
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
     [health] = [c for c in trainer.callbacks if isinstance(c, Health)]
