@@ -3,7 +3,8 @@
 Files and directories are built under a temporary sibling name and renamed into place in one
 step, so a crash never leaves a half-written result that a later run or report would read as
 real. If two processes build the same directory, the first rename wins and the other build is
-dropped (the cache's semantics).
+dropped (the cache's semantics). A process killed mid-write leaves only its temporary name
+behind (``.NAME.*`` for a file, ``.tmp-NAME-*`` for a directory); `leftovers` finds them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def atomic_write(path: Path, text: str) -> None:
     """Write a text file via a temporary sibling and a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_file_prefix(path.name))
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
@@ -44,7 +45,7 @@ def atomic_dir(final: Path) -> Iterator[Path]:
     meanwhile, in which case the temporary one is discarded). On error nothing is left behind."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_dir_prefix(final.name), dir=final.parent))
     try:
         yield tmp
         try:
@@ -56,3 +57,22 @@ def atomic_dir(final: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _file_prefix(name: str) -> str:
+    return f".{name}."
+
+
+def _dir_prefix(name: str) -> str:
+    return f".tmp-{name}-"
+
+
+def leftovers(folder: Path, names: tuple[str, ...]) -> list[Path]:
+    """The temporary files and directories that `atomic_write` / `atomic_dir` of ``names`` in
+    ``folder`` left behind (their writer was killed); only the writer of ``folder`` may remove them."""
+    folder = Path(folder)
+    found = []
+    for name in names:
+        found += folder.glob(_file_prefix(name) + "*")
+        found += folder.glob(_dir_prefix(name) + "*")
+    return sorted(found)

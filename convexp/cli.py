@@ -191,7 +191,7 @@ def ablate(
         False, "--dry-run", help="Print the plan (runs, cache, compute); run nothing."
     ),
     wandb_sweep: bool = typer.Option(
-        False, "--wandb-sweep", help="Write a W&B sweep file (one agent job per variant) instead of running."
+        False, "--wandb-sweep", help="Write a W&B sweep file (a grid over the runs: one per agent job) instead of running."
     ),
 ) -> None:
     """Run a named sweep: pre-train every variant, fine-tune each; finished runs are reused."""

@@ -39,12 +39,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from .atomic import atomic_write, config_hash
+from .atomic import atomic_write, config_hash, leftovers
 from .errors import UserError
 
 # The outputs a finishing step writes; any of them in an unfinished run is a leftover to redo.
 FINISH_OUTPUTS = ("metrics.json", "model", "hf", "tokenizer", "predictions", "submission")
 LOCK_FILE = "lock"
+REWRITTEN = (*FINISH_OUTPUTS, "status.json", "config.yaml")  # written atomically by an attempt
 
 
 class RunDiverged(UserError):
@@ -62,7 +63,13 @@ class RunLocked(UserError):
 
 class RunInterrupted(BaseException):
     """SIGTERM (or SIGINT seen through Lightning): stop, record ``interrupted``, keep checkpoints.
-    A BaseException, like KeyboardInterrupt, so that sweeps stop instead of moving on."""
+    A BaseException, like KeyboardInterrupt, so that sweeps stop instead of moving on.
+    ``exit_code``: the process's exit status (default 143, as SIGTERM; a job runner that requeued
+    the job may need its own, e.g. submitit's local executor restarts a job that exits with 144)."""
+
+    def __init__(self, message: str = "SIGTERM", exit_code: int | None = None):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 # Keys that change how a run is executed or logged, not what it computes.
@@ -178,7 +185,8 @@ class Run:
                 name = "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e) or "SIGTERM"
                 self._end_attempt("interrupted", f"interrupted by {name}")
                 print(f"interrupted: {self.dir} (the same command resumes it)", file=sys.stderr)
-                raise SystemExit(130 if name == "SIGINT" else 143) from None
+                code = getattr(e, "exit_code", None)
+                raise SystemExit(code if code is not None else 130 if name == "SIGINT" else 143) from None
             except BaseException as e:
                 self._end_attempt("failed", error_line(e))
                 raise
@@ -204,8 +212,8 @@ class Run:
         for a in attempts:  # an attempt that never recorded its end: the process was killed
             if a.get("status") == "running":
                 a.update(status="failed", error="the process ended without recording its status (killed?)")
-        for name in FINISH_OUTPUTS:  # leftovers of a finishing step that did not complete
-            path = self.dir / name
+        # leftovers of a finishing step that did not complete, and of writes killed half-way
+        for path in [self.dir / n for n in FINISH_OUTPUTS] + leftovers(self.dir, REWRITTEN):
             if path.is_dir():
                 shutil.rmtree(path)
             elif path.exists():

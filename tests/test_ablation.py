@@ -84,7 +84,8 @@ def test_list_dry_run_and_wandb_sweep(tmp_path):
     spec = yaml.safe_load((tmp_path / "sweeps" / "relative-positions" / "wandb-sweep.yaml").read_text())
     assert spec["method"] == "grid"
     assert spec["command"] == ["convexp", "ablate", "relative-positions", "${args_no_hyphens}"]
-    assert spec["parameters"]["variants"] == {"values": ["fixed", "composite"]}
+    assert spec["parameters"]["variants"] == {"value": "[fixed,composite]"}
+    assert spec["parameters"]["launcher.key"]["values"][:2] == ["pretrain/fixed", "pretrain/composite"]
     assert spec["parameters"]["scale"] == {"value": "smoke"}
 
 

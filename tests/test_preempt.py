@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import TINY, convexp, run_dirs
 
 QUIET = {"WANDB_MODE": "disabled"}
@@ -84,3 +85,62 @@ def test_time_limit_signal_checkpoints_requeues_and_the_same_command_resumes(tmp
 def test_requeue_signal_must_name_a_signal(tmp_path):
     res = convexp("pretrain", *TINY, "trainer.requeue_signal=SIGNOPE", outputs=tmp_path, env=QUIET)
     assert res.returncode == 2 and "trainer.requeue_signal" in res.stderr and "Traceback" not in res.stderr
+
+
+# ----------------------------------------------------------------------------- submitit job arrays
+
+
+def test_a_submitit_node_job_resubmits_the_same_node():
+    from submitit.helpers import Checkpointable
+
+    from convexp.sweep.node_job import NodeJob
+
+    job = NodeJob()
+    overrides = ["scale=smoke", "trainer.max_steps=7"]
+    again = job.checkpoint("pretrain", overrides)  # what submitit calls at the time-limit signal
+    assert isinstance(again.function, NodeJob) and isinstance(again.function, Checkpointable)
+    assert again.args == ("pretrain", overrides) and again.kwargs == {}
+
+
+@pytest.mark.slow
+def test_submitit_job_warned_of_its_time_limit_checkpoints_and_is_requeued(tmp_path):
+    """submitit's local executor restarts a job that its handler requeued (exit 144), as SLURM does
+    with ``scontrol requeue``: the restarted job resumes the run from the checkpoint of the step the
+    signal arrived in, and the sweep records it done."""
+    from helpers import SHRINK, statuses, write_sweep
+
+    sweep = write_sweep(tmp_path / "sub.yaml", {"a": {}}, finetune=False)
+    args = [
+        str(sweep),
+        *SHRINK,
+        "pretrain.trainer.max_steps=80",
+        "pretrain.trainer.checkpoint_every_n_steps=20",
+        "pretrain.trainer.val_every_n_steps=40",
+        "launcher=submitit",
+        "launcher.cluster=local",
+        "launcher.timeout_min=30",
+    ]
+    out = tmp_path / "out"
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(out), **QUIET}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "convexp.cli", "ablate", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
+        time.sleep(0.02)
+    [run] = run_dirs(out)
+    job_pid = json.loads((run / "lock").read_text())["pid"]  # the job's process holds the run's lock
+    os.kill(job_pid, signal.SIGUSR2)  # submitit's time-limit warning
+    stdout, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stdout[-3000:]
+    assert statuses(out, "sub") == {"pretrain/a": "done"}
+    s = json.loads((run / "status.json").read_text())
+    assert [a["status"] for a in s["attempts"]] == ["interrupted", "finished"], s
+    assert "requeued by the job runner" in s["attempts"][0]["error"]
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 80
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert ckpt["global_step"] == 80

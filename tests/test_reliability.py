@@ -297,6 +297,107 @@ def test_crash_between_training_and_metrics_is_redone_with_the_last_validation(t
     assert (run / "hf" / "config.json").exists() and status(run)["status"] == "finished"
 
 
+# Runs `convexp ARGS` with one step made to stop half-way (marker file, then sleep) so that the
+# test can SIGKILL it there: inside the Hugging Face export (its temporary directory written, not
+# renamed), inside writing metrics.json (its temporary file half written), or inside a periodic
+# validation (validation#N: the N-th, at its first batch).
+PAUSED = """
+import os, sys, tempfile, time
+from pathlib import Path
+
+phase, marker, *args = sys.argv[1:]
+
+
+def pause():
+    Path(marker).touch()
+    time.sleep(600)
+
+
+if phase == "export":
+    import convexp.models.hf_export as hf
+
+    real_export = hf.export_convbert
+
+    def export_convbert(*a, **k):
+        real_export(*a, **k)
+        pause()
+
+    hf.export_convbert = export_convbert
+if phase == "metrics":
+    from convexp.runs import Run
+
+    real_write = Run.write_json
+
+    def write_json(self, name, data):
+        if name == "metrics.json":
+            fd, _ = tempfile.mkstemp(dir=self.dir, prefix=".metrics.json.")
+            os.write(fd, b'{"steps": ')
+            pause()
+        real_write(self, name, data)
+
+    Run.write_json = write_json
+if phase.startswith("validation#"):  # the N-th periodic validation of this process, in flight
+    from convexp.stages.health import Health
+
+    nth, seen = int(phase.split("#")[1]), []
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if batch_idx == 0:
+            seen.append(trainer.global_step)
+            if len(seen) == nth:
+                pause()
+
+    Health.on_validation_batch_start = on_validation_batch_start
+sys.argv = ["convexp", *args]
+from convexp.cli import main
+
+main()
+"""
+
+
+def kill_paused(phase: str, args: list[str], out: Path) -> None:
+    """Run `convexp ARGS` paused at ``phase`` (see PAUSED) and SIGKILL it there."""
+    marker = out.parent / f"paused-{out.name}"
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(out), **QUIET}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSED, phase, str(marker), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not marker.exists() and proc.poll() is None:
+        time.sleep(0.02)
+    assert marker.exists(), f"{phase} was never reached"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["export", "metrics"])
+def test_sigkill_while_finishing_is_found_and_redone(tmp_path, reference, phase):
+    out = tmp_path / "o"
+    kill_paused(phase, ["pretrain", *STEPS], out)
+    [run] = run_dirs(out)
+    assert status(run)["status"] == "running" and not (run / "metrics.json").exists()
+    half = list(run.glob(".tmp-hf-*" if phase == "export" else ".metrics.json.*"))
+    assert half, sorted(p.name for p in run.iterdir())
+
+    res = convexp("pretrain", *STEPS, outputs=out, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    a, b = (
+        json.loads((reference / "metrics.json").read_text()),
+        json.loads((run / "metrics.json").read_text()),
+    )
+    assert b["steps"] == 60 and b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-6)
+    assert b["final_train_loss"] == pytest.approx(a["final_train_loss"], rel=1e-6)
+    assert (run / "hf" / "config.json").exists() and (run / "model").is_dir()
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".")]  # half-written files removed
+    s = status(run)
+    assert s["status"] == "finished" and [x["status"] for x in s["attempts"]] == ["failed", "finished"]
+    assert [r["step"] for r in csv_rows(run)] == [r["step"] for r in csv_rows(reference)]
+
+
 @pytest.mark.slow
 def test_pretrain_divergence_is_recorded_and_exits_non_zero(tmp_path):
     res = convexp(
@@ -413,3 +514,127 @@ def test_two_identical_commands_train_once(tmp_path):
         assert codes[1] == 0 and any("already finished" in o for o, _ in outs)
     rows = csv_rows(run)
     assert len({r["step"] for r in rows if "train/loss" in r}) == len([r for r in rows if "train/loss" in r])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("checkpoint_every", [25, 30])
+def test_a_validation_killed_in_flight_is_redone_once(tmp_path, checkpoint_every):
+    """Killed inside the periodic validation at step 60: with checkpoints every 30 steps the newest
+    one (step 60) was saved just before that validation (Lightning would count it as done); with
+    every 25, steps 51-60 are redone. Either way the resumed run logs the validation at 60 once,
+    with the uninterrupted value, and every other row once."""
+    args = [
+        *TINY,
+        "trainer.max_steps=90",
+        f"trainer.checkpoint_every_n_steps={checkpoint_every}",
+        "trainer.val_every_n_steps=30",
+        "trainer.deterministic=true",
+    ]
+    ref = tmp_path / "ref"
+    res = convexp("pretrain", *args, outputs=ref, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "o"
+    kill_paused("validation#2", ["pretrain", *args], out)  # at step 60
+    [run] = run_dirs(out)
+    assert not any("val/loss" in r and r["step"] == "59" for r in csv_rows(run))  # killed before its row
+    res = convexp("pretrain", *args, outputs=out, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [reference] = run_dirs(ref)
+    ref_rows, rows = csv_rows(reference), csv_rows(run)
+    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
+    for r, q in zip(ref_rows, rows):
+        for k in r:
+            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
+    assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_a_diverged_run_in_a_sweep_is_reported_and_never_reused(tmp_path):
+    from helpers import SHRINK, ledger, statuses, write_sweep
+
+    sweep = write_sweep(tmp_path / "div.yaml", {"a": {}})
+    args = ["ablate", str(sweep), *SHRINK, "finetune.lr=1e6"]  # the fine-tuning's loss becomes NaN
+    out = tmp_path / "out"
+    res = convexp(*args, outputs=out, env=QUIET)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert statuses(out, "div") == {"pretrain/a": "done", "finetune/a/rte/s42": "diverged"}
+    assert "1 diverged" in res.stdout and "diverged: finetune/a/rte/s42: " in res.stdout
+    [run] = (out / "runs" / "finetune").glob("*")
+    first = status(run)
+    assert first["status"] == "diverged" and not (run / "metrics.json").exists()
+
+    res = convexp(*args, outputs=out, env=QUIET)  # the same sweep again: not reused, not re-run
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert statuses(out, "div") == {"pretrain/a": "cached", "finetune/a/rte/s42": "diverged"}
+    assert f"delete {run}" in ledger(out, "div")["nodes"]["finetune/a/rte/s42"]["error"]
+    assert status(run) == first
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_the_step_it_stopped_at_and_the_resume_matches(tmp_path, reference):
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(tmp_path), **QUIET}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "convexp.cli", "pretrain", *STEPS],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
+        time.sleep(0.02)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    [run] = run_dirs(tmp_path)
+    s = status(run)
+    assert s["status"] == "interrupted" and "SIGTERM after step" in s["error"], s
+    step = int(s["error"].split("after step ")[1].split()[0])
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert ckpt["global_step"] == step and 20 <= step < 60  # the step it stopped at, not step 20
+    assert not (run / "checkpoints" / "last.ckpt.partial").exists()
+
+    res = convexp("pretrain", *STEPS, outputs=tmp_path, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
+    assert b["steps"] == 60 and b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+    assert b["final_train_loss"] == pytest.approx(a["final_train_loss"], rel=1e-5)
+    ref_rows, rows = csv_rows(reference), csv_rows(run)
+    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
+    for r, q in zip(ref_rows, rows):
+        for k in r:
+            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+
+
+@pytest.mark.slow
+def test_a_fine_tuning_validation_killed_in_flight_is_redone_once(tmp_path, pretrained):
+    """Killed inside the validation at the end of epoch 2 of 3 (checkpoints every half epoch):
+    the resumed run logs that epoch's dev scores once, as an uninterrupted run does."""
+    args = [
+        "finetune",
+        "glue",
+        "task=rte",
+        f"init={pretrained}",
+        "scale=smoke",
+        "glue.synthetic_size=160",
+        "epochs=3",
+        "batch_size=16",
+        "task.max_len=48",
+        "trainer.deterministic=true",
+    ]
+    ref, out = tmp_path / "ref", tmp_path / "o"
+    res = convexp(*args, outputs=ref, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    kill_paused("validation#2", args, out)
+    res = convexp(*args, outputs=out, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [reference], [run] = ((d / "runs" / "finetune").glob("*") for d in (ref, out))
+    ref_rows, rows = csv_rows(reference), csv_rows(run)
+    assert len([r for r in ref_rows if "val/accuracy" in r]) == 3
+    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
+    for r, q in zip(ref_rows, rows):
+        for k in r:
+            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+    assert status(run)["attempts"][0]["status"] == "failed"  # it was killed

@@ -103,7 +103,7 @@ def test_no_module_over_600_lines():
 # imports only modules before it here (show and wandb_sweep sit on top, nothing imports them)
 SWEEP_ORDER = [
     *("spec", "args", "start", "compute", "cards", "nodes", "plan"),
-    *("execute", "launchers", "wandb_sweep", "show"),
+    *("execute", "node_job", "launchers", "wandb_sweep", "show"),
 ]
 
 

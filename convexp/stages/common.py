@@ -77,15 +77,15 @@ class _AppendingWriter(ExperimentWriter):
         writer.writerows(rows)
         atomic_write(self.metrics_file_path, out.getvalue())
 
-    def drop_rows_from(self, step: int) -> None:
+    def drop_rows(self, redone) -> None:
         self.save()
         if os.path.isfile(self.metrics_file_path):
-            self._rewrite_with_new_header(self.metrics_keys, keep=lambda r: int(r["step"]) < step)
+            self._rewrite_with_new_header(self.metrics_keys, keep=lambda r: not redone(r))
 
 
 class AppendingCSVLogger(CSVLogger):
     """``csv/metrics.csv`` across resumes: rows of earlier attempts kept, each step exactly once
-    (`Health` drops the rows of steps a resumed attempt redoes, via `drop_rows_from`)."""
+    (`Health` drops the rows a resumed attempt redoes, via `drop_rows`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, flush_logs_every_n_steps=1, **kwargs)
@@ -97,9 +97,9 @@ class AppendingCSVLogger(CSVLogger):
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
         return self._experiment
 
-    def drop_rows_from(self, step: int) -> None:
-        """Remove the rows logged with a step >= ``step``."""
-        self.experiment.drop_rows_from(step)
+    def drop_rows(self, redone) -> None:
+        """Remove the rows (dicts of CSV strings) for which ``redone(row)`` is true."""
+        self.experiment.drop_rows(redone)
 
 
 def log_result(metrics: dict) -> None:

@@ -9,12 +9,22 @@
   by design; ``patience`` such steps in a row are tolerated before the run counts as diverged.
 - **resume**: it keeps, in every checkpoint, the metrics of the last step and the step of the last
   validation, so a resumed run can report the same final metrics as an uninterrupted one and
-  redo a validation its checkpoint predates; on train start it drops the CSV rows of the steps
-  the resumed run will redo.
+  redo a validation its checkpoint predates (a periodic one killed in flight is run again before
+  training goes on; the one after the last step is redone by the stage); on train start it drops
+  the CSV rows of the steps and validations the resumed run will redo.
 
 `fit` runs ``trainer.fit`` and turns Lightning's ways of stopping on a signal (SIGINT becomes
 ``sys.exit(1)`` inside Lightning) back into KeyboardInterrupt / RunInterrupted, which the run's
 attempt records as ``interrupted``.
+
+**SIGTERM saves, Ctrl-C does not.** SIGTERM is how ``kill``, ``docker stop``, Kubernetes and SLURM
+(preemption, ``scancel``) ask a process to stop, with a grace period before SIGKILL. Lightning
+stops at the end of the current step; `fit` then saves ``last.ckpt`` there, so the resume loses
+at most that step, not everything since the last periodic checkpoint. The save is atomic (a
+temporary file renamed into place): a SIGKILL that follows during the save leaves the previous
+``last.ckpt``, never a truncated one, so saving can only gain. Ctrl-C (SIGINT) becomes
+KeyboardInterrupt in the middle of a step, where the weights and the optimizer state may not agree;
+it keeps the last periodic checkpoint and stops at once (use ``kill PID`` to stop after the step).
 
 **SLURM time limit.** Under SLURM (``SLURM_JOB_ID`` set; ``sbatch --signal=USR1@120`` asks for the
 warning) ``trainer.requeue_signal`` stops training at the end of the current step, saves
@@ -24,9 +34,14 @@ command, resumes the same run from that checkpoint. Lightning's own SLURM auto-r
 because its fit returns normally after the signal (the run would be recorded finished after a
 partial training) and it saves ``hpc_ckpt_*.ckpt`` beside, not in, the run's checkpoints; our
 handler is installed first, so Lightning does not install its own. It covers ``srun convexp …``
-under sbatch. submitit job arrays are not covered yet: submitit asks SLURM for USR2 and handles it
-itself, requeueing only callables with a ``checkpoint`` method (a ``Checkpointable`` job function
-returning a DelayedSubmission of the same node is the way to add it).
+under sbatch.
+
+**submitit jobs** (``launcher=submitit``, on SLURM or on this machine): submitit installs its own
+handler for its signal (USR2) before the job runs, and the sweep's job (`convexp.sweep.node_job`)
+sets ``trainer.requeue_signal`` to that signal. A handler already installed for the signal means
+the job runner requeues: training still stops at the end of the step and saves ``last.ckpt``, then
+submitit's handler is called, which asks the job for its next submission (the same node), requeues
+it and exits. Only one of the two ever requeues: ``scontrol`` is not called here then.
 """
 
 from __future__ import annotations
@@ -56,6 +71,7 @@ class Health(pl.Callback):
         self._loss: float | None = None  # this step's loss (accumulated micro-batches: the last)
         self._loss_bad = False
         self.val_step = -1  # global step of the last completed validation
+        self.restored = False  # a checkpoint was loaded
         self.restored_step = 0
         self.restored_metrics: dict[str, float] = {}
         self.exception: BaseException | None = None
@@ -116,13 +132,42 @@ class Health(pl.Callback):
         self.restored_metrics = state.get("metrics", {})
         self.val_step = state.get("val_step", -1)
         self.last_finite_loss = state.get("last_finite_loss")
+        if self._validation_after(trainer, self.restored_step) and self.val_step < self.restored_step:
+            _validation_in_flight(checkpoint)
+        self._drop_redone_rows(trainer)  # here: a run resumed at its last step does not start training
+        self.restored = True
+
+    @staticmethod
+    def _validation_after(trainer, step: int) -> bool:
+        """Whether a periodic validation follows optimizer step ``step`` in the middle of training
+        (validation every N steps; the stage redoes the one after the last step itself)."""
+        every = trainer.val_check_interval  # batches (optimizer steps x accumulation)
+        return (
+            trainer.check_val_every_n_epoch is None
+            and isinstance(every, int)
+            and 0 < step
+            and (trainer.max_steps < 0 or step < trainer.max_steps)
+            and step * trainer.accumulate_grad_batches % every == 0
+        )
 
     def on_train_start(self, trainer, pl_module) -> None:
-        # Lightning logs the rows of optimizer step s (1-based) with step s - 1; a checkpoint at
-        # global step K holds steps 1..K, so rows with step >= K are redone by this attempt.
+        if not self.restored:  # a fresh start: the rows of an attempt killed before its first checkpoint
+            self._drop_redone_rows(trainer)
+
+    def _drop_redone_rows(self, trainer) -> None:
+        # Lightning logs the rows of optimizer step s (1-based), and of the validation after it,
+        # with step s - 1. A checkpoint at global step K holds steps 1..K and the validations up
+        # to val_step: this attempt redoes the rows with step >= K and the validation rows with
+        # step >= val_step (a validation after step K that the checkpoint predates).
+        K, v = self.restored_step, self.val_step
+
+        def redone(row: dict) -> bool:
+            step = int(row["step"])
+            return step >= K or (step >= v and any(row[k] != "" for k in row if k.startswith("val/")))
+
         for logger in trainer.loggers if trainer.is_global_zero else []:
             if isinstance(logger, AppendingCSVLogger):
-                logger.drop_rows_from(self.restored_step)
+                logger.drop_rows(redone)
 
     def final_metrics(self, trainer: pl.Trainer) -> dict[str, float]:
         """The metrics at the end of training: those restored from the checkpoint, overwritten
@@ -130,9 +175,29 @@ class Health(pl.Callback):
         return {**self.restored_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items()}}
 
 
+def _validation_in_flight(checkpoint: dict) -> None:
+    """Mark the restored validation loop as stopped inside a validation, so that Lightning runs
+    that validation again before training on. A step checkpoint is written at the end of the step,
+    before the validation that follows it; a run killed inside that validation resumes from it,
+    and Lightning, which counts the validation as done, would skip it (no ``val/loss`` for that
+    step)."""
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    progress, epoch = fit_loop.get("epoch_loop.val_loop.batch_progress"), fit_loop.get("epoch_loop.state_dict")
+    if not progress or not epoch:
+        return
+    total = progress["total"]
+    total["ready"] = total["started"] = total["completed"] + 1  # one batch started, none processed
+    total["processed"] = total["completed"]
+    progress["current"].update(ready=1, started=1, processed=0, completed=0)
+    # the restart counts the step's logging as done (+1) and the redone validation counts it again
+    epoch["_batches_that_stepped"] -= 1
+
+
 def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
     """``trainer.fit`` (its Health callback required); returns the callback. Ctrl-C raises
-    KeyboardInterrupt, SIGTERM RunInterrupted, divergence RunDiverged."""
+    KeyboardInterrupt, SIGTERM RunInterrupted (after saving ``last.ckpt`` at the step it stopped
+    at), divergence RunDiverged; the time-limit signal checkpoints, requeues and raises
+    RunInterrupted."""
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
     [health] = [c for c in trainer.callbacks if isinstance(c, Health)]
@@ -140,7 +205,9 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
     # inside fit, Lightning's own SIGTERM handling stops at the end of the step (graceful)
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL) if main else None
     requeue = getattr(signal, health.requeue_signal) if health.requeue_signal else None
-    slurm = main and requeue is not None and "SLURM_JOB_ID" in os.environ
+    runner = signal.getsignal(requeue) if main and requeue is not None else None
+    runner = runner if callable(runner) else None  # submitit's handler: it requeues the job
+    slurm = main and requeue is not None and ("SLURM_JOB_ID" in os.environ or runner is not None)
     if slurm:
 
         def on_time_limit(signum, frame):
@@ -151,9 +218,10 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
     try:
         trainer.fit(module, **kwargs)
         if health.requeue_requested:
-            _checkpoint_and_requeue(trainer, health.requeue_signal)
-    except SIGTERMException:
-        raise RunInterrupted("SIGTERM") from None
+            _checkpoint_and_requeue(trainer, health.requeue_signal, runner)
+    except SIGTERMException:  # raised at the end of a step: the state is consistent, keep it
+        _save_last(trainer)
+        raise RunInterrupted(f"SIGTERM after step {trainer.global_step} (checkpointed)") from None
     except SystemExit:
         if isinstance(health.exception, KeyboardInterrupt):  # Lightning turned it into exit(1)
             signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning left it ignored
@@ -173,11 +241,31 @@ def slurm_job_id() -> str:
     return f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
 
 
-def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str) -> None:
-    """Save ``last.ckpt`` where the run's ModelCheckpoint writes, requeue this SLURM job, and raise
-    RunInterrupted so the attempt is recorded ``interrupted``."""
+def _save_last(trainer: pl.Trainer) -> None:
+    """Save ``last.ckpt`` where the run's ModelCheckpoint writes, atomically (a kill during the save
+    leaves the previous one)."""
     path = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"
-    trainer.save_checkpoint(str(path))
+    partial = path.with_name("last.ckpt.partial")  # not *.ckpt: never taken for a checkpoint
+    trainer.save_checkpoint(str(partial))
+    if trainer.is_global_zero:
+        os.replace(partial, path)
+
+
+def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str, runner=None) -> None:
+    """Save ``last.ckpt`` where the run's ModelCheckpoint writes, have the job requeued (by the job
+    runner's handler ``runner`` when there is one, else ``scontrol requeue``) and raise
+    RunInterrupted so the attempt is recorded ``interrupted``, exiting with the runner's code."""
+    _save_last(trainer)
+    if runner is not None:
+        code = None
+        try:
+            runner(getattr(signal, signame), None)  # submitit: checkpoint() -> requeue -> sys.exit
+        except SystemExit as e:
+            code = e.code
+        raise RunInterrupted(
+            f"{signame} (time limit) at step {trainer.global_step}: checkpointed, requeued by the job runner",
+            exit_code=code,
+        )
     job = slurm_job_id()
     if trainer.is_global_zero:
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)

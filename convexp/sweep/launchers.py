@@ -1,7 +1,8 @@
-"""Launchers: run a sweep's plan here (in this process or N worker processes) or on SLURM.
+"""Launchers: run a sweep's plan here (in this process or N worker processes) or on SLURM, or
+run one node of it (a W&B sweep agent's job).
 
-All three walk the same dependency graph with the same rules: a node runs once its dependencies
-are done or cached; a node whose dependency failed is blocked; a failure never stops the others.
+All walk the same dependency graph with the same rules: a node runs once its dependencies are
+done or cached; a node whose dependency failed is blocked; a failure never stops the others.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from .spec import SweepError
 
 
 def run_plan(plan: Plan) -> dict[str, Outcome]:
-    """Run every node that has work left with the configured launcher; returns the outcomes."""
+    """Run every node that has work left with the configured launcher (``launcher=node``: one
+    node); returns the outcomes."""
+    launcher = plan.settings.launcher
+    if launcher.name == "node":
+        return {launcher.key: run_one(plan, launcher.key, float(launcher.wait_s))}
     ledger = Ledger(plan)
     for key, node in plan.nodes.items():
         if node.done:
@@ -32,7 +37,6 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
         elif settled(node):
             ledger.outcomes[key] = settled(node)
     ledger.save()
-    launcher = plan.settings.launcher
     if launcher.name == "local" and launcher.workers <= 1:
         run_sequential(plan, ledger)
     elif launcher.name == "local":
@@ -40,7 +44,7 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
     elif launcher.name == "submitit":
         run_submitit(plan, ledger, launcher)
     else:
-        raise SweepError(f"unknown launcher {launcher.name!r}; use launcher=local or launcher=submitit")
+        raise SweepError(f"unknown launcher {launcher.name!r}; use launcher=local, submitit or node")
     return ledger.outcomes
 
 
@@ -77,6 +81,52 @@ def run_sequential(plan: Plan, ledger: Ledger) -> None:
             outcome = failure(node, time.time() - started, error_line(e), str(log))
             ledger.record(node.key, outcome)
             print(f"{outcome.status}: {node.key}: {outcome.error} (traceback: {log})", flush=True)
+
+
+# ----------------------------------------------------------------------------- one node
+
+
+def run_one(plan: Plan, key: str | None, wait_s: float, poll_s: float = 10.0) -> Outcome:
+    """Run exactly one node (``launcher=node launcher.key=KEY``: a W&B sweep agent's job) once its
+    dependencies have finished: a dependency that another job is running (it holds its run's lock)
+    is waited for up to ``wait_s`` seconds; one that is not finished and not running is an error,
+    and nothing runs (never on a missing or stale input). A finished node is cached, a held or
+    diverged one skipped. Agents on many machines do not share the ledger, so none is written."""
+    if key not in plan.nodes:
+        raise SweepError(
+            f"launcher.key={key!r} is not a node of sweep {plan.sweep.name}; "
+            f"`convexp ablate {plan.sweep.name} --dry-run` lists them"
+        )
+    node = plan.nodes[key]
+    deadline = time.monotonic() + wait_s
+    for dep in (plan.nodes[d] for d in node.deps):
+        while not dep.done:
+            holder = next((h for h in (r.locked_by() for r in dep.runs) if h), None)
+            if holder is None or time.monotonic() >= deadline:
+                why = f"is being run by {holder}" if holder else f"has not finished ({dep.state})"
+                raise SweepError(
+                    f"{key} needs {dep.key}, which {why}; run that node first "
+                    f"(launcher.key={dep.key}) or the whole sweep (convexp ablate {plan.sweep.name})"
+                )
+            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+    if node.done:
+        for run in node.runs:
+            warn_if_other_version(run)
+        return Outcome("cached")
+    known = settled(node)
+    if known:
+        print(f"{known.status}: {key}: {known.error}", flush=True)
+        return known
+    _announce(node, 1, 1)
+    started = time.time()
+    try:
+        run_node(node.stage, node.overrides)
+    except Exception as e:
+        outcome = failure(node, time.time() - started, error_line(e), None)
+        print(f"{outcome.status}: {key}: {outcome.error}", flush=True)
+        traceback.print_exc()
+        return outcome
+    return Outcome("done", time.time() - started)
 
 
 # ----------------------------------------------------------------------------- worker processes
@@ -145,10 +195,6 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int) -> None:
 # ----------------------------------------------------------------------------- SLURM (submitit)
 
 
-def _submitit_job(stage: str, overrides: list[str]) -> None:
-    run_node(stage, overrides)
-
-
 def make_executor(plan: Plan, cfg: DictConfig):
     """A submitit executor from conf/launcher/submitit.yaml (cluster=local runs it here)."""
     import submitit
@@ -174,7 +220,10 @@ def make_executor(plan: Plan, cfg: DictConfig):
 
 
 def run_submitit(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
-    """Waves of job arrays: every node whose dependencies are done goes into the next array."""
+    """Waves of job arrays: every node whose dependencies are done goes into the next array; a job
+    warned of its time limit checkpoints and is requeued (`convexp.sweep.node_job`)."""
+    from .node_job import NodeJob
+
     executor = make_executor(plan, cfg)
     pending = [n for n in plan.order() if n.key not in ledger.outcomes]
     while pending:
@@ -190,7 +239,7 @@ def run_submitit(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
         if not wave:
             break
         started = time.time()
-        jobs = executor.map_array(_submitit_job, [n.stage for n in wave], [n.overrides for n in wave])
+        jobs = executor.map_array(NodeJob(), [n.stage for n in wave], [n.overrides for n in wave])
         print(
             f"submitted {len(jobs)} jobs (array {jobs[0].job_id.split('_')[0]}): "
             + ", ".join(n.key for n in wave),
