@@ -71,7 +71,7 @@ def test_protocol_settings_and_run_ids():
     # BERMO fine-pruning on SQuAD: 10 epochs, Tables 7-10's SQuAD column
     [l0] = plan("task=squad1", "protocol=bermo", "pruning=l0")
     p = l0.run_cfg.pruning
-    assert l0.hp["epochs"] == 10 and (p["final_lambda"], p["score_lr"], p["warmup_steps"]) == (175.0, 0.1, None)
+    assert l0.hp["epochs"] == 10 and (p["final_lambda"], p["score_lr"], p["warmup_steps"]) == (175.0, 0.1, 5400)
     [soft] = plan("task=squad1", "protocol=bermo", "pruning=soft_movement")
     assert soft.run_cfg.pruning["final_lambda"] == 500.0
     assert (soft.run_cfg.pruning["initial_warmup"], soft.run_cfg.pruning["final_warmup"]) == (1, 2)
