@@ -59,7 +59,11 @@ def default_warmup(steps_per_epoch: int, total_steps: int, initial_warmup: float
 
 
 def prune_warmup(
-    warmup_steps: int | None, steps_per_epoch: int, total_steps: int, initial_warmup: float, final_warmup: float
+    warmup_steps: int | None,
+    steps_per_epoch: int,
+    total_steps: int,
+    initial_warmup: float,
+    final_warmup: float,
 ) -> int:
     """The warm-up a fine-pruning run uses: ``warmup_steps`` as configured (BERMO's printed 2,100 /
     12,000 / 11,000 / 5,400 for SST-2 / MNLI / QQP / SQuAD, conf/pruning/movement.yaml), or one

@@ -81,7 +81,9 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     return Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops), cfg, model_cfg
 
 
-def continuation_node(sweep: Sweep, v: Variant, settings: DictConfig, pre: Node, pre_cfg: DictConfig, model_cfg):
+def continuation_node(
+    sweep: Sweep, v: Variant, settings: DictConfig, pre: Node, pre_cfg: DictConfig, model_cfg
+) -> tuple[Node, Start]:
     """(the node continuing ``pre``'s pre-training at a longer length, the Start of the variant's
     SQuAD tasks): ConvBERT Table 4 (as ELECTRA and BERT) pre-trains at length 128, then runs an
     extra ``squad_continuation.fraction`` (10%) of its updates at ``seq_len`` (512) before SQuAD.

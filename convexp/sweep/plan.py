@@ -71,7 +71,8 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
             starts[v.name] = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, key, model_cfg)
             if sweep.squad_continuation is not None and _squad_tasks(sweep, settings):
                 cont, squad_start = continuation_node(sweep, v, settings, pre, cfg, model_cfg)
-                ckey = by_run.setdefault(cont.runs[0].id, cont.key)  # variants sharing a pre-training share it
+                # variants sharing a pre-training run share its continuation
+                ckey = by_run.setdefault(cont.runs[0].id, cont.key)
                 if ckey == cont.key:
                     nodes[ckey] = cont
                 squad_start = dataclasses.replace(squad_start, node=ckey)
