@@ -143,6 +143,17 @@ def _steps(n, *, _root_) -> int:
 OmegaConf.register_new_resolver("steps", _steps, replace=True)
 
 
+def _electra_max_predictions(*, _root_) -> int:
+    """``${electra_max_predictions:}`` (conf/recipe/electra_small.yaml): ELECTRA's cap on masked
+    positions, computed from the length as google-research/electra configure_pretraining.py does,
+    ``int((mask_prob + 0.005) * max_seq_length)``: 19 at 128, 79 at 512, so that a run at another
+    length (the SQuAD continuation at 512, smoke at 64) masks the same fraction."""
+    return int((float(_root_.objective.mask_prob) + 0.005) * int(_root_.seq_len))
+
+
+OmegaConf.register_new_resolver("electra_max_predictions", _electra_max_predictions, replace=True)
+
+
 def _when_pruning(on, off, *, _root_):
     """``${when_pruning:A,B}``: A when the config fine-prunes (``pruning.method`` is not none), else
     B (conf/protocol/bermo.yaml: BERMO's fine-pruning lr and epochs differ from its fine-tuning ones)."""

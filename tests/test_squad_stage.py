@@ -71,7 +71,7 @@ def test_protocol_settings_and_run_ids():
     # BERMO fine-pruning on SQuAD: 10 epochs, Tables 7-10's SQuAD column
     [l0] = plan("task=squad1", "protocol=bermo", "pruning=l0")
     p = l0.run_cfg.pruning
-    assert l0.hp["epochs"] == 10 and (p["final_lambda"], p["score_lr"], p["warmup_steps"]) == (175.0, 0.1, None)
+    assert l0.hp["epochs"] == 10 and (p["final_lambda"], p["score_lr"], p["warmup_steps"]) == (175.0, 0.1, 5400)
     [soft] = plan("task=squad1", "protocol=bermo", "pruning=soft_movement")
     assert soft.run_cfg.pruning["final_lambda"] == 500.0
     assert (soft.run_cfg.pruning["initial_warmup"], soft.run_cfg.pruning["final_warmup"]) == (1, 2)
@@ -193,7 +193,64 @@ def test_convbert_squad_sweep_plans_squad_nodes(tmp_path):
     plan = build_plan(load_sweep("convbert-squad"), ["scale=smoke", f"outputs={tmp_path}"])
     node = plan.nodes["finetune/small/squad2/s42"]
     assert node.command.startswith("convexp finetune squad ") and "task=squad2" in node.command
-    assert node.deps == ["pretrain/small"] and node.flops > 0
+    assert node.deps == ["continue/small"] and node.flops > 0  # SQuAD starts from the continuation
+    assert "continue/small" in res.stdout  # the dry-run shows the continuation node
+
+
+def test_length_512_continuation_is_a_node_between_pretraining_and_squad(tmp_path):
+    """ConvBERT Table 4: 10% more updates at length 512 before SQuAD, from the pre-training run;
+    GLUE tasks of the same variant keep the length-128 model; at smoke, the smoke length 128."""
+    from convexp.config import compose_stage
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    sweep = load_sweep("convbert-squad")
+    args = ["scale=paper", "variants=[small,small_4m]", "tasks=[squad1,rte]", f"outputs={tmp_path}"]
+    paper = build_plan(sweep, args)
+    for v, pre_steps in (("small", 1_000_000), ("small_4m", 4_000_000)):  # 1M updates; "train longer": 4M
+        pre, cont = paper.nodes[f"pretrain/{v}"], paper.nodes[f"continue/{v}"]
+        assert cont.deps == [pre.key] and cont.command.startswith("convexp pretrain ")
+        cfg = compose_stage("pretrain", cont.overrides)
+        assert (cfg.seq_len, cfg.trainer.max_steps) == (512, pre_steps // 10)
+        assert cfg.objective.max_predictions == 79  # ELECTRA's cap at length 512
+        assert cfg.init == str(pre.runs[0].dir.resolve())
+        assert cfg.model.name == compose_stage("pretrain", pre.overrides).model.name
+        assert paper.nodes[f"finetune/{v}/squad1/s42"].deps == [cont.key]
+        assert f"init={cont.runs[0].dir.resolve()}" in paper.nodes[f"finetune/{v}/squad1/s42"].overrides
+        rte = paper.nodes[f"finetune/{v}/rte/s42"]  # GLUE: the length-128 pre-training
+        assert rte.deps == [pre.key] and f"init={pre.runs[0].dir.resolve()}" in rte.overrides
+    order = [n.key for n in paper.order()]
+    assert order.index("pretrain/small") < order.index("continue/small") < order.index("finetune/small/squad1/s42")
+    glue_only = build_plan(sweep, ["scale=paper", "variants=[small]", "tasks=[rte]", f"outputs={tmp_path}"])
+    assert "continue/small" not in glue_only.nodes  # only SQuAD tasks ask for it
+    smoke = build_plan(sweep, ["scale=smoke", "variants=[small]", f"outputs={tmp_path}"])
+    cfg = compose_stage("pretrain", smoke.nodes["continue/small"].overrides)
+    assert (cfg.seq_len, cfg.model.max_position_embeddings, cfg.trainer.max_steps) == (128, 128, 60)
+
+
+def test_continuation_is_reused_across_sweeps(tmp_path):
+    """Another sweep continuing the same pre-training plans the same run, and finds it cached."""
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    other = tmp_path / "my-squad.yaml"
+    other.write_text(
+        "pretrain: [objective=electra]\n"
+        "squad_continuation: {fraction: 0.1, seq_len: 512}\n"
+        "finetune: {tasks: [squad1], overrides: [protocol=convbert]}\n"
+        "variants:\n  mine: {pretrain: [model=convbert_small]}\n"
+    )
+    out = tmp_path / "out"
+    a = build_plan(load_sweep("convbert-squad"), ["scale=smoke", "variants=[small]", f"outputs={out}"])
+    b = build_plan(load_sweep(str(other)), ["scale=smoke", f"outputs={out}"])
+    run = a.nodes["continue/small"].runs[0]
+    assert b.nodes["continue/mine"].runs[0] == run and b.nodes["continue/mine"].state == "new"
+    run.dir.mkdir(parents=True)
+    (run.dir / "metrics.json").write_text('{"val_loss": 2.0}')
+    run.set_status("finished")
+    b = build_plan(load_sweep(str(other)), ["scale=smoke", f"outputs={out}"])
+    assert b.nodes["continue/mine"].state == "cached"
+    assert b.nodes["finetune/mine/squad1/s42"].runs[0].id.startswith(run.id)
 
 
 @pytest.mark.slow
@@ -207,7 +264,7 @@ def test_convbert_squad_sweep_runs_and_reports(tmp_path):
     nodes = json.loads((tmp_path / "sweeps" / "convbert-squad" / "last.json").read_text())["nodes"]
     assert {k for k, n in nodes.items() if n["status"] == "done"} == {
         f"{stage}/{v}{task}" for v in ("electra_small", "small") for stage, task in
-        (("pretrain", ""), ("finetune", "/squad1/s42"), ("finetune", "/squad2/s42"))
+        (("pretrain", ""), ("continue", ""), ("finetune", "/squad1/s42"), ("finetune", "/squad2/s42"))
     }  # fmt: skip
     res = convexp("report", "convbert-squad", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
     assert res.returncode == 0, res.stderr[-3000:]

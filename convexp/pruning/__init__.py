@@ -22,7 +22,9 @@ Masks (:mod:`.masked`; W' = M ⊙ W as a ``torch.nn.utils.parametrize`` parametr
 * ``masks(model)``, ``prunable_layers(model)``, ``WeightMask`` — inspection / logging.
 
 Schedule (:mod:`.schedule`): ``cubic_threshold(step, total_steps, warmup_steps, initial_threshold,
-final_threshold, initial_warmup=1, final_warmup=2) -> (threshold, lambda_multiplier)``.
+final_threshold, initial_warmup=1, final_warmup=2) -> (threshold, lambda_multiplier)``;
+``prune_warmup(warmup_steps, steps_per_epoch, total_steps, initial_warmup, final_warmup)`` — the
+warm-up a run uses (as configured, one epoch when null, shortened when it leaves no ramp).
 
 Distillation (:mod:`.distill`): ``distillation_loss(student_logits, teacher_logits, task_loss,
 alpha_ce=0.5, alpha_distil=0.5, temperature=2.0)``; ``soft_target_loss(...)``.
@@ -83,7 +85,7 @@ from .masked import (
     score_parameters,
     set_threshold,
 )
-from .schedule import cubic_threshold, default_warmup
+from .schedule import cubic_threshold, default_warmup, prune_warmup
 from .structured import (
     StructuredSummary,
     layer_sizes,
@@ -114,6 +116,7 @@ __all__ = [
     "prune",
     "prune_ffn",
     "prune_heads",
+    "prune_warmup",
     "regularization",
     "remaining_weights",
     "remove_dead_structures",

@@ -56,3 +56,27 @@ def default_warmup(steps_per_epoch: int, total_steps: int, initial_warmup: float
     if (initial_warmup + final_warmup) * steps_per_epoch < total_steps:
         return steps_per_epoch
     return max(1, int(total_steps / (initial_warmup + final_warmup + 1)))
+
+
+def prune_warmup(
+    warmup_steps: int | None,
+    steps_per_epoch: int,
+    total_steps: int,
+    initial_warmup: float,
+    final_warmup: float,
+) -> int:
+    """The warm-up a fine-pruning run uses: ``warmup_steps`` as configured (BERMO's printed 2,100 /
+    12,000 / 11,000 / 5,400 for SST-2 / MNLI / QQP / SQuAD, conf/pruning/movement.yaml), or one
+    epoch when null (:func:`default_warmup`). A configured warm-up that leaves no steps for the cubic
+    ramp ((w_i + w_f)·W ≥ T: the printed values on scale=smoke's synthetic tasks) would keep the
+    initial threshold to the end; it is shortened as :func:`default_warmup` does, with a message."""
+    if not warmup_steps:
+        return default_warmup(steps_per_epoch, total_steps, initial_warmup, final_warmup)
+    if (initial_warmup + final_warmup) * warmup_steps < total_steps:
+        return int(warmup_steps)
+    short = max(1, int(total_steps / (initial_warmup + final_warmup + 1)))
+    print(
+        f"pruning.warmup_steps={warmup_steps} leaves no steps for the sparsity ramp of this "
+        f"{total_steps}-step run: using {short} (T / (initial_warmup + final_warmup + 1))"
+    )
+    return short

@@ -235,8 +235,8 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
     pruning = cfg.pruning if cfg.pruning.method != "none" else None
     prune_warmup = 0
     if pruning is not None:
-        prune_warmup = pruning.warmup_steps or pruner.default_warmup(
-            steps_per_epoch, total, pruning.initial_warmup, pruning.final_warmup
+        prune_warmup = pruner.prune_warmup(
+            pruning.warmup_steps, steps_per_epoch, total, pruning.initial_warmup, pruning.final_warmup
         )
     module = SquadModule(
         init.model_cfg, qa, hp, total, seed, init.state, pruning, prune_warmup, teacher, cfg.distill

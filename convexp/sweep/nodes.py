@@ -83,6 +83,58 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     return Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops), cfg, model_cfg
 
 
+def continuation_node(
+    sweep: Sweep, v: Variant, settings: DictConfig, pre: Node, pre_cfg: DictConfig, model_cfg
+) -> tuple[Node, Start]:
+    """(the node continuing ``pre``'s pre-training at a longer length, the Start of the variant's
+    SQuAD tasks): ConvBERT Table 4 (as ELECTRA and BERT) pre-trains at length 128, then runs an
+    extra ``squad_continuation.fraction`` (10%) of its updates at ``seq_len`` (512) before SQuAD.
+
+    The node is ``convexp pretrain`` with the pre-training's own overrides plus ``init=<its run>``,
+    ``seq_len``, ``trainer.max_steps`` = fraction x the pre-training's resolved updates (multiplier
+    included, so "train longer" continues 10% of 4M), the warm-up scaled by the same fraction (the
+    schedule's shape kept) and ``name=seq<L>`` (readable in run ids). Its run id is the hash of that
+    config, so another sweep continuing the same pre-training run finds it cached. At scale=smoke the
+    length is the smoke models' position table (model.max_position_embeddings: 128, twice the smoke
+    pre-training's 64): the stage runs, at the length a smoke model can hold."""
+    from ..config import override_key, parse_overrides
+    from ..stages.rundirs import pretrain_run
+
+    spec = sweep.squad_continuation
+    where = f"sweep {sweep.name}, variant {v.name}, squad_continuation"
+    positions = pre_cfg.model.max_position_embeddings
+    seq_len = positions if settings.scale == "smoke" else spec.seq_len
+    if model_cfg.absolute_positions and seq_len > positions:
+        raise SweepError(
+            f"{where}: seq_len {seq_len} exceeds model.max_position_embeddings={positions}; "
+            "lower squad_continuation.seq_len or use a model with more positions"
+        )
+    steps = max(1, round(spec.fraction * pre_cfg.trainer.max_steps))
+    t = pre_cfg.trainer
+    name = "-".join(filter(None, [pre_cfg.name, f"seq{seq_len}"]))
+    ours = {
+        "init": str(pre.runs[0].dir.resolve()),
+        "seq_len": seq_len,
+        "trainer.max_steps": steps,
+        "trainer.steps_multiplier": 1,
+        "optim.warmup_steps": max(1, round(spec.fraction * pre_cfg.optim.warmup_steps)),
+        "trainer.val_every_n_steps": min(t.val_every_n_steps, steps),
+        "trainer.checkpoint_every_n_steps": min(t.checkpoint_every_n_steps, steps),
+        "name": name,
+    }
+    kept = [o for o, p in zip(pre.overrides, parse_overrides(pre.overrides)) if override_key(p) not in ours]
+    over = [*kept, *(f"{k}={val}" for k, val in ours.items())]
+    cfg = _compose(where, "pretrain", over)
+    try:
+        flops = pretrain_flops(cfg, model_cfg)
+    except (ConfigError, ValueError) as e:
+        raise SweepError(f"{where}: {e}") from e
+    run = pretrain_run(cfg)
+    node = Node(f"continue/{v.name}", "pretrain", v.name, over, [run], deps=[pre.key], flops=flops)
+    start = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, node.key, model_cfg)
+    return node, start
+
+
 def _logging(sweep: Sweep, v: Variant) -> list[str]:
     """W&B: group = the sweep, tags = the variant (the job type is the stage)."""
     return [f"logger.group={sweep.name}", f"logger.tags=[{v.name}]"]

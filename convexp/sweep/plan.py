@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .args import split_args, sweep_settings
-from .nodes import Node, compose_cached, finetune_nodes, pretrain_node
+from .nodes import Node, compose_cached, continuation_node, finetune_nodes, pretrain_node
 from .spec import Sweep, SweepError, Variant
 from .start import Start, checkpoint_for, checkpoint_start
 
@@ -57,6 +57,7 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
     by_run: dict[str, str] = {}  # pre-training run id -> its node (variants may share one)
     cache: dict[tuple, DictConfig] = {}  # fine-tuning compositions shared by variants
     for v in _selected(sweep, settings.variants):
+        squad_start = None  # where the variant's SQuAD tasks start when not from starts[v] (a continuation)
         if checkpoint is not None:
             starts[v.name] = checkpoint_start(checkpoint)
         else:
@@ -64,16 +65,25 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
             key = by_run.setdefault(pre.runs[0].id, pre.key)
             if key == pre.key:
                 nodes[key] = pre
+            pre = nodes[key]
             pretrain_cfgs[v.name] = cfg
             run = pre.runs[0]
             starts[v.name] = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, key, model_cfg)
+            if sweep.squad_continuation is not None and _squad_tasks(sweep, settings):
+                cont, squad_start = continuation_node(sweep, v, settings, pre, cfg, model_cfg)
+                # variants sharing a pre-training run share its continuation
+                ckey = by_run.setdefault(cont.runs[0].id, cont.key)
+                if ckey == cont.key:
+                    nodes[ckey] = cont
+                squad_start = dataclasses.replace(squad_start, node=ckey)
         if sweep.finetune is not None:
-            ft = finetune_nodes(sweep, v, settings, stage_args["finetune"], starts, nodes, cache)
-            for node in ft:
-                if node.key in nodes:  # another grid setting of the same (task, seed)
-                    nodes[node.key].runs += [r for r in node.runs if r not in nodes[node.key].runs]
-                else:
-                    nodes[node.key] = node
+            for part, start in _task_parts(sweep, settings, starts[v.name], squad_start):
+                ft = finetune_nodes(sweep, v, part, stage_args["finetune"], {v.name: start}, nodes, cache)
+                for node in ft:
+                    if node.key in nodes:  # another grid setting of the same (task, seed)
+                        nodes[node.key].runs += [r for r in node.runs if r not in nodes[node.key].runs]
+                    else:
+                        nodes[node.key] = node
     if pretrain_cfgs:
         first = next(iter(pretrain_cfgs.values()))
     else:
@@ -88,6 +98,27 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
         Path(first.outputs),
         first.logger,
     )
+
+
+def _tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
+    return list(settings.tasks) if settings.tasks is not None else list(sweep.finetune.tasks)
+
+
+def _squad_tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
+    from ..data.squad import SQUAD_TASKS
+
+    return [t for t in _tasks(sweep, settings) if t in SQUAD_TASKS] if sweep.finetune else []
+
+
+def _task_parts(sweep: Sweep, settings: DictConfig, start: Start, squad_start: Start | None):
+    """(settings with the tasks to plan, their start): all tasks from ``start``, or, with a
+    continuation, the GLUE tasks from ``start`` (the length-128 model) and SQuAD from ``squad_start``."""
+    if squad_start is None:
+        return [(settings, start)]
+    squad = _squad_tasks(sweep, settings)
+    rest = [t for t in _tasks(sweep, settings) if t not in squad]
+    parts = [(OmegaConf.merge(settings, {"tasks": rest}), start)] if rest else []
+    return [*parts, (OmegaConf.merge(settings, {"tasks": squad}), squad_start)]
 
 
 def _selected(sweep: Sweep, wanted) -> list[Variant]:

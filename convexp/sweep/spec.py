@@ -44,6 +44,15 @@ class FinetuneSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Continuation:
+    """``squad_continuation:``: pre-training continued for ``fraction`` of its updates at length
+    ``seq_len`` before the SQuAD tasks (ConvBERT Table 4: 10% at 512); GLUE keeps the length-128 model."""
+
+    fraction: float = 0.1
+    seq_len: int = 512
+
+
+@dataclasses.dataclass(frozen=True)
 class ReportSpec:
     """How ``convexp report`` lays out the sweep: the paper's style, columns, figure, notes."""
 
@@ -73,6 +82,7 @@ class Sweep:
     finetune: FinetuneSpec | None
     variants: dict[str, Variant]
     report: ReportSpec
+    squad_continuation: Continuation | None = None  # SQuAD starts from a longer-sequence continuation
 
     @property
     def title(self) -> str:
@@ -106,7 +116,7 @@ def load_sweep(name: str) -> Sweep:
     d = _mapping(
         raw,
         where,
-        {"source", "data", "tokenizer", "init", "smoke", "pretrain", "finetune", "variants", "report"},
+        {"source", "data", "tokenizer", "init", "smoke", "pretrain", "finetune", "variants", "report", "squad_continuation"},
     )
     data = d.get("data")
     if data is not None and data not in group_options("data"):
@@ -194,6 +204,7 @@ def load_sweep(name: str) -> Sweep:
         exclude_diverged=bool(r.get("exclude_diverged", False)),
     )
     _check_report(report, variants, finetune, where)
+    continuation = _continuation(d.get("squad_continuation"), f"{where}: squad_continuation")
     return Sweep(
         name=path.stem,
         path=path,
@@ -206,7 +217,20 @@ def load_sweep(name: str) -> Sweep:
         finetune=finetune,
         variants=variants,
         report=report,
+        squad_continuation=continuation,
     )
+
+
+def _continuation(x, where: str) -> Continuation | None:
+    if x is None:
+        return None
+    c = _mapping(x, where, {"fraction", "seq_len"})
+    fraction, seq_len = c.get("fraction", Continuation.fraction), c.get("seq_len", Continuation.seq_len)
+    if not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
+        raise SweepError(f"{where}: fraction must be a number in (0, 1], e.g. 0.1 (10% more updates)")
+    if not (isinstance(seq_len, int) and seq_len > 0):
+        raise SweepError(f"{where}: seq_len must be a positive integer, e.g. 512")
+    return Continuation(float(fraction), seq_len)
 
 
 def _mapping(x, where: str, allowed: set[str] | None = None) -> dict:
