@@ -49,7 +49,7 @@ class PretrainModule(pl.LightningModule):
         self, model_cfg: ModelConfig, cfg: DictConfig, tokens: TokenInfo, total_steps: int, cuda: bool = False
     ):
         super().__init__()
-        self.cfg, self.tokens, self.total_steps, self.cuda = cfg, tokens, total_steps, cuda
+        self.cfg, self.tokens, self.total_steps, self.use_cuda = cfg, tokens, total_steps, cuda
         obj = cfg.objective
         if obj.name == "mlm":
             self.objective = MLMObjective(model_cfg, pair_head=obj.pair_format in ("nsp", "sop"))
@@ -114,7 +114,7 @@ class PretrainModule(pl.LightningModule):
             o.weight_decay,
             o.warmup_steps,
             self.total_steps,
-            fused=fused_adamw(self.cfg.trainer, self.cuda),
+            fused=fused_adamw(self.cfg.trainer, self.use_cuda),
         )
 
 
