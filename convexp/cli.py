@@ -271,15 +271,26 @@ def cp(
     typer.echo(f"wrote {path}")
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench(
+    ctx: typer.Context,
+    what: Optional[str] = typer.Argument(
+        None, help="pretrain [OVERRIDES]: the pretrain stage vs its bare step (default: the step benchmark)."
+    ),
     steps: int = typer.Option(10, help="Timed training steps per configuration."),
     batch_size: int = typer.Option(32, help="Batch size of the training-step benchmark."),
     seq_len: int = typer.Option(128, help="Sequence length of the training-step benchmark."),
     lengths: str = typer.Option("128,512,2048", help="Lengths for the block benchmark."),
     skip_hf: bool = typer.Option(False, help="Skip the Hugging Face comparison."),
 ) -> None:
-    """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention blocks."""
+    """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention blocks;
+    `bench pretrain [OVERRIDES]`: the pretrain stage's tokens/s against its bare training step."""
+    if what == "pretrain":
+        from .bench.pretrain import bench_pretrain, print_record
+
+        return print_record(bench_pretrain(ctx.args, steps))
+    if what is not None:
+        _fail(f"unknown benchmark {what!r}; use `convexp bench` or `convexp bench pretrain`")
     from .bench.step import run_benchmarks
 
     for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--seq-len", seq_len)):

@@ -86,6 +86,11 @@ EXECUTION_KEYS = (
     "trainer.nonfinite_patience",
     "trainer.lock_wait",
     "trainer.requeue_signal",
+    "trainer.tf32",  # the speed options (convexp/stages/accel.py)
+    "trainer.fused_adamw",
+    "trainer.pin_memory",
+    "trainer.compile",
+    "trainer.gradient_checkpointing",
     "choices",
     "invocation",
 )

@@ -42,6 +42,11 @@ class TrainerSchema:
     nonfinite_patience: int = 0  # non-finite steps in a row tolerated (AMP's skipped steps)
     lock_wait: float = 0.0  # seconds to wait for another process writing the same run
     requeue_signal: Optional[str] = "SIGUSR1"  # SLURM time-limit warning: checkpoint + requeue; null: off
+    tf32: bool = True  # speed options: convexp/stages/accel.py
+    fused_adamw: Any = "auto"  # auto, true or false
+    pin_memory: Any = "auto"  # auto, true or false
+    compile: bool = False
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "batch_size"):
@@ -53,6 +58,9 @@ class TrainerSchema:
             raise ValueError("trainer.nonfinite_patience and trainer.lock_wait must be 0 or more")
         if self.requeue_signal is not None and not isinstance(getattr(signal, self.requeue_signal, None), signal.Signals):
             raise ValueError(f"trainer.requeue_signal={self.requeue_signal}: not a signal name; use e.g. SIGUSR1 or null")
+        for key in ("fused_adamw", "pin_memory"):
+            if getattr(self, key) not in ("auto", True, False):
+                raise ValueError(f"trainer.{key}={getattr(self, key)}: use auto, true or false")
         if self.num_workers < 0:
             raise ValueError(f"trainer.num_workers={self.num_workers}: must be 0 (load in the main process) or more")
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention import MixedAttention, SelfAttention
 from .config import ModelConfig
@@ -105,9 +106,17 @@ def glorot_where_tf_had_no_initializer(module: nn.Module) -> None:
 
 
 class Encoder(nn.Module):
+    """Embeddings, the blocks, optional scalar mix and pooler.
+
+    ``gradient_checkpointing = True`` (``trainer.gradient_checkpointing``) keeps only each block's
+    input for the backward pass and recomputes the block there (``torch.utils.checkpoint``,
+    non-reentrant, the RNG state replayed so dropout draws the same masks): the same outputs and
+    gradients, activation memory of one block instead of all, about one more forward of compute."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
+        self.gradient_checkpointing = False
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
         self.scalar_mix = (
@@ -137,8 +146,9 @@ class Encoder(nn.Module):
             keep = attention_mask.bool()
         x = self.embeddings(input_ids, token_type_ids)
         hidden = [x]
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
-            x = layer(x, keep)
+            x = checkpoint(layer, x, keep, use_reentrant=False) if recompute else layer(x, keep)
             hidden.append(x)
         features = self.scalar_mix(hidden) if self.scalar_mix is not None else x
         pooled = torch.tanh(self.pooler(features[:, 0])) if self.pooler is not None else None

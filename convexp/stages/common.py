@@ -143,9 +143,11 @@ def adamw_with_linear_schedule(
     warmup_steps: int,
     total_steps: int,
     param_groups: list[dict] | None = None,
+    fused: bool = False,
 ):
     """AdamW (no weight decay on biases, LayerNorms and ScalarMix scalars) with linear warm-up
-    to ``lr`` and linear decay to 0 at ``total_steps``; returns Lightning's optimiser dict."""
+    to ``lr`` and linear decay to 0 at ``total_steps``; returns Lightning's optimiser dict.
+    ``fused``: PyTorch's fused kernel (``trainer.fused_adamw``; otherwise its default)."""
     groups = param_groups or [{"params": list(model.named_parameters()), "lr": lr}]
     flat = []
     for g in groups:
@@ -153,7 +155,7 @@ def adamw_with_linear_schedule(
         no_decay = [p for n, p in g["params"] if p.requires_grad and p.ndim < 2]
         flat.append({"params": decay, "lr": g["lr"], "weight_decay": g.get("weight_decay", weight_decay)})
         flat.append({"params": no_decay, "lr": g["lr"], "weight_decay": 0.0})
-    opt = torch.optim.AdamW([g for g in flat if g["params"]], lr=lr, betas=tuple(betas), eps=eps)
+    opt = torch.optim.AdamW([g for g in flat if g["params"]], lr=lr, betas=tuple(betas), eps=eps, fused=fused or None)
 
     def factor(step: int) -> float:
         if step < warmup_steps:

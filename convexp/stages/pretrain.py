@@ -32,19 +32,24 @@ from .common import (
 )
 from .health import Health, fit
 from .progress import StepProgressBar
-from .objectives import ElectraObjective, MLMObjective, TokenInfo, mask_tokens
+from .objectives import ElectraObjective, MLMObjective, TokenInfo
+from .batches import Masker, MaskingCollate, PositionBatches, Prefetched, StreamBatches, ValBatches
+from .accel import fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
 from .streams import BlockStream, PermutedStream, StreamSampler
 
 COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class PretrainModule(pl.LightningModule):
-    """Masks each batch on the fly (seeded by the batch's stream position, so resumed runs
-    repeat uninterrupted ones exactly), runs the objective, logs losses and tokens/s."""
+    """Runs the objective on batches the data pipeline has already masked (``batches.py``; the
+    masks are seeded by the batch's stream position, so resumed runs repeat uninterrupted ones
+    exactly), logs losses and tokens/s."""
 
-    def __init__(self, model_cfg: ModelConfig, cfg: DictConfig, tokens: TokenInfo, total_steps: int):
+    def __init__(
+        self, model_cfg: ModelConfig, cfg: DictConfig, tokens: TokenInfo, total_steps: int, cuda: bool = False
+    ):
         super().__init__()
-        self.cfg, self.tokens, self.total_steps = cfg, tokens, total_steps
+        self.cfg, self.tokens, self.total_steps, self.use_cuda = cfg, tokens, total_steps, cuda
         obj = cfg.objective
         if obj.name == "mlm":
             self.objective = MLMObjective(model_cfg, pair_head=obj.pair_format in ("nsp", "sop"))
@@ -54,31 +59,24 @@ class PretrainModule(pl.LightningModule):
             )
         else:
             raise UserError(f"unknown objective {obj.name!r}; use objective=mlm or objective=electra")
+        self.masker = Masker.from_objective(tokens, obj)
         self._t0, self.tokens_seen, self.train_seconds = None, 0.0, 0.0
 
-    def _generator(self, batch: dict) -> torch.Generator:
-        seed = step_seed(self.cfg.seed, int(batch["position"][0]))
-        torch.manual_seed(seed)  # dropout of this batch
+    def mask(self, batch: dict, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(masked input ids, labels) of a batch, as the objective's masking settings say."""
+        return self.masker.mask(batch, generator)
+
+    def _sampling(self, batch: dict, seed: int) -> torch.Generator:
+        """The generator of the step's own draws (ELECTRA's sampled replacements): on the CPU the
+        masking generator, continued; on a GPU one on the device, seeded with the batch's seed."""
+        if self.device.type == "cpu":
+            return torch.Generator().set_state(batch["rng_state"])
         return torch.Generator(device=self.device).manual_seed(seed)
 
-    def _step(self, batch: dict, generator: torch.Generator):
-        o = self.cfg.objective
-        masked, labels = mask_tokens(
-            batch["input_ids"],
-            self.tokens,
-            generator,
-            o.mask_prob,
-            o.replace_mask,
-            o.replace_random,
-            o.whole_word,
-            exact_count=o.get("exact_count", False),  # BERT masking (objective=mlm) has no count
-            max_predictions=o.get("max_predictions"),
-            attention_mask=batch["attention_mask"],
-        )
-        return self.objective(batch, masked, labels, generator=generator)
-
     def training_step(self, batch: dict, batch_idx: int):
-        out = self._step(batch, self._generator(batch))
+        seed = step_seed(self.cfg.seed, int(batch["position"][0]))
+        torch.manual_seed(seed)  # dropout of this batch
+        out = self.objective(batch, batch["masked"], batch["labels"], generator=self._sampling(batch, seed))
         self.log("train/loss", out.loss, prog_bar=True)
         self.log_dict({f"train/{k}": v for k, v in out.metrics.items()})
         return out.loss
@@ -86,7 +84,7 @@ class PretrainModule(pl.LightningModule):
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         now = time.perf_counter()
         if self._t0 is not None:  # tokens/s of this device over the last batch, and since the start
-            tokens = float(batch["attention_mask"].sum())
+            tokens = batch["num_tokens"]
             self.tokens_seen += tokens
             self.train_seconds += now - self._t0
             self.log("train/tokens_per_s", tokens / (now - self._t0), prog_bar=True)
@@ -100,8 +98,8 @@ class PretrainModule(pl.LightningModule):
         return self.tokens_seen / self.train_seconds if self.train_seconds else None
 
     def validation_step(self, batch: dict, batch_idx: int):
-        g = torch.Generator(device=self.device).manual_seed(step_seed(self.cfg.seed, -1 - batch_idx))
-        out = self._step(batch, g)  # fixed masks: comparable across steps and runs
+        seed = step_seed(self.cfg.seed, -1 - batch_idx)  # fixed masks: comparable across steps and runs
+        out = self.objective(batch, batch["masked"], batch["labels"], generator=self._sampling(batch, seed))
         self.log("val/loss", out.loss, sync_dist=True)
         self.log_dict({f"val/{k}": v for k, v in out.metrics.items()}, sync_dist=True)
 
@@ -115,47 +113,52 @@ class PretrainModule(pl.LightningModule):
             o.weight_decay,
             o.warmup_steps,
             self.total_steps,
+            fused=fused_adamw(self.cfg.trainer, self.use_cuda),
         )
 
 
 class PretrainData(pl.LightningDataModule):
-    """The train stream starts where the restored global step says (see streams.py)."""
+    """Batches made and masked off the training thread (``batches.py``); the train stream starts
+    where the restored global step says (see streams.py)."""
 
-    def __init__(self, train, val, seed: int, batch_size: int, num_workers: int, columns: tuple[str, ...]):
+    def __init__(
+        self,
+        train,
+        val,
+        seed: int,
+        batch_size: int,
+        num_workers: int,
+        columns: tuple[str, ...],
+        masker: Masker,
+        pin_memory: bool = False,
+    ):
         super().__init__()
-        self.train, self.val, self.seed = train, val, seed
+        self.train, self.val, self.seed, self.masker = train, val, seed, masker
         self.batch_size, self.num_workers, self.columns = batch_size, num_workers, columns
+        self.pin_memory = pin_memory
 
     def train_dataloader(self):
         t = self.trainer
         start = t.global_step * t.accumulate_grad_batches * self.batch_size * t.world_size
-        if isinstance(self.train, StreamingBlocks):  # a streaming corpus: read in order, in this process
+        if isinstance(self.train, StreamingBlocks):  # a streaming corpus: read in order, in one thread
             stream = BlockStream(self.train, start, t.global_rank, t.world_size, self.columns)
-            return DataLoader(stream, batch_size=self.batch_size)
-        return DataLoader(
-            PermutedStream(self.train, self.seed, self.columns),
-            batch_size=self.batch_size,
-            sampler=StreamSampler(start, t.global_rank, t.world_size),
+            collate = MaskingCollate(self.masker, self.seed)
+            return Prefetched(
+                DataLoader(stream, batch_size=self.batch_size, collate_fn=collate, pin_memory=self.pin_memory)
+            )
+        loader = DataLoader(
+            StreamBatches(PermutedStream(self.train, self.seed, self.columns), self.masker, self.seed),
+            batch_size=None,  # the sampler yields whole batches of positions
+            sampler=PositionBatches(StreamSampler(start, t.global_rank, t.world_size), self.batch_size),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            pin_memory=self.pin_memory,
         )
+        return loader if self.num_workers else Prefetched(loader)
 
     def val_dataloader(self):
-        return DataLoader(
-            _Rows(self.val, self.columns), batch_size=self.batch_size, num_workers=self.num_workers
-        )
-
-
-class _Rows(torch.utils.data.Dataset):
-    def __init__(self, rows, columns):
-        self.rows, self.columns = rows, columns
-
-    def __len__(self):
-        return len(self.rows)
-
-    def __getitem__(self, i):
-        row = self.rows[i]
-        return {c: torch.as_tensor(row[c]) for c in self.columns}
+        batches = ValBatches(self.val, self.columns, self.batch_size, self.masker, self.seed)
+        return DataLoader(batches, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
 
 
 def run_pretrain(cfg: DictConfig) -> Run:
@@ -193,21 +196,32 @@ def run_pretrain(cfg: DictConfig) -> Run:
     return run
 
 
+def token_info(tok) -> TokenInfo:
+    """What masking needs to know about a tokenizer's vocabulary."""
+    return TokenInfo(tok.vocab_size, tok.mask_id, tuple(sorted(tok.special_ids)), tok.continuation_mask())
+
+
 def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
     """One attempt (the run's lock held): train from the last intact checkpoint, then finish."""
     tok = data.tokenizer
     run.write_config(cfg)
     write_record(run, cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    tokens = TokenInfo(tok.vocab_size, tok.mask_id, tuple(sorted(tok.special_ids)), tok.continuation_mask())
+    tokens = token_info(tok)
 
     steps = cfg.trainer.max_steps
-    module = PretrainModule(model_cfg, cfg, tokens, steps)
+    cuda = on_cuda(cfg.trainer)
+    set_tf32(cfg.trainer, cuda)
+    module = PretrainModule(model_cfg, cfg, tokens, steps, cuda)
     if cfg.init:
         _init_weights(module.objective.encoder, cfg.init, model_cfg)
+    prepare_encoders(module.objective, cfg.trainer)
     columns = COLUMNS + (("pair_label",) if cfg.objective.pair_format in ("nsp", "sop") else ())
     batch = per_device_batch(cfg.trainer.batch_size, cfg.trainer)
-    datamodule = PretrainData(data.train, data.val, cfg.seed, batch, cfg.trainer.num_workers, columns)
+    datamodule = PretrainData(
+        data.train, data.val, cfg.seed, batch, cfg.trainer.num_workers, columns, module.masker,
+        pin_memory(cfg.trainer, cuda),
+    )
 
     from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 

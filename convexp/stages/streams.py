@@ -35,8 +35,12 @@ class PermutedStream(Dataset):
     def __len__(self) -> int:  # one epoch; the sampler decides how far to go
         return self.n
 
+    def row_index(self, position: int) -> int:
+        """The dataset row at stream position ``position``."""
+        return int(self._permutation(position // self.n)[position % self.n])
+
     def __getitem__(self, position: int) -> dict:
-        row = self.rows[int(self._permutation(position // self.n)[position % self.n])]
+        row = self.rows[self.row_index(position)]
         out = {c: torch.as_tensor(row[c]) for c in self.columns}
         out["position"] = torch.tensor(position)
         return out

@@ -1,0 +1,175 @@
+"""``convexp bench pretrain``: the ``pretrain`` stage's throughput against its bare training step.
+
+One invocation, one composed pre-training config (any ``convexp pretrain`` overrides; default
+``scale=smoke``), the same model, batch and length for both:
+
+* **bare step**: the stage's objective on one fixed batch of the stage's own data, masked once —
+  forward, backward, gradient clipping (when ``optim.grad_clip`` is set) and AdamW, under the
+  trainer's precision; mean wall time of ``--steps`` calls after two warm-up steps (a mean, as
+  the stage's tokens/s is: tokens over wall time). Timed before and after the stage
+  (the machine may be shared: the two bracket it) and reported as the mean of both.
+* **stage**: ``convexp pretrain`` itself, run to ``trainer.max_steps`` in a scratch run store
+  (the data cache is shared with the real one), reporting the tokens/s its own log records:
+  real (non-padding) training tokens per second of wall time between training batches,
+  validation excluded, everything else (data loading, masking, logging, checkpoint writes)
+  included.
+
+Both count real tokens, so the ratio stage / bare is the share of the step's speed the stage
+keeps. The record (configuration, both numbers, ratio, torch version, threads) is printed and
+written as JSON.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+DEFAULT_OVERRIDES = ("scale=smoke",)
+
+
+def _autocast(precision: str, device: torch.device):
+    if str(precision).startswith("bf16"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def bare_step(cfg, data, steps: int) -> dict:
+    """Mean seconds of one training step of the stage's objective on its first batch, and the
+    batch's real tokens. ``cfg`` is composed, ``data`` the prepared data."""
+    import dataclasses
+
+    from ..config import to_model_config
+    from ..stages.accel import fused_adamw, prepare_encoders
+    from ..stages.common import adamw_with_linear_schedule, per_device_batch
+    from ..stages.pretrain import COLUMNS, PretrainModule, token_info
+    from ..stages.streams import PermutedStream
+
+    tok = data.tokenizer
+    model_cfg = dataclasses.replace(
+        to_model_config(cfg.model), vocab_size=tok.vocab_size, pad_token_id=tok.pad_id
+    )
+    torch.manual_seed(cfg.seed)
+    module = PretrainModule(model_cfg, cfg, token_info(tok), cfg.trainer.max_steps)
+    columns = COLUMNS + (("pair_label",) if cfg.objective.pair_format in ("nsp", "sop") else ())
+    stream = PermutedStream(data.train, cfg.seed, columns)
+    size = per_device_batch(cfg.trainer.batch_size, cfg.trainer)
+    batch = torch.utils.data.default_collate([stream[i] for i in range(size)])
+    generator = torch.Generator().manual_seed(cfg.seed)
+    masked, labels = module.mask(batch, generator)
+    prepare_encoders(module.objective, cfg.trainer)
+    o = cfg.optim
+    opt = adamw_with_linear_schedule(
+        module.objective, cfg.optim.lr, o.betas, o.eps, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps,
+        fused=fused_adamw(cfg.trainer, False),
+    )["optimizer"]
+    objective = module.objective.train()
+    params = [p for p in objective.parameters() if p.requires_grad]
+    device = torch.device("cpu")
+
+    def step() -> None:
+        with _autocast(cfg.trainer.precision, device):
+            loss = objective(batch, masked, labels, generator=generator).loss
+        loss.backward()
+        if o.grad_clip:
+            torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(2):  # warm-up
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return {"seconds": (time.perf_counter() - start) / steps, "tokens": float(batch["attention_mask"].sum())}
+
+
+def stage_tokens_per_s(cfg) -> dict:
+    """Run the stage on ``cfg`` (its outputs a scratch store); its own tokens/s and wall time."""
+    from ..stages.pretrain import run_pretrain
+
+    run = run_pretrain(cfg)
+    m = json.loads((run.dir / "metrics.json").read_text())
+    return {"tokens_per_s": m["tokens_per_s"], "wall_time_s": m["wall_time_s"], "steps": m["steps"]}
+
+
+def bench_pretrain(overrides: list[str], steps: int, record_dir: Path | None = None) -> dict:
+    """Bare step, stage, bare step (interleaved on a shared machine); returns the record, also
+    written to ``record_dir`` (default ``<outputs>/bench``) as ``pretrain-<UTC time>.json``."""
+    from omegaconf import open_dict
+
+    from ..config import compose_stage
+    from ..data.pretraining import prepare_pretraining_data
+
+    cfg = compose_stage("pretrain", [*DEFAULT_OVERRIDES, *overrides])
+    outputs = Path(cfg.outputs)
+    scratch = Path(tempfile.mkdtemp(prefix="convexp-bench-pretrain-"))
+    try:
+        (outputs / "cache").mkdir(parents=True, exist_ok=True)
+        (scratch / "cache").symlink_to((outputs / "cache").resolve(), target_is_directory=True)
+        with open_dict(cfg):
+            cfg.outputs = str(scratch)
+            cfg.resume = False
+        data = prepare_pretraining_data(
+            cfg.data, cfg.tokenizer, cfg.seq_len, scratch / "cache", cfg.seed, cfg.objective.pair_format
+        )
+        before = bare_step(cfg, data, steps)
+        stage = stage_tokens_per_s(cfg)
+        after = bare_step(cfg, data, steps)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    seconds = statistics.mean([before["seconds"], after["seconds"]])
+    bare = before["tokens"] / seconds
+    record = {
+        "benchmark": "pretrain",
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "overrides": [*DEFAULT_OVERRIDES, *overrides],
+        "model": cfg.model.name,
+        "objective": cfg.objective.name,
+        "batch_size": cfg.trainer.batch_size,
+        "seq_len": cfg.seq_len,
+        "precision": cfg.trainer.precision,
+        "stage_steps": stage["steps"],
+        "bare_steps": steps,
+        "bare_step_s": [before["seconds"], after["seconds"]],
+        "bare_tokens_per_s": bare,
+        "stage_tokens_per_s": stage["tokens_per_s"],
+        "stage_wall_time_s": stage["wall_time_s"],
+        "ratio": stage["tokens_per_s"] / bare,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+    }
+    out = Path(record_dir) if record_dir else outputs / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = record["time"].replace(":", "").replace("+0000", "Z")
+    path = out / f"pretrain-{stamp}.json"
+    path.write_text(json.dumps(record, indent=1))
+    record["path"] = str(path)
+    return record
+
+
+def print_record(record: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"pretrain stage vs bare step: {record['model']} {record['objective']}, "
+        f"batch {record['batch_size']} x length {record['seq_len']}, {record['precision']}"
+    )
+    for col in ("bare step tok/s", "stage tok/s", "stage / bare"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        f"{record['bare_tokens_per_s']:,.0f}", f"{record['stage_tokens_per_s']:,.0f}", f"{record['ratio']:.2f}"
+    )
+    console = Console()
+    console.print(table)
+    console.print(f"record: {record['path']}")

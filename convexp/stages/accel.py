@@ -1,0 +1,75 @@
+"""The trainer's speed options (``conf/trainer/default.yaml``) and what each one turns on.
+
+===========================  ===========  =====================================================
+key                          default      effect
+===========================  ===========  =====================================================
+``tf32``                     true         TF32 matmuls and convolutions on CUDA (Ampere and
+                                          later; ~8x fp32 throughput, 10-bit mantissa inputs).
+                                          Nothing on a CPU.
+``fused_adamw``              auto         the fused AdamW kernel (one launch for all
+                                          parameters); auto: on CUDA.
+``pin_memory``               auto         page-locked loader batches (asynchronous host-to-GPU
+                                          copies); auto: on CUDA.
+``compile``                  false        ``torch.compile`` every encoder block (in place: the
+                                          checkpoint keys do not change).
+``gradient_checkpointing``   false        recompute each encoder block in the backward pass
+                                          (long sequences: activation memory of one block).
+===========================  ===========  =====================================================
+
+``precision=bf16-mixed`` (Lightning's) is bf16 autocast: every mixer runs under it, the attention
+softmax and scores of the unfused path in fp32. The attention itself always goes through
+``F.scaled_dot_product_attention`` where the variant has no score term beyond q kᵀ (BERT, ConvBERT's
+bottleneck heads), so that CUDA picks the flash kernel for unpadded batches and the
+memory-efficient one with a padding mask; Chang et al.'s convolution terms are an additive bias
+(memory-efficient kernel or the math path).
+
+These keys change how a run executes, not what it computes (``runs.EXECUTION_KEYS``): they are not
+part of run ids.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def on_cuda(trainer_cfg) -> bool:
+    """Whether the run's accelerator is a CUDA GPU (``auto``: when one is visible)."""
+    accelerator = str(trainer_cfg.accelerator)
+    if accelerator in ("gpu", "cuda"):
+        return True
+    return accelerator == "auto" and torch.cuda.is_available()
+
+
+def _auto(value, cuda: bool) -> bool:
+    return cuda if value == "auto" else bool(value)
+
+
+def fused_adamw(trainer_cfg, cuda: bool) -> bool:
+    return _auto(trainer_cfg.fused_adamw, cuda)
+
+
+def pin_memory(trainer_cfg, cuda: bool) -> bool:
+    return _auto(trainer_cfg.pin_memory, cuda)
+
+
+def set_tf32(trainer_cfg, cuda: bool) -> None:
+    """Allow (or forbid) TF32 in CUDA matmuls and cuDNN convolutions for this process, as
+    ``trainer.tf32`` says; on a CPU run the flags are left alone."""
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = bool(trainer_cfg.tf32)
+        torch.backends.cudnn.allow_tf32 = bool(trainer_cfg.tf32)
+
+
+def prepare_encoders(model: torch.nn.Module, trainer_cfg) -> None:
+    """Gradient checkpointing and ``torch.compile`` for every encoder in ``model`` (ELECTRA has two).
+
+    Compiling the blocks, not the whole model: the encoder's padding check and the MLM head's
+    gather of the masked positions depend on the data (graph breaks); the blocks have none
+    (tests/test_speed.py holds every mixer to that)."""
+    from ..models.encoder import Encoder
+
+    for encoder in (m for m in model.modules() if isinstance(m, Encoder)):
+        encoder.gradient_checkpointing = bool(trainer_cfg.gradient_checkpointing)
+        if trainer_cfg.compile:
+            for block in encoder.layers:
+                block.compile()

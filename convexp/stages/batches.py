@@ -1,0 +1,190 @@
+"""Pre-training batches made off the training thread: fetched, stacked and masked, ready to step.
+
+The training step only runs the model: everything a batch needs before it (reading its rows,
+stacking them, choosing and replacing the masked tokens) happens in the data pipeline, in
+DataLoader worker processes (``trainer.num_workers > 0``) or, with none, in one background thread
+that keeps ``PREFETCH`` batches ready (:class:`Prefetched`). On a GPU node the step waits for the
+device, so the pipeline overlaps it entirely; on a 2-core CPU the gain is what the vectorised
+fetch saves (one Arrow ``take`` per batch instead of a row lookup per example) plus the overlap
+with the step's single-threaded parts.
+
+Masks stay a function of the stream position alone (see ``streams.py``): the batch starting at
+position p is masked by a generator seeded with ``step_seed(seed, p)`` — whoever makes it, in
+whatever order — so a resumed run repeats an uninterrupted one exactly. The generator's state
+after masking travels with the batch (``rng_state``), for the ELECTRA generator's sampling in
+the step, which therefore draws exactly what one generator used for both would.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from .common import step_seed
+from .objectives import TokenInfo, mask_tokens
+
+PREFETCH = 4  # batches the background thread keeps ready
+
+
+@dataclass
+class Masker:
+    """Adds ``masked`` and ``labels`` [B, L], ``rng_state`` and ``num_tokens`` (its real tokens, an
+    int: counted here, not by a device sync in the step) to a collated batch (the objective's
+    masking settings; see :func:`convexp.stages.objectives.mask_tokens`)."""
+
+    tokens: TokenInfo
+    mask_prob: float
+    replace_mask: float
+    replace_random: float
+    whole_word: bool
+    exact_count: bool
+    max_predictions: int | None
+
+    @classmethod
+    def from_objective(cls, tokens: TokenInfo, o) -> "Masker":
+        return cls(
+            tokens, o.mask_prob, o.replace_mask, o.replace_random, o.whole_word,
+            o.get("exact_count", False),  # BERT masking (objective=mlm) has no count
+            o.get("max_predictions"),
+        )
+
+    def mask(self, batch: dict, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return mask_tokens(
+            batch["input_ids"], self.tokens, generator, self.mask_prob, self.replace_mask,
+            self.replace_random, self.whole_word, exact_count=self.exact_count,
+            max_predictions=self.max_predictions, attention_mask=batch["attention_mask"],
+        )
+
+    def __call__(self, batch: dict, seed: int) -> dict:
+        g = torch.Generator().manual_seed(seed)
+        batch["masked"], batch["labels"] = self.mask(batch, g)
+        batch["rng_state"] = g.get_state()
+        batch["num_tokens"] = int(batch["attention_mask"].sum())
+        return batch
+
+
+def numpy_rows(rows, columns: tuple[str, ...]):
+    """A ``datasets.Dataset`` formatted for :func:`stack_rows` (numpy, the columns only); any other
+    sequence of row dicts as it is."""
+    return rows.with_format("numpy", columns=list(columns)) if hasattr(rows, "with_format") else rows
+
+
+def stack_rows(rows, indices: list[int], columns: tuple[str, ...]) -> dict:
+    """Rows ``indices`` of :func:`numpy_rows` (a Dataset: one Arrow take) as int64 tensors:
+    [B, L] per column (pair_label [B])."""
+    if hasattr(rows, "with_format"):
+        got = rows[indices]
+        return {c: torch.from_numpy(got[c]).long() for c in columns}
+    picked = [rows[i] for i in indices]
+    return {c: torch.stack([torch.as_tensor(r[c]) for r in picked]).long() for c in columns}
+
+
+class StreamBatches(Dataset):
+    """Item = one training batch, given its stream positions (``PositionBatches``): the rows the
+    stream puts there (``PermutedStream.row_index``), stacked, with ``position`` [B], masked."""
+
+    def __init__(self, stream, masker: Masker, seed: int):
+        self.stream, self.masker, self.seed = stream, masker, seed
+        self.rows = numpy_rows(stream.rows, stream.columns)
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+    def __getitem__(self, positions: list[int]) -> dict:
+        batch = stack_rows(self.rows, [self.stream.row_index(p) for p in positions], self.stream.columns)
+        batch["position"] = torch.tensor(positions)
+        return self.masker(batch, step_seed(self.seed, positions[0]))
+
+
+class PositionBatches(Sampler[list[int]]):
+    """The per-device batches of ``streams.StreamSampler``'s endless positions: lists of
+    ``batch_size`` consecutive positions of this rank."""
+
+    def __init__(self, sampler: Iterable[int], batch_size: int):
+        self.sampler, self.batch_size = sampler, batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch = []
+        for p in self.sampler:
+            batch.append(p)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+
+
+class ValBatches(Dataset):
+    """Validation batch k: rows [k·B, (k+1)·B) of the validation set, masked with the fixed seed
+    ``step_seed(seed, -1 - k)`` (the same masks at every validation, in every run)."""
+
+    def __init__(self, rows, columns: tuple[str, ...], batch_size: int, masker: Masker, seed: int):
+        self.rows, self.columns, self.batch_size = numpy_rows(rows, columns), columns, batch_size
+        self.masker, self.seed = masker, seed
+
+    def __len__(self) -> int:
+        return -(-len(self.rows) // self.batch_size)
+
+    def __getitem__(self, k: int) -> dict:
+        end = min((k + 1) * self.batch_size, len(self.rows))
+        batch = stack_rows(self.rows, list(range(k * self.batch_size, end)), self.columns)
+        return self.masker(batch, step_seed(self.seed, -1 - k))
+
+
+class MaskingCollate:
+    """``collate_fn`` of a streaming corpus's loader: stack the rows, then mask (seeded by the
+    batch's first position)."""
+
+    def __init__(self, masker: Masker, seed: int):
+        self.masker, self.seed = masker, seed
+
+    def __call__(self, rows: list[dict]) -> dict:
+        batch = {k: torch.stack([r[k] for r in rows]).long() for k in rows[0]}
+        return self.masker(batch, step_seed(self.seed, int(batch["position"][0])))
+
+
+class Prefetched:
+    """Iterate ``loader`` in a background thread, ``depth`` batches ahead, in order. Errors in the
+    thread are raised in the consumer; the thread stops when the consumer stops iterating."""
+
+    def __init__(self, loader: Iterable, depth: int = PREFETCH):
+        self.loader, self.depth = loader, depth
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator:
+        q: queue.Queue = queue.Queue(self.depth)
+        stop = threading.Event()
+        done = object()
+
+        def produce() -> None:
+            try:
+                for item in self.loader:
+                    while not stop.is_set():
+                        try:
+                            q.put((item, None), timeout=0.1)
+                            break
+                        except queue.Full:
+                            pass
+                    if stop.is_set():
+                        return
+                q.put((done, None))
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                q.put((None, e))
+
+        thread = threading.Thread(target=produce, name="convexp-prefetch", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item, error = q.get()
+                if error is not None:
+                    raise error
+                if item is done:
+                    return
+                yield item
+        finally:
+            stop.set()

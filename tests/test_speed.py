@@ -1,0 +1,285 @@
+"""The speed machinery: the pre-training data pipeline (off the training thread, same batches),
+the GPU options' dispatch (checked on a CPU), torch.compile without graph breaks, gradient
+checkpointing with identical results."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import TINY
+
+from convexp.config import compose_stage
+from convexp.models import MaskedLM, ModelConfig
+from convexp.models import attention as attention_module
+from convexp.models.encoder import Block, init_weights
+from convexp.stages.accel import fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
+from convexp.stages.batches import Masker, PositionBatches, Prefetched, StreamBatches, ValBatches
+from convexp.stages.common import step_seed
+from convexp.stages.objectives import TokenInfo, mask_tokens
+from convexp.stages.streams import PermutedStream, StreamSampler
+
+# Every token mixer of the papers, at toy size.
+MIXERS = {
+    "bert": dict(),
+    "chang_composite": dict(fixed_conv=True, dynamic_conv=True),
+    "chang_everything": dict(fixed_conv=True, dynamic_conv=True, key_conv=True, depthwise_conv=True, conv_qkv="qkv"),
+    "chang_conv_only": dict(content_attention=False, fixed_conv=True, dynamic_conv=True),
+    "convbert_sdconv": dict(mixer="mixed", conv_type="sdconv"),
+    "convbert_dynamic": dict(mixer="mixed", conv_type="dynamic"),
+    "convbert_conventional": dict(mixer="mixed", conv_type="conventional"),
+    "convbert_bnk": dict(mixer="mixed", conv_type="none"),
+}
+
+
+def tiny_cfg(**kw) -> ModelConfig:
+    base = dict(vocab_size=60, hidden_size=32, num_heads=4, intermediate_size=64, num_layers=2,
+                max_position_embeddings=64, kernel_size=5, pad_token_id=0)
+    return ModelConfig(**{**base, **kw})
+
+
+def make_block(name: str) -> Block:
+    block = Block(tiny_cfg(**MIXERS[name]))
+    block.apply(init_weights)  # a Block alone: the Encoder would initialise it
+    return block
+
+
+def keep_mask(B: int = 2, L: int = 16) -> torch.Tensor:
+    keep = torch.ones(B, L, dtype=torch.bool)
+    keep[1, 11:] = False
+    return keep
+
+
+# ----------------------------------------------------------------------------- data pipeline
+
+INFO = TokenInfo(vocab_size=60, mask_id=4, special_ids=(0, 1, 2, 3, 4))
+MASKING = dict(mask_prob=0.15, replace_mask=0.8, replace_random=0.1, whole_word=False,
+               exact_count=False, max_predictions=None)
+
+
+def rows(n: int = 50, L: int = 12) -> list[dict]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(5, 60, (L,), generator=g)
+        am = torch.ones(L, dtype=torch.long)
+        am[L - int(torch.randint(0, 4, (), generator=g)):] = 0
+        out.append({"input_ids": ids * am, "attention_mask": am, "token_type_ids": torch.zeros(L, dtype=torch.long)})
+    return out
+
+
+def test_pipeline_batches_equal_the_stream_masked_in_the_step():
+    """Batch k of the pipeline = the stream's rows at its positions, masked by the generator the
+    step used to seed (step_seed of the first position): a resumed run sees the same batches."""
+    data, cols, B, seed = rows(), ("input_ids", "attention_mask", "token_type_ids"), 8, 7
+    masker = Masker(INFO, **MASKING)
+    stream = PermutedStream(data, seed, cols)
+    batches = StreamBatches(stream, masker, seed)
+    positions = PositionBatches(StreamSampler(start=16), B)  # resumed at step 2
+    got = [batches[p] for p, _ in zip(positions, range(10))]  # 10 batches: crosses an epoch (n=50)
+    for k, batch in enumerate(got):
+        start = 16 + k * B
+        expect = [stream[p] for p in range(start, start + B)]
+        ids = torch.stack([e["input_ids"] for e in expect])
+        assert torch.equal(batch["input_ids"], ids)
+        assert batch["position"].tolist() == list(range(start, start + B))
+        g = torch.Generator().manual_seed(step_seed(seed, start))
+        masked, labels = mask_tokens(ids, INFO, g, 0.15, 0.8, 0.1, attention_mask=batch["attention_mask"])
+        assert torch.equal(batch["masked"], masked) and torch.equal(batch["labels"], labels)
+        assert torch.equal(batch["rng_state"], g.get_state())  # the step's draws continue it
+        assert batch["num_tokens"] == int(batch["attention_mask"].sum())
+
+
+def test_validation_batches_have_fixed_masks():
+    data, cols = rows(20), ("input_ids", "attention_mask", "token_type_ids")
+    val = ValBatches(data, cols, 8, Masker(INFO, **MASKING), seed=3)
+    assert len(val) == 3 and val[2]["input_ids"].shape == (4, 12)
+    g = torch.Generator().manual_seed(step_seed(3, -1 - 1))
+    masked, _ = mask_tokens(val[1]["input_ids"], INFO, g, 0.15, 0.8, 0.1, attention_mask=val[1]["attention_mask"])
+    assert torch.equal(val[1]["masked"], masked) and torch.equal(val[1]["masked"], val[1]["masked"])
+
+
+def test_prefetched_keeps_order_and_raises_the_producers_error():
+    assert list(Prefetched(range(100), depth=3)) == list(range(100))
+
+    def broken():
+        yield 1
+        raise ValueError("bad row")
+
+    it = iter(Prefetched(broken()))
+    assert next(it) == 1
+    with pytest.raises(ValueError, match="bad row"):
+        next(it)
+
+
+def test_prefetched_thread_stops_when_the_consumer_stops():
+    import threading
+
+    it = iter(Prefetched(iter(int, 1), depth=2))  # an endless source
+    assert next(it) == 0
+    it.close()
+    for _ in range(50):
+        if not any(t.name == "convexp-prefetch" for t in threading.enumerate()):
+            break
+        threading.Event().wait(0.05)
+    assert not any(t.name == "convexp-prefetch" for t in threading.enumerate())
+
+
+# ----------------------------------------------------------------------------- GPU options, on a CPU
+
+
+def pretrain_cfg(*extra: str):
+    return compose_stage("pretrain", [*TINY, *extra])
+
+
+def test_gpu_run_gets_fused_adamw_pinned_batches_and_tf32():
+    from convexp.stages.pretrain import PretrainModule
+
+    gpu = pretrain_cfg("trainer.accelerator=gpu").trainer
+    cpu = pretrain_cfg("trainer.accelerator=cpu").trainer
+    assert on_cuda(gpu) and not on_cuda(cpu)
+    assert fused_adamw(gpu, True) and pin_memory(gpu, True)
+    assert not fused_adamw(cpu, False) and not pin_memory(cpu, False)
+    forced = pretrain_cfg("trainer.accelerator=cpu", "trainer.fused_adamw=true", "trainer.pin_memory=false").trainer
+    assert fused_adamw(forced, False) and not pin_memory(forced, True)
+
+    cfg = pretrain_cfg("trainer.accelerator=gpu")
+    module = PretrainModule(tiny_cfg(), cfg, INFO, 10, cuda=True)
+    opt = module.configure_optimizers()["optimizer"]
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["fused"] is True
+    opt = PretrainModule(tiny_cfg(), pretrain_cfg(), INFO, 10, cuda=False).configure_optimizers()["optimizer"]
+    assert not opt.defaults["fused"]
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        set_tf32(cpu, cuda=False)  # a CPU run leaves the flags alone
+        assert not torch.backends.cuda.matmul.allow_tf32
+        set_tf32(gpu, cuda=True)
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        set_tf32(pretrain_cfg("trainer.tf32=false").trainer, cuda=True)
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_bad_speed_option_is_one_line():
+    from convexp.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="trainer.fused_adamw"):
+        compose_stage("pretrain", [*TINY, "trainer.fused_adamw=sometimes"])
+
+
+@pytest.mark.parametrize(
+    "name, padded, expect",
+    [
+        ("bert", False, None),  # no mask: the flash kernel on CUDA
+        ("bert", True, torch.bool),  # a padding mask only: memory-efficient kernel
+        ("convbert_sdconv", False, None),
+        ("convbert_sdconv", True, torch.bool),
+        ("chang_composite", False, torch.float32),  # additive convolution terms
+        ("chang_conv_only", False, "unfused"),  # no q kᵀ term: not an attention SDPA can compute
+    ],
+)
+def test_attention_dispatch(monkeypatch, name, padded, expect):
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(q, k, v, attn_mask=None, **kw):
+        calls.append(None if attn_mask is None else attn_mask.dtype)
+        return sdpa(q, k, v, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", recording)
+    block = make_block(name).eval()
+    block(torch.randn(2, 16, 32), keep_mask() if padded else None)
+    assert calls == ([] if expect == "unfused" else [expect])
+
+
+def test_unpadded_attention_runs_on_the_flash_kernel():
+    """What CUDA would pick for an unpadded BERT / ConvBERT batch: the flash backend alone
+    accepts the call (its CPU implementation here)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for name in ("bert", "convbert_sdconv"):
+        block = make_block(name).eval()
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]), torch.inference_mode():
+            block(torch.randn(2, 16, 32), None)
+
+
+def test_every_mixer_works_under_bf16_autocast():
+    for name, kw in MIXERS.items():
+        model = MaskedLM(tiny_cfg(**kw))
+        ids = torch.randint(5, 60, (2, 16))
+        labels = torch.where(torch.rand(2, 16) < 0.3, ids, torch.full_like(ids, -100))
+        labels[0, 0] = ids[0, 0]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(ids, keep_mask().long(), labels=labels).loss
+        loss.backward()
+        assert torch.isfinite(loss), name
+
+
+# ----------------------------------------------------------------------------- torch.compile
+
+
+@pytest.mark.parametrize("name", list(MIXERS))
+def test_every_mixer_block_compiles_without_graph_breaks(name):
+    """fullgraph=True fails on any graph break; aot_eager traces the backward too."""
+    torch._dynamo.reset()
+    block = make_block(name).train()
+    compiled = torch.compile(block, fullgraph=True, backend="aot_eager")
+    for keep in (None, keep_mask()):
+        x = torch.randn(2, 16, 32, requires_grad=True)
+        compiled(x, keep).sum().backward()
+        assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.slow
+def test_compiled_training_step_matches_eager():
+    """trainer.compile=true (inductor) on ConvBERT SDConv: the same loss and gradients."""
+    cfg = tiny_cfg(**MIXERS["convbert_sdconv"], hidden_dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(0)
+    eager = MaskedLM(cfg)
+    compiled = MaskedLM(cfg)
+    compiled.load_state_dict(eager.state_dict())
+    prepare_encoders(compiled, pretrain_cfg("trainer.compile=true").trainer)
+    ids = torch.randint(5, 60, (2, 16))
+    labels = torch.where(torch.rand(2, 16) < 0.3, ids, torch.full_like(ids, -100))
+    labels[0, 0] = ids[0, 0]
+    losses = []
+    for model in (eager, compiled):
+        loss = model(ids, keep_mask().long(), labels=labels).loss
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
+    for (n, a), b in zip(eager.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=n)
+    assert set(eager.state_dict()) == set(compiled.state_dict())  # checkpoints keep their keys
+
+
+# ----------------------------------------------------------------------------- gradient checkpointing
+
+
+@pytest.mark.parametrize("name", ["bert", "chang_composite", "convbert_sdconv"])
+def test_gradient_checkpointing_gives_identical_outputs_and_gradients(name):
+    """Dropout on: the recomputation replays the RNG state, so the results are bit-identical."""
+    cfg = tiny_cfg(**MIXERS[name], hidden_dropout=0.1, attention_dropout=0.1)
+    torch.manual_seed(0)
+    plain = MaskedLM(cfg).train()
+    ckpt = MaskedLM(cfg).train()
+    ckpt.load_state_dict(plain.state_dict())
+    prepare_encoders(ckpt, pretrain_cfg("trainer.gradient_checkpointing=true").trainer)
+    assert ckpt.encoder.gradient_checkpointing and not plain.encoder.gradient_checkpointing
+    ids = torch.randint(5, 60, (2, 16))
+    labels = torch.where(torch.rand(2, 16) < 0.3, ids, torch.full_like(ids, -100))
+    labels[0, 0] = ids[0, 0]
+    out = []
+    for model in (plain, ckpt):
+        torch.manual_seed(1)
+        res = model(ids, keep_mask().long(), labels=labels)
+        res.loss.backward()
+        out.append(res)
+    assert torch.equal(out[0].logits, out[1].logits) and torch.equal(out[0].loss, out[1].loss)
+    for (n, a), b in zip(plain.named_parameters(), ckpt.parameters()):
+        assert torch.equal(a.grad, b.grad), n
