@@ -334,10 +334,16 @@ def bench_finetune(
     batch_size: int = typer.Option(32, help="Training batch size."),
     max_len: int = typer.Option(64, help="Maximum tokens per row."),
     model: str = typer.Option("minilm", help="Shape of the random model made without --init: minilm | tiny."),
-    init: Optional[str] = typer.Option(None, help="A Hugging Face BERT directory (default: a random MiniLM-L6-shaped one)."),
-    data: Optional[str] = typer.Option(None, help="A classic GLUE folder holding SST-2/ (default: synthetic sentences)."),
+    init: Optional[str] = typer.Option(
+        None, help="A Hugging Face BERT directory (default: a random MiniLM-L6-shaped one)."
+    ),
+    data: Optional[str] = typer.Option(
+        None, help="A classic GLUE folder holding SST-2/ (default: synthetic sentences)."
+    ),
     out: Optional[str] = typer.Option(None, "--out", help="Write the JSON record here (default: print it)."),
-    workdir: Optional[str] = typer.Option(None, help="Where the runs and generated inputs go (default: a temporary folder)."),
+    workdir: Optional[str] = typer.Option(
+        None, help="Where the runs and generated inputs go (default: a temporary folder)."
+    ),
     skip_hf: bool = SKIP_HF,
 ) -> None:
     """Time a whole SST-2 fine-tuning job through convexp and through a plain transformers loop:

@@ -113,8 +113,12 @@ class FinetuneSchema:
     epochs: Optional[int] = None
     batch_size: Optional[int] = None
     layerwise_lr_decay: Optional[float] = None
+    group_by_length: bool = True  # GLUE/probing training batches of rows of similar length
+    checkpoint_every_s: float = 300.0  # fine-tuning's last.ckpt at most this often (0: every half epoch)
 
     def __post_init__(self) -> None:
+        if self.checkpoint_every_s < 0:
+            raise ValueError(f"checkpoint_every_s={self.checkpoint_every_s}: give seconds >= 0")
         if not self.seeds:
             raise ValueError("seeds=[]: give at least one seed, e.g. seeds=[42]")
         for key in ("lr", "epochs", "batch_size"):

@@ -35,7 +35,7 @@ SHAPES = {  # BERT shapes: MiniLM-L6 (the issue's job) and a tiny one for tests
     "tiny": {"layers": 2, "hidden": 64, "heads": 2, "intermediate": 128, "vocab": 2100},
 }
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-LR = 1e-4  # one rate for both sides (the papers' small-model rate is 3e-4; 1e-4 is stabler from random weights)
+LR = 1e-4  # one rate for both (the papers' small-model rate is 3e-4; 1e-4 is stabler from random weights)
 SEED = 42
 PLAIN = Path(__file__).with_name("plain_finetune.py")
 
@@ -99,8 +99,7 @@ def write_model_dir(path: Path, shape: dict, words: list[str], hf: bool) -> Path
         )
         BertModel(cfg).save_pretrained(path)
         return path
-    from ..models import ModelConfig
-    from ..models.encoder import Encoder
+    from ..models import ModelConfig, SequenceClassifier
     from ..models.io import save_model_dir
 
     cfg = ModelConfig(
@@ -113,7 +112,7 @@ def write_model_dir(path: Path, shape: dict, words: list[str], hf: bool) -> Path
         pooler=True,
     )
     out = path / "model"
-    save_model_dir(Encoder(cfg), cfg, out, extra_files=[path / "vocab.txt"])
+    save_model_dir(SequenceClassifier(cfg, 2), cfg, out, extra_files=[path / "vocab.txt"])
     return out
 
 
@@ -188,7 +187,9 @@ def bench_finetune(
     console = Console()
     check_inputs(init, data)
     if hf and not transformers_available():
-        console.print("transformers is not installed: timing convexp alone (`pip install transformers` adds the plain loop)")
+        console.print(
+            "transformers is not installed: timing convexp alone (`pip install transformers` adds the plain loop)"
+        )
         hf = False
     work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-ft-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -223,7 +224,7 @@ def bench_finetune(
             console.print(f"{r['wall_s']:.1f} s wall, {r['peak_rss_mib']:.0f} MiB, dev accuracy {acc:.2f}")
     record = {
         "benchmark": "finetune",
-        "command": " ".join(["convexp", "bench", "finetune", *sys.argv[3:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
+        "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
         "job": {
             "task": "sst2",
             "train_rows": _rows(data_dir / "SST-2" / "train.tsv"),
