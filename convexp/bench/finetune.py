@@ -220,7 +220,10 @@ def bench_finetune(
                 raise UserError(f"{tool} failed (exit {r['returncode']}): {r['stderr_tail'][-600:]}")
             acc = _convexp_accuracy(outputs) if tool == "convexp" else _plain_accuracy(r["stdout"])
             runs.append({"tool": tool, "repeat": i, "dev_accuracy": acc, **_drop(r, "stdout", "stderr_tail")})
-            console.print(f"{r['wall_s']:.1f} s wall, {r['peak_rss_mib']:.0f} MiB, dev accuracy {acc:.2f}")
+            console.print(
+                f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} CPU-s, {r['peak_rss_mib']:.0f} MiB, "
+                f"dev accuracy {acc:.2f}"
+            )
     record = {
         "benchmark": "finetune",
         "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
