@@ -126,3 +126,45 @@ def test_checkpoint_interval_is_checked_and_finished_runs_drop_their_checkpoints
     (run.checkpoints / "last.ckpt").write_bytes(b"x")
     drop_checkpoints(run)
     assert not run.checkpoints.exists()
+
+
+class _Tiny(__import__("pytorch_lightning").LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+@pytest.mark.parametrize("min_seconds, saved_steps", [(0.0, [2, 4]), (3600.0, [])])
+def test_timed_checkpoint_saves_every_n_steps_after_the_interval_never_at_the_end(
+    tmp_path, min_seconds, saved_steps
+):
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from convexp.stages.task_module import TimedCheckpoint
+
+    saves = []
+
+    class Recording(TimedCheckpoint):
+        def _save_checkpoint(self, trainer, filepath):
+            saves.append(trainer.global_step)
+            super()._save_checkpoint(trainer, filepath)
+
+    ckpt = Recording(min_seconds, dirpath=str(tmp_path), every_n_train_steps=2, save_last=True, save_top_k=0)
+    trainer = pl.Trainer(
+        max_steps=6,
+        callbacks=[ckpt],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
+    trainer.fit(_Tiny(), DataLoader(TensorDataset(torch.randn(24, 4)), batch_size=2))
+    assert saves == saved_steps  # step 6 is the last: the results are written right after it
+    assert (tmp_path / "last.ckpt").exists() == bool(saved_steps)

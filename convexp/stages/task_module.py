@@ -144,6 +144,10 @@ class TimedCheckpoint(ModelCheckpoint):
         if self._last_global_step_saved != saved:
             self._since = time.monotonic()
 
+    def on_train_end(self, trainer, pl_module) -> None:
+        """Nothing: Lightning's saves ``last.ckpt`` here when none was saved, but the results
+        and model/ are written right after training."""
+
 
 def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
     """A fine-tuning run's callbacks: ``last.ckpt`` (model + AdamW, to resume) at half-epoch
