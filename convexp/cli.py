@@ -271,26 +271,19 @@ def cp(
     typer.echo(f"wrote {path}")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bench(
-    ctx: typer.Context,
-    what: Optional[str] = typer.Argument(
-        None, help="pretrain [OVERRIDES]: the pretrain stage vs its bare step (default: the step benchmark)."
-    ),
-    steps: int = typer.Option(10, help="Timed training steps per configuration."),
-    batch_size: int = typer.Option(32, help="Batch size of the training-step benchmark."),
-    seq_len: int = typer.Option(128, help="Sequence length of the training-step benchmark."),
-    lengths: str = typer.Option("128,512,2048", help="Lengths for the block benchmark."),
-    skip_hf: bool = typer.Option(False, help="Skip the Hugging Face comparison."),
-) -> None:
-    """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention blocks;
-    `bench pretrain [OVERRIDES]`: the pretrain stage's tokens/s against its bare training step."""
-    if what == "pretrain":
-        from .bench.pretrain import bench_pretrain, print_record
+bench_app = typer.Typer(
+    help="Benchmarks against what a researcher would use instead: `convexp bench` (or `bench step`) "
+    "times the training step, `bench finetune` a whole fine-tuning job.",
+)
+app.add_typer(bench_app, name="bench")
+STEPS = typer.Option(10, help="Timed training steps per configuration.")
+STEP_BATCH = typer.Option(32, help="Batch size of the training-step benchmark.")
+STEP_LEN = typer.Option(128, help="Sequence length of the training-step benchmark.")
+LENGTHS = typer.Option("128,512,2048", help="Lengths for the block benchmark.")
+SKIP_HF = typer.Option(False, help="Skip the Hugging Face comparison.")
 
-        return print_record(bench_pretrain(ctx.args, steps))
-    if what is not None:
-        _fail(f"unknown benchmark {what!r}; use `convexp bench` or `convexp bench pretrain`")
+
+def _bench_step(steps: int, batch_size: int, seq_len: int, lengths: str, skip_hf: bool) -> None:
     from .bench.step import run_benchmarks
 
     for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--seq-len", seq_len)):
@@ -304,6 +297,89 @@ def bench(
         _fail(f"--lengths must be positive integers, got {lengths!r}")
     run_benchmarks(steps=steps, batch_size=batch_size, seq_len=seq_len, lengths=sizes, hf=not skip_hf)
 
+
+@bench_app.callback(invoke_without_command=True)
+def bench(
+    ctx: typer.Context,
+    steps: int = STEPS,
+    batch_size: int = STEP_BATCH,
+    seq_len: int = STEP_LEN,
+    lengths: str = LENGTHS,
+    skip_hf: bool = SKIP_HF,
+) -> None:
+    """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention
+    blocks (with no sub-command: `bench step`)."""
+    if ctx.invoked_subcommand is None:
+        _bench_step(steps, batch_size, seq_len, lengths, skip_hf)
+
+
+@bench_app.command("step")
+def bench_step(
+    steps: int = STEPS,
+    batch_size: int = STEP_BATCH,
+    seq_len: int = STEP_LEN,
+    lengths: str = LENGTHS,
+    skip_hf: bool = SKIP_HF,
+) -> None:
+    """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention blocks."""
+    _bench_step(steps, batch_size, seq_len, lengths, skip_hf)
+
+
+@bench_app.command("finetune")
+def bench_finetune(
+    rows: int = typer.Option(4000, help="SST-2 training rows (synthetic, or the first N of --data)."),
+    dev_rows: int = typer.Option(872, help="Synthetic dev rows (with --data: SST-2's whole dev set)."),
+    repeats: int = typer.Option(3, help="Runs of each tool, interleaved (convexp, plain, convexp, ...)."),
+    epochs: int = typer.Option(1, help="Training epochs."),
+    batch_size: int = typer.Option(32, help="Training batch size."),
+    max_len: int = typer.Option(64, help="Maximum tokens per row."),
+    model: str = typer.Option("minilm", help="Shape of the random model made without --init: minilm | tiny."),
+    init: Optional[str] = typer.Option(
+        None, help="A Hugging Face BERT directory (default: a random MiniLM-L6-shaped one)."
+    ),
+    data: Optional[str] = typer.Option(
+        None, help="A classic GLUE folder holding SST-2/ (default: synthetic sentences)."
+    ),
+    out: Optional[str] = typer.Option(None, "--out", help="Write the JSON record here (default: print it)."),
+    workdir: Optional[str] = typer.Option(
+        None, help="Where the runs and generated inputs go (default: a temporary folder)."
+    ),
+    skip_hf: bool = SKIP_HF,
+) -> None:
+    """Time a whole SST-2 fine-tuning job through convexp and through a plain transformers loop:
+    wall time, CPU time, examples/s, peak RSS, dev accuracy, and their ratios."""
+    from .bench.finetune import SHAPES, bench_finetune
+
+    for flag, value in (
+        ("--rows", rows), ("--dev-rows", dev_rows), ("--repeats", repeats), ("--epochs", epochs),
+        ("--batch-size", batch_size),
+    ):  # fmt: skip
+        if value < 1:
+            _fail(f"{flag} must be a positive integer, got {value}")
+    if max_len < 3:
+        _fail(f"--max-len must be at least 3 ([CLS] a token [SEP]), got {max_len}")
+    if model not in SHAPES:
+        _fail(f"--model {model!r}: use one of {', '.join(SHAPES)}")
+    bench_finetune(
+        rows, dev_rows, repeats, epochs, batch_size, max_len, model, init, data, out, workdir, hf=not skip_hf
+    )
+
+
+
+@bench_app.command(
+    "pretrain", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def bench_pretrain_cmd(
+    ctx: typer.Context,
+    steps: int = typer.Option(10, help="Timed bare training steps (before and after the stage)."),
+) -> None:
+    """The pretrain stage's tokens/s against its bare training step, same model, batch and length
+    (`convexp bench pretrain [OVERRIDES]`, default scale=smoke); writes a JSON record."""
+    from .bench.pretrain import bench_pretrain, print_record
+
+    if steps < 1:
+        _fail(f"--steps must be a positive integer, got {steps}")
+    print_record(bench_pretrain(ctx.args, steps))
 
 @app.command()
 def export(

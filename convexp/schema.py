@@ -159,8 +159,12 @@ class FinetuneSchema:
     intermediate: bool = False
     grid: bool = False
     grid_values: Dict[str, List[Any]] = field(default_factory=dict)
+    group_by_length: bool = True  # GLUE/probing training batches of rows of similar length
+    checkpoint_every_s: float = 300.0  # fine-tuning's last.ckpt at most this often (0: every half epoch)
 
     def __post_init__(self) -> None:
+        if self.checkpoint_every_s < 0:
+            raise ValueError(f"checkpoint_every_s={self.checkpoint_every_s}: give seconds >= 0")
         if not self.seeds:
             raise ValueError("seeds=[]: give at least one seed, e.g. seeds=[42]")
         positive("base_width", self.base_width)

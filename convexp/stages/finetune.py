@@ -28,6 +28,7 @@ from .. import pruning as pruner
 from ..checkpoint import Checkpoint, open_checkpoint
 from ..data.custom import custom_task
 from ..data.encoding import tokenize_task
+from ..data.length_batches import grouped_permutation, row_lengths
 from ..data.loading import prepare_task
 from ..data.scores import compute_metrics
 from ..data.tasks import Task, get_task, register
@@ -36,7 +37,7 @@ from ..models import ModelConfig, SequenceClassifier
 from ..record import warn_if_other_version
 from ..runs import Run, RunDiverged
 from .common import make_loggers, step_seed
-from .glue_eval import Padded, evaluate_and_save
+from .glue_eval import Padded, by_idx, eval_loader, evaluate_and_save
 from .glue_summary import write_summary
 from .rundirs import GlueRun, glue_runs, task_config
 from .streams import PermutedStream, StreamSampler
@@ -50,12 +51,24 @@ COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
 
 @dataclasses.dataclass
 class Init:
-    """Where fine-tuning starts: a model config, encoder weights (or None) and a tokenizer."""
+    """Where fine-tuning starts: a model config, encoder weights (or None) and a tokenizer.
+
+    ``state`` holds the weights read when the checkpoint was opened until the first run takes
+    them (:meth:`take_state`); later runs (other seeds, tasks) read them again from ``ref``, so
+    that no copy of the start weights is held while a model trains."""
 
     model_cfg: ModelConfig
     state: dict | None
     tokenizer: object
     slug: str
+    ref: str | None = None
+
+    def take_state(self) -> dict | None:
+        """The encoder's start weights (None: random initialisation), for one run to load."""
+        if self.ref is None:
+            return None
+        state, self.state = self.state, None
+        return state if state is not None else open_checkpoint(self.ref).encoder_state
 
 
 def resolve_init(cfg: DictConfig) -> Init:
@@ -93,7 +106,7 @@ def resolve_init(cfg: DictConfig) -> Init:
             f"the tokenizer has {tok.vocab_size} tokens but init={init} has a vocabulary of {mc.vocab_size}; "
             "use the model's own tokenizer"
         )
-    return Init(mc, ckpt.encoder_state, tok, ckpt.slug)
+    return Init(mc, ckpt.encoder_state, tok, ckpt.slug, init)
 
 
 # ----------------------------------------------------------------------------- Lightning module
@@ -133,7 +146,9 @@ class FinetuneModule(TaskModule):
                 )
         self._teacher = [load_teacher(teacher, task, model_cfg)] if teacher is not None else []  # not saved
         self.prune_model()
-        self._val: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._val: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        # (logits, labels, idx) of the validation after the last step: the run's dev predictions
+        self.final_val: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def training_step(self, batch, batch_idx):
         torch.manual_seed(step_seed(self.seed, int(batch["position"][0])))  # dropout, resumable
@@ -154,12 +169,14 @@ class FinetuneModule(TaskModule):
 
     def validation_step(self, batch, batch_idx):
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        self._val.append((out.logits.float().cpu(), batch["labels"].cpu()))
+        self._val.append((out.logits.float().cpu(), batch["labels"].cpu(), batch["idx"].cpu()))
 
     def on_validation_epoch_end(self) -> None:
         if self._val:
-            logits, labels = (torch.cat(x) for x in zip(*self._val))
+            logits, labels, idx = by_idx(*(torch.cat(x) for x in zip(*self._val)))
             self._val = []
+            if self.global_step == self.total_steps and not self.trainer.sanity_checking:
+                self.final_val = (logits, labels, idx)
             for k, v in compute_metrics(self.task, logits, labels).items():
                 self.log(f"val/{k}", v, prog_bar=True)
             self.log_remaining_weights()
@@ -177,18 +194,43 @@ def load_teacher(ckpt: Checkpoint, task: Task, student: ModelConfig) -> Sequence
     return teacher.eval().requires_grad_(False)
 
 
+class LengthGroupedStream(PermutedStream):
+    """The training stream with ``group_by_length``: each epoch's order puts rows of similar
+    length in the same batch (data/length_batches.py), aligned to the stream's batches; as
+    deterministic in (seed, epoch) as the plain stream, so resuming reproduces it."""
+
+    def __init__(self, rows, seed: int, columns: tuple[str, ...], batch_size: int):
+        super().__init__(rows, seed, columns)
+        self.batch_size, self.lengths = batch_size, row_lengths(rows)
+
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        if epoch != self._epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            offset = (-epoch * self.n) % self.batch_size  # positions that finish the last epoch's batch
+            self._epoch, self._perm = epoch, grouped_permutation(self.lengths, self.batch_size, g, offset)
+        return self._perm
+
+
 class FinetuneData(pl.LightningDataModule):
     """The train stream starts where the restored global step says (resumable; see streams.py);
-    rows are padded to each batch's longest."""
+    rows are padded to each batch's longest; with ``group_by_length`` a batch's rows have
+    similar lengths. The dev split is read longest rows first, as many as fit EVAL_TOKENS."""
 
-    def __init__(self, train, dev, seed: int, batch_size: int, pad_id: int, num_workers: int):
+    def __init__(
+        self, train, dev, seed: int, batch_size: int, pad_id: int, num_workers: int, group_by_length: bool
+    ):
         super().__init__()
         self.train, self.dev, self.seed = train, dev, seed
         self.batch_size, self.pad_id, self.num_workers = batch_size, pad_id, num_workers
+        self.group_by_length = group_by_length
 
     def train_dataloader(self):
+        if self.group_by_length:
+            stream = LengthGroupedStream(self.train, self.seed, COLUMNS, self.batch_size)
+        else:
+            stream = PermutedStream(self.train, self.seed, COLUMNS)
         return DataLoader(
-            PermutedStream(self.train, self.seed, COLUMNS),
+            stream,
             batch_size=self.batch_size,
             sampler=StreamSampler(self.trainer.global_step * self.batch_size),
             collate_fn=Padded(self.pad_id),
@@ -196,7 +238,7 @@ class FinetuneData(pl.LightningDataModule):
         )
 
     def val_dataloader(self):
-        return DataLoader(self.dev, batch_size=64, collate_fn=Padded(self.pad_id))
+        return eval_loader(self.dev, self.pad_id)
 
 
 # ----------------------------------------------------------------------------- one run
@@ -216,10 +258,6 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
     teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
     pl.seed_everything(seed, verbose=False)
 
-    # the intermediate tasks start from the same seed's MNLI run
-    state = init.state
-    if planned.start:
-        state = open_checkpoint(planned.start.run.dir, label="from").encoder_state
     train = splits["train"]
     steps_per_epoch = math.ceil(len(train) / hp["batch_size"])
     total = steps_per_epoch * hp["epochs"]
@@ -230,11 +268,24 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
             pruning.warmup_steps, steps_per_epoch, total, pruning.initial_warmup, pruning.final_warmup
         )
     module = FinetuneModule(
-        init.model_cfg, task, hp, total, seed, state, pruning, prune_warmup, teacher, cfg.distill
+        init.model_cfg,
+        task,
+        hp,
+        total,
+        seed,
+        # the intermediate tasks start from the same seed's MNLI run; read here, dropped once loaded
+        open_checkpoint(planned.start.run.dir, label="from").encoder_state
+        if planned.start
+        else init.take_state(),
+        pruning,
+        prune_warmup,
+        teacher,
+        cfg.distill,
     )
     pad = init.tokenizer.pad_id
+    group = bool(cfg.get("group_by_length", False))
     data = FinetuneData(
-        train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers
+        train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers, group
     )
 
     trainer = pl.Trainer(
@@ -268,6 +319,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
             len(train) * hp["epochs"],
             pruning,
             init.tokenizer,
+            known={task.dev_splits[0]: module.final_val} if module.final_val is not None else None,
         )
 
     train_attempt(cfg, run, trainer, module, data, finish, task=task_name, seed=seed)

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 from .. import pruning as pruner
 from ..atomic import atomic_write
 from ..data.encoding import collate
+from ..data.length_batches import row_lengths, sorted_batches
 from ..data.scores import collapsed, compute_metrics, convbert_score, task_score
 from ..data.submissions import write_submission
 from ..data.tasks import Task
@@ -41,17 +42,33 @@ class Padded:
         return out
 
 
-def predict(model: SequenceClassifier, rows, pad_id: int, batch_size: int = 64):
+EVAL_TOKENS = 8192  # padded tokens per evaluation batch (256 rows of 32 tokens, 16 of 512)
+
+
+def eval_loader(rows, pad_id: int, max_tokens: int = EVAL_TOKENS) -> DataLoader:
+    """Evaluation batches of length-sorted rows, longest first, each as many rows as fit
+    ``max_tokens`` once padded (little padding, few large batches)."""
+    batches = sorted_batches(row_lengths(rows), max_tokens)
+    return DataLoader(rows, batch_sampler=batches, collate_fn=Padded(pad_id))
+
+
+def by_idx(logits: torch.Tensor, labels: torch.Tensor, idx: torch.Tensor):
+    """(logits, labels, idx) put back in the split's index order (batches come length-sorted)."""
+    order = torch.argsort(idx, stable=True)
+    return logits[order], labels[order], idx[order]
+
+
+def predict(model: SequenceClassifier, rows, pad_id: int):
+    """(logits [N, C] float32, labels [N], idx [N]) of a split, in idx order."""
     model.eval()
-    loader = DataLoader(rows, batch_size=batch_size, collate_fn=Padded(pad_id))
     logits, labels, idx = [], [], []
-    with torch.no_grad():
-        for b in loader:
+    with torch.inference_mode():
+        for b in eval_loader(rows, pad_id):
             out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"])
             logits.append(out.logits.float())
             labels.append(b["labels"])
             idx.append(b["idx"])
-    return torch.cat(logits), torch.cat(labels), torch.cat(idx)
+    return by_idx(torch.cat(logits), torch.cat(labels), torch.cat(idx))
 
 
 def _save_predictions(path: Path, task: Task, idx, logits, labels) -> None:
@@ -73,9 +90,11 @@ def evaluate_and_save(
     examples: int,
     pruning: DictConfig | None = None,
     tokenizer=None,
+    known: dict | None = None,
 ) -> None:
     """Evaluate the trained ``model`` on every dev (and test) split of ``splits``; write the run's
-    results (see the module docstring) and mark it finished."""
+    results (see the module docstring) and mark it finished. ``known``: {split: (logits, labels,
+    idx)} already predicted by this model (the final validation), not predicted again."""
     remaining = None
     if pruning is not None:  # the final masks; the saved model is an ordinary one with W ⊙ M
         pruner.set_threshold(model, pruning.final_threshold)
@@ -85,7 +104,7 @@ def evaluate_and_save(
     dev, test = {}, {}
     diverged = False
     for split in task.dev_splits:
-        logits, labels, idx = predict(model, splits[split], pad)
+        logits, labels, idx = (known or {}).get(split) or predict(model, splits[split], pad)
         dev[split] = compute_metrics(task, logits, labels)
         diverged = diverged or collapsed(task, logits)
         _save_predictions(run.dir / "predictions" / f"{split}.tsv", task, idx, logits, labels)

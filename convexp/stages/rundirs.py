@@ -138,7 +138,9 @@ def glue_runs(
         for hp in hyperparameters(tcfg, hidden_size):
             for seed in cfg.seeds:
                 start = mnli.get(seed) if intermediate and name in INTERMEDIATE else None
-                run, run_cfg = finetune_run(tcfg, init_slug, name, seed, hp, start.run.id if start else "")
+                grouped = {"group_by_length": True} if tcfg.get("group_by_length") else None  # off: older ids
+                start_id = start.run.id if start else ""
+                run, run_cfg = finetune_run(tcfg, init_slug, name, seed, hp, start_id, grouped)
                 runs.append(GlueRun(name, seed, hp, run, run_cfg, start))
                 if name == "mnli":
                     mnli.setdefault(seed, runs[-1])  # the first setting's run

@@ -239,7 +239,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
             pruning.warmup_steps, steps_per_epoch, total, pruning.initial_warmup, pruning.final_warmup
         )
     module = SquadModule(
-        init.model_cfg, qa, hp, total, seed, init.state, pruning, prune_warmup, teacher, cfg.distill
+        init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill
     )
     pad = init.tokenizer.pad_id
     datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
+from pytorch_lightning.callbacks import ModelCheckpoint
 
 from .. import pruning as pruner
 from ..record import write_record
@@ -123,13 +124,42 @@ class TaskModule(pl.LightningModule):
         )
 
 
-def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
-    """A fine-tuning run's callbacks: checkpoints twice an epoch (``last.ckpt`` for resume), the
-    steps progress bar, and divergence / SLURM time-limit handling."""
-    from pytorch_lightning.callbacks import ModelCheckpoint
+class TimedCheckpoint(ModelCheckpoint):
+    """``last.ckpt`` every ``every_n_train_steps`` steps, but only once ``min_seconds`` of training
+    have passed since the start or the last save, and never at the last step."""
 
+    def __init__(self, min_seconds: float, **kwargs):
+        super().__init__(**kwargs)
+        self.min_seconds, self._since = min_seconds, time.monotonic()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        super().on_train_start(trainer, pl_module)
+        self._since = time.monotonic()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step >= trainer.max_steps or time.monotonic() - self._since < self.min_seconds:
+            return
+        saved = self._last_global_step_saved
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if self._last_global_step_saved != saved:
+            self._since = time.monotonic()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """Nothing: Lightning's saves ``last.ckpt`` here when none was saved, but the results
+        and model/ are written right after training."""
+
+
+def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
+    """A fine-tuning run's callbacks: ``last.ckpt`` (model + AdamW, to resume) at half-epoch
+    boundaries but at most every ``checkpoint_every_s`` seconds of training and never at the last
+    step (the results are written right after it), the steps progress bar, and divergence /
+    SLURM time-limit handling (which checkpoints whenever the signal comes).
+
+    A run shorter than ``checkpoint_every_s`` writes no checkpoint at all: killed, it starts
+    again (no more than that much work is ever lost); a long one pays a few seconds per interval."""
     return [
-        ModelCheckpoint(
+        TimedCheckpoint(
+            float(cfg.get("checkpoint_every_s", 0)),
             dirpath=str(run.checkpoints),
             every_n_train_steps=max(1, steps_per_epoch // 2),
             save_last=True,
@@ -140,12 +170,22 @@ def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
     ]
 
 
+def drop_checkpoints(run: Run) -> None:
+    """Delete a finished run's resume checkpoints (model + optimizer state): its results and
+    model/ are written, and a finished run is never resumed."""
+    if run.checkpoints.is_dir():
+        for path in run.checkpoints.glob("*.ckpt"):
+            path.unlink(missing_ok=True)
+        if not any(run.checkpoints.iterdir()):
+            run.checkpoints.rmdir()
+
+
 def train_attempt(
     cfg: DictConfig, run: Run, trainer: pl.Trainer, module, datamodule, finish: Callable[[float], None], **info
 ) -> None:
     """One attempt at a fine-tuning run, under its lock (status running -> finished | failed |
     diverged | interrupted): record the invocation, resume from the newest intact checkpoint, fit,
-    then ``finish(seconds)`` evaluates and saves. Nothing is done when another process finished the
+    then ``finish(seconds)`` evaluates and saves, and the checkpoints are dropped. Nothing is done when another process finished the
     run while this one waited for the lock."""
     started = time.time()
     with run.attempt(wait=cfg.trainer.lock_wait, stage="finetune", **info) as fresh:
@@ -155,5 +195,6 @@ def train_attempt(
                 ckpt = run.resume_checkpoint()
                 fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
                 finish(time.time() - started)
+                drop_checkpoints(run)
         finally:
             finish_wandb()

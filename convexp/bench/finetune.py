@@ -1,0 +1,357 @@
+"""``convexp bench finetune``: a whole fine-tuning job through convexp against a plain ``transformers``
+loop (plain_finetune.py), same data, model and settings, each in its own process.
+
+The job (issue 17): a BERT of MiniLM-L6's shape (6 layers, hidden 384, 12 heads, FFN 1536,
+vocabulary 30522) in Hugging Face layout, SST-2, 1 epoch, batch 32, max length 64, AdamW at a
+linear schedule (10% warm-up, no weight decay, no layer-wise decay: ``protocol=chang``), fp32,
+dev accuracy at the end. Without ``--init`` the model directory is made here with random weights
+(no hub access is needed); without ``--data`` the SST-2 files are synthetic sentences whose label
+is given by a few cue words among neutral filler, with SST-2's length spread.
+
+Each child's wall time comes from the parent's clock; its CPU time (user + system) and peak
+resident memory (``ru_maxrss``: the largest of the process and the children it waited for)
+from ``os.wait4``. Repeats alternate (convexp, plain, convexp, plain, ...) so that load on a
+shared machine falls on both; the summary takes medians and reports convexp / plain ratios,
+and whether the dev accuracies agree within one point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import UserError
+
+SHAPES = {  # BERT shapes: MiniLM-L6 (the issue's job) and a tiny one for tests
+    "minilm": {"layers": 6, "hidden": 384, "heads": 12, "intermediate": 1536, "vocab": 30522},
+    "tiny": {"layers": 2, "hidden": 64, "heads": 2, "intermediate": 128, "vocab": 2100},
+}
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+LR = 1e-4  # one rate for both (the papers' small-model rate is 3e-4; 1e-4 is stabler from random weights)
+SEED = 42
+PLAIN = Path(__file__).with_name("plain_finetune.py")
+
+
+# ----------------------------------------------------------------------------- the job's inputs
+
+
+def _words(n: int, seed: int) -> list[str]:
+    """``n`` distinct lower-case pseudo-words (WordPiece keeps each one whole)."""
+    rng = random.Random(seed)
+    syll = [c + v for c in "bcdfghklmnprstvwz" for v in "aeiou"]
+    out: dict[str, None] = {}
+    while len(out) < n:
+        out["".join(rng.choice(syll) for _ in range(rng.randint(1, 3)))] = None
+    return list(out)
+
+
+def write_synthetic_sst2(root: Path, rows: int, dev_rows: int, seed: int = 0) -> list[str]:
+    """``root/SST-2/{train,dev}.tsv`` in GLUE's layout; returns the words used (for the vocabulary).
+
+    A sentence: 2-50 words (log-normal, median 10, as SST-2's spread), 1-3 cue words of its label's
+    set of 8, the rest neutral filler: a task that a randomly initialised model learns in an epoch
+    of a few thousand rows, so that both tools' dev accuracies say whether training worked."""
+    words = _words(2016, seed)
+    pos, neg, filler = words[:8], words[8:16], words[16:]
+    rng = random.Random(seed + 1)
+    (root / "SST-2").mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", rows), ("dev", dev_rows)):
+        lines = ["sentence\tlabel"]
+        for _ in range(n):
+            label = rng.randint(0, 1)
+            cues = rng.choices(pos if label else neg, k=rng.randint(1, 3))
+            length = max(len(cues) + 1, min(50, int(rng.lognormvariate(2.3, 0.6))))
+            sent = rng.choices(filler, k=length - len(cues)) + cues
+            rng.shuffle(sent)
+            lines.append(f"{' '.join(sent)}\t{label}")
+        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    return words
+
+
+def write_model_dir(path: Path, shape: dict, words: list[str], hf: bool) -> Path:
+    """A randomly initialised BERT of ``shape`` with a vocab.txt holding ``words``: Hugging Face
+    layout (``save_pretrained``) with transformers, else a convexp model directory."""
+    import torch
+
+    vocab = SPECIALS + words
+    vocab += [f"zz{i}" for i in range(shape["vocab"] - len(vocab))]
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "vocab.txt").write_text("\n".join(vocab[: shape["vocab"]]) + "\n")
+    torch.manual_seed(0)
+    if hf:
+        from transformers import BertConfig, BertModel
+
+        cfg = BertConfig(
+            vocab_size=shape["vocab"],
+            hidden_size=shape["hidden"],
+            num_hidden_layers=shape["layers"],
+            num_attention_heads=shape["heads"],
+            intermediate_size=shape["intermediate"],
+        )
+        BertModel(cfg).save_pretrained(path)
+        return path
+    from ..models import ModelConfig, SequenceClassifier
+    from ..models.io import save_model_dir
+
+    cfg = ModelConfig(
+        name="bert",
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        num_layers=shape["layers"],
+        num_heads=shape["heads"],
+        intermediate_size=shape["intermediate"],
+        pooler=True,
+    )
+    out = path / "model"
+    save_model_dir(SequenceClassifier(cfg, 2), cfg, out, extra_files=[path / "vocab.txt"])
+    return out
+
+
+# ----------------------------------------------------------------------------- timing children
+
+
+def timed(cmd: list[str], env: dict, log: Path) -> dict:
+    """Run ``cmd``; its wall time, CPU time and peak RSS (os.wait4), exit code, stdout."""
+    with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
+    return {
+        "returncode": proc.returncode,
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mib": usage.ru_maxrss / 1024,  # Linux: KiB
+        "stdout": log.with_suffix(".out").read_text(),
+        "stderr_tail": log.with_suffix(".err").read_text()[-2000:],
+    }
+
+
+def _convexp_accuracy(outputs: Path) -> float | None:
+    found = sorted(outputs.glob("runs/finetune/*/metrics.json"))
+    if not found:
+        return None
+    return json.loads(found[0].read_text())["dev"]["validation"]["accuracy"]
+
+
+def _plain_accuracy(stdout: str) -> float | None:
+    lines = [x for x in stdout.splitlines() if x.startswith("{")]
+    return json.loads(lines[-1])["dev_accuracy"] if lines else None
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+def check_inputs(init: str | None, data: str | None) -> None:
+    """A given model or GLUE folder must exist and hold what the job reads."""
+    if init is not None and not (Path(init) / "config.json").is_file():
+        raise UserError(f"--init {init}: no config.json there; give a Hugging Face BERT directory")
+    if data is not None:
+        for split in ("train", "dev"):
+            if not (Path(data) / "SST-2" / f"{split}.tsv").is_file():
+                raise UserError(
+                    f"--data {data}: no SST-2/{split}.tsv; give the classic GLUE folder (holding SST-2/)"
+                )
+
+
+def bench_finetune(
+    rows: int = 4000,
+    dev_rows: int = 872,
+    repeats: int = 3,
+    epochs: int = 1,
+    batch_size: int = 32,
+    max_len: int = 64,
+    shape: str = "minilm",
+    init: str | None = None,
+    data: str | None = None,
+    out: str | None = None,
+    workdir: str | None = None,
+    hf: bool = True,
+) -> dict:
+    """Run the job ``repeats`` times through each tool, interleaved; the JSON record (see the
+    module docstring), written to ``out`` or printed; a table of the medians and ratios."""
+    from rich.console import Console
+
+    from .step import transformers_available
+
+    console = Console()
+    check_inputs(init, data)
+    if hf and not transformers_available():
+        console.print(
+            "transformers is not installed: timing convexp alone (`pip install transformers` adds the plain loop)"
+        )
+        hf = False
+    work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-ft-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data_dir = work / "glue"
+    if data is None:
+        words = write_synthetic_sst2(data_dir, rows, dev_rows)
+    else:  # a real SST-2: its first `rows` training rows, every dev row
+        words = _cut(Path(data), data_dir, rows, SHAPES[shape]["vocab"] - len(SPECIALS))
+    model_dir = Path(init) if init else write_model_dir(work / "model", SHAPES[shape], words, hf)
+    convexp_cmd = [
+        sys.executable, "-m", "convexp.cli", "finetune", "glue", "task=sst2",
+        f"init={model_dir}", "glue.source=local", f"glue.path={data_dir}", "protocol=chang",
+        f"epochs={epochs}", f"batch_size={batch_size}", f"task.max_len={max_len}", f"lr={LR}",
+        f"seeds=[{SEED}]",
+    ]  # fmt: skip
+    plain_cmd = [
+        sys.executable, str(PLAIN), str(model_dir), str(data_dir), str(epochs), str(batch_size),
+        str(max_len), str(LR), str(SEED),
+    ]  # fmt: skip
+    tools = {"convexp": convexp_cmd, **({"transformers": plain_cmd} if hf else {})}
+    runs = []
+    for i in range(repeats):
+        for tool, cmd in tools.items():
+            outputs = work / f"{tool}-{i}"
+            env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs)}
+            console.print(f"[{i + 1}/{repeats}] {tool} ...", end=" ")
+            r = timed(cmd, env, work / f"{tool}-{i}")
+            if r["returncode"] != 0:
+                raise UserError(f"{tool} failed (exit {r['returncode']}): {r['stderr_tail'][-600:]}")
+            acc = _convexp_accuracy(outputs) if tool == "convexp" else _plain_accuracy(r["stdout"])
+            runs.append({"tool": tool, "repeat": i, "dev_accuracy": acc, **_drop(r, "stdout", "stderr_tail")})
+            console.print(
+                f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} CPU-s, {r['peak_rss_mib']:.0f} MiB, "
+                f"dev accuracy {acc:.2f}"
+            )
+    record = {
+        "benchmark": "finetune",
+        "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
+        "job": {
+            "task": "sst2",
+            "train_rows": _rows(data_dir / "SST-2" / "train.tsv"),
+            "dev_rows": _rows(data_dir / "SST-2" / "dev.tsv"),
+            "data": str(data) if data else "synthetic",
+            "model": str(init) if init else f"random {shape}",
+            "shape": None if init else SHAPES[shape],
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "max_len": max_len,
+            "lr": LR,
+            "precision": "fp32",
+            "convexp_command": convexp_cmd[2:],
+            "plain_command": plain_cmd[1:] if hf else None,
+        },
+        "machine": _machine(),
+        "repeats": repeats,
+        "runs": runs,
+        "summary": summarize(runs, epochs * _rows(data_dir / "SST-2" / "train.tsv")),
+    }
+    text = json.dumps(record, indent=1)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
+    else:
+        print(text)
+    _print_table(console, record["summary"])
+    return record
+
+
+def summarize(runs: list[dict], examples: int) -> dict:
+    """Medians per tool, convexp / plain ratios (below 1: convexp is faster or smaller) and the
+    dev accuracy agreement."""
+    out: dict = {}
+    for tool in dict.fromkeys(r["tool"] for r in runs):
+        mine = [r for r in runs if r["tool"] == tool]
+        med = {k: statistics.median(r[k] for r in mine) for k in ("wall_s", "cpu_s", "peak_rss_mib")}
+        accs = [r["dev_accuracy"] for r in mine if r["dev_accuracy"] is not None]
+        out[tool] = {
+            **med,
+            "examples_per_s": examples / med["wall_s"],
+            "dev_accuracy": statistics.median(accs) if accs else None,
+        }
+    if "transformers" in out:
+        a, b = out["convexp"], out["transformers"]
+        out["ratio"] = {k: a[k] / b[k] for k in ("wall_s", "cpu_s", "peak_rss_mib")}
+        pairs = [  # per repeat: the interleaved pair ran under the same load
+            (x, y)
+            for x in runs
+            for y in runs
+            if x["tool"] == "convexp" and y["tool"] == "transformers" and x["repeat"] == y["repeat"]
+        ]
+        out["ratio"]["wall_s_per_pair"] = [x["wall_s"] / y["wall_s"] for x, y in pairs]
+        if a["dev_accuracy"] is not None and b["dev_accuracy"] is not None:
+            diff = a["dev_accuracy"] - b["dev_accuracy"]
+            out["dev_accuracy_difference"] = diff
+            out["dev_accuracy_within_1_point"] = abs(diff) <= 1.0
+    return out
+
+
+def _print_table(console, summary: dict) -> None:
+    from rich.table import Table
+
+    tools = [t for t in ("convexp", "transformers") if t in summary]
+    table = Table(title="Fine-tuning job, medians (ratio = convexp / plain transformers; below 1 is better)")
+    table.add_column("")
+    for t in tools:
+        table.add_column(t, justify="right")
+    if "ratio" in summary:
+        table.add_column("ratio", justify="right")
+    for key, label, fmt in (
+        ("wall_s", "wall time (s)", ".1f"),
+        ("cpu_s", "CPU time (s)", ".1f"),
+        ("examples_per_s", "train examples / wall s", ".1f"),
+        ("peak_rss_mib", "peak RSS (MiB)", ".0f"),
+        ("dev_accuracy", "dev accuracy (%)", ".2f"),
+    ):
+        cells = [format(summary[t][key], fmt) if summary[t][key] is not None else "-" for t in tools]
+        if "ratio" in summary:
+            r = summary["ratio"].get(key)
+            if key == "dev_accuracy" and "dev_accuracy_difference" in summary:
+                cells.append(f"{summary['dev_accuracy_difference']:+.2f} pt")
+            else:
+                cells.append(f"{r:.2f}" if r is not None else "")
+        table.add_row(label, *cells)
+    console.print(table)
+
+
+def _cut(src: Path, dst: Path, rows: int, vocab: int) -> list[str]:
+    """``dst/SST-2`` with SST-2's first ``rows`` training rows and its whole dev set; the ``vocab``
+    most frequent words and punctuation marks of both (the vocabulary of a random model)."""
+    import collections
+    import re
+
+    (dst / "SST-2").mkdir(parents=True, exist_ok=True)
+    train = (src / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[: rows + 1]
+    dev = (src / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()
+    (dst / "SST-2" / "train.tsv").write_text("\n".join(train) + "\n", encoding="utf-8")
+    (dst / "SST-2" / "dev.tsv").write_text("\n".join(dev) + "\n", encoding="utf-8")
+    counts = collections.Counter(re.findall(r"\w+|[^\w\s]", "\n".join(train[1:] + dev[1:]).lower()))
+    return [w for w, _ in counts.most_common(vocab)]
+
+
+def _rows(tsv: Path) -> int:
+    return sum(1 for line in tsv.read_text(encoding="utf-8").splitlines()[1:] if line.strip())
+
+
+def _drop(d: dict, *keys: str) -> dict:
+    return {k: v for k, v in d.items() if k not in keys}
+
+
+def _machine() -> dict:
+    import torch
+
+    info = {
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return info
