@@ -92,8 +92,9 @@ FINETUNE_ORDER = (
     "weight_decay",
     "adam_epsilon",
 )
-# run-config keys (rundirs.finetune_run) that set how a fine-tuning run trains, besides its hp
-RUN_KEYS = ("protocol", "max_len", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier")
+# run-config keys (rundirs.finetune_run; qa: SQuAD's head and windows) that set how a fine-tuning run
+# trains, besides its hp
+RUN_KEYS = ("protocol", "max_len", "qa", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier")
 
 
 def finetune_settings(hp: Mapping, run_cfg: DictConfig | Mapping | None = None) -> dict:
@@ -103,7 +104,7 @@ def finetune_settings(hp: Mapping, run_cfg: DictConfig | Mapping | None = None) 
     if run_cfg is not None:
         d = OmegaConf.to_container(run_cfg) if isinstance(run_cfg, DictConfig) else dict(run_cfg)
         for key in RUN_KEYS:
-            if key in d:
+            if d.get(key) is not None:  # (SQuAD runs: max_len is qa.max_len, the windows')
                 out.update(_flat({key: d[key]}))
     return out
 
