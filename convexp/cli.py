@@ -272,8 +272,8 @@ def cp(
 
 
 bench_app = typer.Typer(
-    help="Benchmarks against what a researcher would use instead: `convexp bench` (or `bench step`) "
-    "times the training step, `bench finetune` a whole fine-tuning job.",
+    help="Benchmarks against what a researcher would use instead: `convexp bench` "
+    "times the training step, `bench finetune` a whole fine-tuning job, `bench pretrain` the stage.",
 )
 app.add_typer(bench_app, name="bench")
 STEPS = typer.Option(10, help="Timed training steps per configuration.")
@@ -308,21 +308,9 @@ def bench(
     skip_hf: bool = SKIP_HF,
 ) -> None:
     """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention
-    blocks (with no sub-command: `bench step`)."""
+    blocks (`convexp bench`); `bench finetune` and `bench pretrain` time whole jobs."""
     if ctx.invoked_subcommand is None:
         _bench_step(steps, batch_size, seq_len, lengths, skip_hf)
-
-
-@bench_app.command("step")
-def bench_step(
-    steps: int = STEPS,
-    batch_size: int = STEP_BATCH,
-    seq_len: int = STEP_LEN,
-    lengths: str = LENGTHS,
-    skip_hf: bool = SKIP_HF,
-) -> None:
-    """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention blocks."""
-    _bench_step(steps, batch_size, seq_len, lengths, skip_hf)
 
 
 @bench_app.command("finetune")

@@ -82,16 +82,6 @@ def pretrain_cards(cfgs: Mapping[str, DictConfig]) -> list[Card]:
     return [Card("pretrain", str(dict(rows)["recipe"]), tuple(vs), rows) for rows, vs in grouped.items()]
 
 
-# the fine-tuning settings printed first (the rest follow in the order the runs give them)
-FINETUNE_ORDER = (
-    "lr",
-    "batch_size",
-    "epochs",
-    "warmup_fraction",
-    "layerwise_lr_decay",
-    "weight_decay",
-    "adam_epsilon",
-)
 # run-config keys (rundirs.finetune_run; qa: SQuAD's head and windows) that set how a fine-tuning run
 # trains, besides its hp
 RUN_KEYS = ("protocol", "max_len", "qa", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier")
@@ -122,6 +112,8 @@ def _flat(d: Mapping, prefix: str = "") -> list[tuple[str, object]]:
 def finetune_cards(nodes) -> list[Card]:
     """One card per distinct fine-tuning recipe of the plan's fine-tuning nodes (``Node.hparams``:
     run id -> :func:`finetune_settings`); its title lists the tasks that use it."""
+    from ..stages.rundirs import RECIPE_KEYS
+
     grouped: dict[tuple, tuple[list[str], list[str]]] = {}
     for n in nodes:
         if n.stage != "finetune" or not n.hparams:
@@ -131,7 +123,8 @@ def finetune_cards(nodes) -> list[Card]:
             for k, v in settings.items():
                 if v not in values.setdefault(k, []):
                     values[k].append(v)
-        keys = [k for k in FINETUNE_ORDER if k in values] + [k for k in values if k not in FINETUNE_ORDER]
+        first = [k for k in RECIPE_KEYS if k in values]  # the recipe's keys first, in its order
+        keys = first + [k for k in values if k not in first]
         rows = tuple((k, values[k][0] if len(values[k]) == 1 else Grid(values[k])) for k in keys)
         variants, tasks = grouped.setdefault(rows, ([], []))
         if n.variant not in variants:
