@@ -31,7 +31,10 @@ def pretrain_run(cfg: DictConfig) -> Run:
     """The run directory of a composed pre-training config (known before it runs): its recipe
     (conf/recipe/) is part of the composed config, so the id hashes every value the run uses."""
     slug = "-".join(filter(None, [cfg.model.name, cfg.objective.name, cfg.name]))
-    return Run.for_config(cfg.outputs, "pretrain", slug, cfg)
+    hashed = cfg
+    if cfg.get("init"):  # a run it continues by its id, not its path: the same id in any run store
+        hashed = OmegaConf.merge(cfg, {"init": _identity(str(cfg.init))})
+    return Run.for_config(cfg.outputs, "pretrain", slug, hashed)
 
 
 # The recipe keys of a composed fine-tuning config (conf/finetune.yaml, set by conf/protocol/) that
@@ -246,11 +249,12 @@ def finetune_run(
 
 
 def _identity(path: str) -> str:
-    """A teacher by what it is: a run's id, or the checkpoint's absolute path (or hub name)."""
+    """A teacher or a continued init by what it is: a run's id, or the checkpoint's absolute path
+    (or hub name)."""
     from pathlib import Path
 
     p = Path(path)
-    in_store = p.parent.name == "finetune" and p.parent.parent.name == "runs"  # planned, maybe not run yet
+    in_store = p.parent.parent.name == "runs"  # a run of the store, planned, maybe not run yet
     if in_store or (p / "model").is_dir() or (p / "metrics.json").exists():
         return p.resolve().name
     return str(p.resolve()) if p.exists() else path
