@@ -96,7 +96,8 @@ def test_ddp_two_processes_on_cpu(tmp_path):
         "trainer.accelerator=cpu",
         outputs=tmp_path,
     )
-    assert res.returncode == 0, res.stderr[-3000:]
+    # a child's own last words (an abort message) come before the parent's traceback
+    assert res.returncode == 0, res.stderr[:4000] + "\n...\n" + res.stderr[-2000:]
     [run] = run_dirs(tmp_path)
     assert metrics(run)["steps"] == 10
 

@@ -127,6 +127,38 @@ def test_prefetched_thread_stops_when_the_consumer_stops():
     assert not any(t.name == "convexp-prefetch" for t in threading.enumerate())
 
 
+def test_prefetched_close_stops_a_thread_whose_consumer_never_closed():
+    """Lightning leaves the endless train stream's iterator open; close() (the data module's
+    teardown) must still stop the producer before the interpreter exits."""
+    import threading
+    import time
+
+    def slow_endless():
+        n = 0
+        while True:
+            time.sleep(0.02)  # a batch being made when close() comes
+            yield n
+            n += 1
+
+    pre = Prefetched(slow_endless(), depth=2)
+    it = iter(pre)
+    assert next(it) == 0  # consumer stops here without closing
+    pre.close(timeout=5)
+    assert not any(t.name == "convexp-prefetch" and t.is_alive() for t in threading.enumerate())
+
+
+def test_pretrain_data_teardown_stops_its_prefetch_threads():
+    import threading
+
+    from convexp.stages.pretrain import PretrainData
+
+    data = PretrainData(None, None, 0, 2, 0, ("input_ids",), masker=None)
+    it = iter(data._prefetched(iter(int, 1)))
+    next(it)
+    data.teardown("fit")
+    assert not any(t.name == "convexp-prefetch" and t.is_alive() for t in threading.enumerate())
+
+
 # ----------------------------------------------------------------------------- GPU options, on a CPU
 
 

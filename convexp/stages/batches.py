@@ -148,35 +148,52 @@ class MaskingCollate:
 
 class Prefetched:
     """Iterate ``loader`` in a background thread, ``depth`` batches ahead, in order. Errors in the
-    thread are raised in the consumer; the thread stops when the consumer stops iterating."""
+    thread are raised in the consumer; the thread stops when the consumer stops iterating, or at
+    :meth:`close` — which the data module calls when fitting ends, because Lightning leaves an
+    endless stream's iterator open, and a thread still inside torch when the interpreter exits
+    can abort the process (SIGABRT, seen in DDP children)."""
 
     def __init__(self, loader: Iterable, depth: int = PREFETCH):
         self.loader, self.depth = loader, depth
+        self._threads: list[tuple[threading.Event, threading.Thread]] = []
 
     def __len__(self) -> int:
         return len(self.loader)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop every producer thread and wait for it (it finishes the batch it is making)."""
+        for stop, _ in self._threads:
+            stop.set()
+        for _, thread in self._threads:
+            thread.join(timeout)
+        self._threads = [(s, t) for s, t in self._threads if t.is_alive()]
 
     def __iter__(self) -> Iterator:
         q: queue.Queue = queue.Queue(self.depth)
         stop = threading.Event()
         done = object()
 
+        def hand_over(entry) -> bool:
+            """Put ``entry`` on the queue unless told to stop first; False once stopped."""
+            while not stop.is_set():
+                try:
+                    q.put(entry, timeout=0.1)
+                    return True
+                except queue.Full:
+                    pass
+            return False
+
         def produce() -> None:
             try:
                 for item in self.loader:
-                    while not stop.is_set():
-                        try:
-                            q.put((item, None), timeout=0.1)
-                            break
-                        except queue.Full:
-                            pass
-                    if stop.is_set():
+                    if not hand_over((item, None)):
                         return
-                q.put((done, None))
+                hand_over((done, None))
             except BaseException as e:  # noqa: BLE001 - handed to the consumer
-                q.put((None, e))
+                hand_over((None, e))
 
         thread = threading.Thread(target=produce, name="convexp-prefetch", daemon=True)
+        self._threads = [(s, t) for s, t in self._threads if t.is_alive()] + [(stop, thread)]
         thread.start()
         try:
             while True:

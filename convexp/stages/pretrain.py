@@ -136,6 +136,17 @@ class PretrainData(pl.LightningDataModule):
         self.train, self.val, self.seed, self.masker = train, val, seed, masker
         self.batch_size, self.num_workers, self.columns = batch_size, num_workers, columns
         self.pin_memory = pin_memory
+        self._prefetchers: list[Prefetched] = []
+
+    def _prefetched(self, loader) -> Prefetched:
+        self._prefetchers.append(Prefetched(loader))
+        return self._prefetchers[-1]
+
+    def teardown(self, stage: str) -> None:
+        """Stop the prefetch threads: the endless train stream's iterator is never exhausted."""
+        for p in self._prefetchers:
+            p.close()
+        self._prefetchers.clear()
 
     def train_dataloader(self):
         t = self.trainer
@@ -143,7 +154,7 @@ class PretrainData(pl.LightningDataModule):
         if isinstance(self.train, StreamingBlocks):  # a streaming corpus: read in order, in one thread
             stream = BlockStream(self.train, start, t.global_rank, t.world_size, self.columns)
             collate = MaskingCollate(self.masker, self.seed)
-            return Prefetched(
+            return self._prefetched(
                 DataLoader(stream, batch_size=self.batch_size, collate_fn=collate, pin_memory=self.pin_memory)
             )
         loader = DataLoader(
@@ -154,7 +165,7 @@ class PretrainData(pl.LightningDataModule):
             persistent_workers=self.num_workers > 0,
             pin_memory=self.pin_memory,
         )
-        return loader if self.num_workers else Prefetched(loader)
+        return loader if self.num_workers else self._prefetched(loader)
 
     def val_dataloader(self):
         batches = ValBatches(self.val, self.columns, self.batch_size, self.masker, self.seed)
