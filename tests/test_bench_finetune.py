@@ -58,6 +58,7 @@ def test_tiny_job_writes_the_record_of_both_tools(tmp_path):
         assert r["returncode"] == 0 and r["wall_s"] > 0 and r["cpu_s"] > 0 and r["peak_rss_mib"] > 50
         assert 0 <= r["dev_accuracy"] <= 100
     assert rec["job"]["train_rows"] == 96 and rec["job"]["dev_rows"] == 40 and rec["job"]["max_len"] == 32
+    assert rec["job"]["convexp_command"][:4] == ["convexp", "finetune", "glue", "task=sst2"]  # runnable as written
     s = rec["summary"]
     assert s["convexp"]["examples_per_s"] == pytest.approx(96 / s["convexp"]["wall_s"])
     if "transformers" in tools:

@@ -308,9 +308,11 @@ from pathlib import Path
 phase, marker, *args = sys.argv[1:]
 
 
-def pause():
+def pause(until=lambda: False):  # tell the test, then wait for the kill (or until SIGTERM came)
     Path(marker).touch()
-    time.sleep(600)
+    deadline = time.time() + 600
+    while time.time() < deadline and not until():
+        time.sleep(0.05)
 
 
 if phase == "export":
@@ -345,7 +347,7 @@ if phase.startswith("validation#"):  # the N-th periodic validation of this proc
         if batch_idx == 0:
             seen.append(trainer.global_step)
             if len(seen) == nth:
-                pause()
+                pause(lambda: trainer.received_sigterm)
 
     Health.on_validation_batch_start = on_validation_batch_start
 sys.argv = ["convexp", *args]
@@ -355,8 +357,8 @@ main()
 """
 
 
-def kill_paused(phase: str, args: list[str], out: Path) -> None:
-    """Run `convexp ARGS` paused at ``phase`` (see PAUSED) and SIGKILL it there."""
+def kill_paused(phase: str, args: list[str], out: Path, sig: int = signal.SIGKILL) -> int:
+    """Run `convexp ARGS` paused at ``phase`` (see PAUSED) and send it ``sig`` there; its exit code."""
     marker = out.parent / f"paused-{out.name}"
     env = {**os.environ, "CONVEXP_OUTPUTS": str(out), **QUIET}
     proc = subprocess.Popen(
@@ -369,8 +371,8 @@ def kill_paused(phase: str, args: list[str], out: Path) -> None:
     while time.time() < deadline and not marker.exists() and proc.poll() is None:
         time.sleep(0.02)
     assert marker.exists(), f"{phase} was never reached"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(sig)
+    return proc.wait(timeout=120)
 
 
 @pytest.mark.slow
@@ -540,6 +542,27 @@ def test_a_validation_killed_in_flight_is_redone_once(tmp_path, checkpoint_every
     res = convexp("pretrain", *args, outputs=out, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]
     [reference] = run_dirs(ref)
+    ref_rows, rows = csv_rows(reference), csv_rows(run)
+    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
+    for r, q in zip(ref_rows, rows):
+        for k in r:
+            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
+    assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_sigterm_inside_a_validation_resumes_to_the_uninterrupted_rows(tmp_path, reference):
+    """SIGTERM inside the validation at step 30 (Lightning stops after its first batch): the
+    checkpoint is the end of step 30, and the resumed run runs that validation whole, once,
+    logged at its own step."""
+    out = tmp_path / "o"
+    assert kill_paused("validation#1", ["pretrain", *STEPS], out, signal.SIGTERM) == 143
+    [run] = run_dirs(out)
+    s = status(run)
+    assert s["status"] == "interrupted" and "SIGTERM after step 30" in s["error"], s
+    res = convexp("pretrain", *STEPS, outputs=out, env=QUIET)
+    assert res.returncode == 0, res.stderr[-3000:]
     ref_rows, rows = csv_rows(reference), csv_rows(run)
     assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
     for r, q in zip(ref_rows, rows):

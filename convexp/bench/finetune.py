@@ -239,8 +239,8 @@ def bench_finetune(
             "max_len": max_len,
             "lr": LR,
             "precision": "fp32",
-            "convexp_command": convexp_cmd[2:],
-            "plain_command": plain_cmd[1:] if hf else None,
+            "convexp_command": ["convexp", *convexp_cmd[3:]],  # runnable as written
+            "plain_command": ["python", *plain_cmd[1:]] if hf else None,
         },
         "machine": _machine(),
         "repeats": repeats,

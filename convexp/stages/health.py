@@ -75,6 +75,7 @@ class Health(pl.Callback):
         self.restored_step = 0
         self.restored_metrics: dict[str, float] = {}
         self.exception: BaseException | None = None
+        self.stopped_in_validation = False  # the exception came inside fit's periodic validation
 
     # ---------------------------------------------------------------- divergence
     def on_before_backward(self, trainer, pl_module, loss: torch.Tensor) -> None:
@@ -112,6 +113,8 @@ class Health(pl.Callback):
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.exception = exception
+        # read now: Lightning clears the stage before the SIGTERM checkpoint is written
+        self.stopped_in_validation = trainer.validating and not trainer.sanity_checking
 
     # ---------------------------------------------------------------- resume
     def on_validation_end(self, trainer, pl_module) -> None:
@@ -119,6 +122,8 @@ class Health(pl.Callback):
             self.val_step = trainer.global_step
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        if self.stopped_in_validation:  # SIGTERM inside a periodic validation: saved after it stopped
+            _as_before_validation(checkpoint)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         checkpoint["convexp_health"] = {
             "metrics": {**self.restored_metrics, **metrics},
@@ -173,6 +178,25 @@ class Health(pl.Callback):
         """The metrics at the end of training: those restored from the checkpoint, overwritten
         by those this attempt logged."""
         return {**self.restored_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items()}}
+
+
+def _as_before_validation(checkpoint: dict) -> None:
+    """Make a checkpoint saved inside the validation that follows a step (SIGTERM there: the
+    weights are those of the step's end) read as the step checkpoint written just before that
+    validation: the training batch not yet counted complete, the validation's batches not begun.
+    On resume :func:`_validation_in_flight` then has the whole validation run once, with its
+    logged step — Lightning's own mid-validation restart would log it one step early and score
+    only the batches that were left."""
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    train, val = fit_loop.get("epoch_loop.batch_progress"), fit_loop.get("epoch_loop.val_loop.batch_progress")
+    if not train or not val:
+        return
+    for counts in (train["current"], train["total"]):
+        counts["completed"] -= 1
+    done = dict(val["current"])  # this validation's batches so far
+    for key, n in done.items():
+        val["total"][key] -= n
+        val["current"][key] = 0
 
 
 def _validation_in_flight(checkpoint: dict) -> None:
