@@ -220,6 +220,15 @@ def csv_rows(run: Path) -> list[dict]:
         ]
 
 
+def assert_same_rows(reference: Path, run: Path) -> None:
+    """The run logged the reference's rows: same steps, same metrics, same values."""
+    ref_rows, rows = csv_rows(reference), csv_rows(run)
+    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
+    for r, q in zip(ref_rows, rows):
+        for k in r:
+            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """An uninterrupted 60-step run (checkpoints at 20, 40, 60; validations at 30, 60)."""
@@ -542,11 +551,7 @@ def test_a_validation_killed_in_flight_is_redone_once(tmp_path, checkpoint_every
     res = convexp("pretrain", *args, outputs=out, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]
     [reference] = run_dirs(ref)
-    ref_rows, rows = csv_rows(reference), csv_rows(run)
-    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
-    for r, q in zip(ref_rows, rows):
-        for k in r:
-            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+    assert_same_rows(reference, run)
     a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
     assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
 
@@ -563,11 +568,7 @@ def test_sigterm_inside_a_validation_resumes_to_the_uninterrupted_rows(tmp_path,
     assert s["status"] == "interrupted" and "SIGTERM after step 30" in s["error"], s
     res = convexp("pretrain", *STEPS, outputs=out, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]
-    ref_rows, rows = csv_rows(reference), csv_rows(run)
-    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
-    for r, q in zip(ref_rows, rows):
-        for k in r:
-            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+    assert_same_rows(reference, run)
     a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
     assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
 
@@ -624,11 +625,7 @@ def test_sigterm_checkpoints_the_step_it_stopped_at_and_the_resume_matches(tmp_p
     a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
     assert b["steps"] == 60 and b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
     assert b["final_train_loss"] == pytest.approx(a["final_train_loss"], rel=1e-5)
-    ref_rows, rows = csv_rows(reference), csv_rows(run)
-    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
-    for r, q in zip(ref_rows, rows):
-        for k in r:
-            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+    assert_same_rows(reference, run)
 
 
 @pytest.mark.slow
@@ -654,10 +651,6 @@ def test_a_fine_tuning_validation_killed_in_flight_is_redone_once(tmp_path, pret
     res = convexp(*args, outputs=out, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]
     [reference], [run] = ((d / "runs" / "finetune").glob("*") for d in (ref, out))
-    ref_rows, rows = csv_rows(reference), csv_rows(run)
-    assert len([r for r in ref_rows if "val/accuracy" in r]) == 3
-    assert [(r["step"], sorted(r)) for r in rows] == [(r["step"], sorted(r)) for r in ref_rows]
-    for r, q in zip(ref_rows, rows):
-        for k in r:
-            assert float(q[k]) == pytest.approx(float(r[k]), rel=1e-5), (r["step"], k)
+    assert len([r for r in csv_rows(reference) if "val/accuracy" in r]) == 3
+    assert_same_rows(reference, run)
     assert status(run)["attempts"][0]["status"] == "failed"  # it was killed
