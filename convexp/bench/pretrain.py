@@ -69,7 +69,7 @@ def bare_step(cfg, data, steps: int) -> dict:
     o = cfg.optim
     opt = adamw_with_linear_schedule(
         module.objective, cfg.optim.lr, o.betas, o.eps, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps,
-        fused=fused_adamw(cfg.trainer, False),
+        fused=fused_adamw(cfg.trainer.fused_adamw, "cpu", cfg.trainer.precision),
     )["optimizer"]
     objective = module.objective.train()
     params = [p for p in objective.parameters() if p.requires_grad]

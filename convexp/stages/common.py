@@ -134,6 +134,32 @@ def per_device_batch(total: int, trainer_cfg: DictConfig) -> int:
     return total // parts
 
 
+class OptimizerStep:
+    """LightningModule mixin: how convexp's stages step the optimizer.
+
+    * The gradients are freed as soon as the optimizer has used them. Lightning zeroes them only
+      inside the next step, after its forward pass, so they would be held through that forward
+      (its peak: a whole model's worth of memory more) and through every validation. With
+      gradient accumulation the optimizer steps once per window, so the accumulated gradients
+      are untouched until then.
+    * Gradient clipping with the fused AdamW kernel (``accel.fused_adamw``) when nothing is
+      scaled (fp32, bf16): clipped here, as Lightning would, because Lightning refuses to clip for
+      any optimizer that can unscale gradients itself. (fp16 runs are not fused by default.)"""
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        optimizer.zero_grad(set_to_none=True)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        fused = getattr(optimizer, "defaults", {}).get("fused")
+        scaled = getattr(self.trainer.precision_plugin, "scaler", None) is not None
+        if gradient_clip_val and fused and not scaled and gradient_clip_algorithm in (None, "norm"):
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+
 def adamw_with_linear_schedule(
     model: torch.nn.Module,
     lr: float,

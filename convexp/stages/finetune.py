@@ -133,8 +133,9 @@ class FinetuneModule(TaskModule):
         prune_warmup: int = 0,
         teacher: Checkpoint | None = None,
         distill: DictConfig | None = None,
+        fused_adamw="auto",
     ):
-        super().__init__(hp, total_steps, seed, pruning, prune_warmup, distill)
+        super().__init__(hp, total_steps, seed, pruning, prune_warmup, distill, fused_adamw)
         self.task = task
         self.model = SequenceClassifier(model_cfg, task.num_labels)
         if encoder_state is not None:
@@ -281,6 +282,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         prune_warmup,
         teacher,
         cfg.distill,
+        cfg.trainer.fused_adamw,
     )
     pad = init.tokenizer.pad_id
     group = bool(cfg.get("group_by_length", False))

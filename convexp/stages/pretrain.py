@@ -23,6 +23,7 @@ from ..record import warn_if_other_version, write_record
 from ..runs import Run, RunDiverged, non_finite
 from .rundirs import pretrain_run
 from .common import (
+    OptimizerStep,
     adamw_with_linear_schedule,
     finish_wandb,
     log_result,
@@ -40,16 +41,14 @@ from .streams import BlockStream, PermutedStream, StreamSampler
 COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-class PretrainModule(pl.LightningModule):
+class PretrainModule(OptimizerStep, pl.LightningModule):
     """Runs the objective on batches the data pipeline has already masked (``batches.py``; the
     masks are seeded by the batch's stream position, so resumed runs repeat uninterrupted ones
     exactly), logs losses and tokens/s."""
 
-    def __init__(
-        self, model_cfg: ModelConfig, cfg: DictConfig, tokens: TokenInfo, total_steps: int, cuda: bool = False
-    ):
+    def __init__(self, model_cfg: ModelConfig, cfg: DictConfig, tokens: TokenInfo, total_steps: int):
         super().__init__()
-        self.cfg, self.tokens, self.total_steps, self.use_cuda = cfg, tokens, total_steps, cuda
+        self.cfg, self.tokens, self.total_steps = cfg, tokens, total_steps
         obj = cfg.objective
         if obj.name == "mlm":
             self.objective = MLMObjective(model_cfg, pair_head=obj.pair_format in ("nsp", "sop"))
@@ -113,7 +112,7 @@ class PretrainModule(pl.LightningModule):
             o.weight_decay,
             o.warmup_steps,
             self.total_steps,
-            fused=fused_adamw(self.cfg.trainer, self.use_cuda),
+            fused=fused_adamw(self.cfg.trainer.fused_adamw, self.device.type, self.cfg.trainer.precision),
         )
 
 
@@ -223,7 +222,7 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
     steps = cfg.trainer.max_steps
     cuda = on_cuda(cfg.trainer)
     set_tf32(cfg.trainer, cuda)
-    module = PretrainModule(model_cfg, cfg, tokens, steps, cuda)
+    module = PretrainModule(model_cfg, cfg, tokens, steps)
     if cfg.init:
         _init_weights(module.objective.encoder, cfg.init, model_cfg)
     prepare_encoders(module.objective, cfg.trainer)

@@ -106,8 +106,9 @@ class SquadModule(TaskModule):
         prune_warmup: int = 0,
         teacher: Checkpoint | None = None,
         distill: DictConfig | None = None,
+        fused_adamw="auto",
     ):
-        super().__init__(hp, total_steps, seed, pruning, prune_warmup, distill)
+        super().__init__(hp, total_steps, seed, pruning, prune_warmup, distill, fused_adamw)
         self.qa = qa
         self.model = build_qa_model(model_cfg, qa)
         if encoder_state is not None:
@@ -239,7 +240,8 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
             pruning.warmup_steps, steps_per_epoch, total, pruning.initial_warmup, pruning.final_warmup
         )
     module = SquadModule(
-        init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill
+        init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill,
+        cfg.trainer.fused_adamw,
     )
     pad = init.tokenizer.pad_id
     datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)

@@ -26,12 +26,13 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from .. import pruning as pruner
 from ..record import write_record
 from ..runs import Run
-from .common import adamw_with_linear_schedule, finish_wandb, layerwise_groups
+from .accel import fused_adamw
+from .common import OptimizerStep, adamw_with_linear_schedule, finish_wandb, layerwise_groups
 from .health import Health, fit
 from .progress import StepProgressBar
 
 
-class TaskModule(pl.LightningModule):
+class TaskModule(OptimizerStep, pl.LightningModule):
     """Fine-tuning state shared by the task stages (see the module docstring)."""
 
     def __init__(
@@ -42,9 +43,11 @@ class TaskModule(pl.LightningModule):
         pruning: DictConfig | None = None,
         prune_warmup: int = 0,
         distill: DictConfig | None = None,
+        fused_adamw="auto",
     ):
         super().__init__()
         self.hp, self.total_steps, self.seed = hp, total_steps, seed
+        self.fused_adamw = fused_adamw  # trainer.fused_adamw
         self.pruning, self.prune_warmup, self.distill = pruning, prune_warmup, distill
         self._teacher: list = []
 
@@ -121,6 +124,7 @@ class TaskModule(pl.LightningModule):
             warmup,
             self.total_steps,
             param_groups=groups,
+            fused=fused_adamw(self.fused_adamw, self.device.type, self.trainer.precision if self._trainer else "32-true"),
         )
 
 
