@@ -145,16 +145,23 @@ def test_prefetched_close_stops_a_thread_whose_consumer_never_closed():
     assert not any(t.name == "convexp-prefetch" and t.is_alive() for t in threading.enumerate())
 
 
-def test_pretrain_data_teardown_stops_its_prefetch_threads():
+def test_pretrain_data_reads_ahead_in_a_thread_only_when_asked_and_teardown_stops_it():
     import threading
 
     from convexp.stages.pretrain import PretrainData
 
-    data = PretrainData(None, None, 0, 2, 0, ("input_ids",), masker=None)
+    def prefetching():
+        return any(t.name == "convexp-prefetch" and t.is_alive() for t in threading.enumerate())
+
+    data = PretrainData(None, None, 0, 2, 0, ("input_ids",), masker=None, background=True)  # a GPU run
     it = iter(data._prefetched(iter(int, 1)))
     next(it)
+    assert prefetching()
     data.teardown("fit")
-    assert not any(t.name == "convexp-prefetch" and t.is_alive() for t in threading.enumerate())
+    assert not prefetching()
+    inline = PretrainData(None, None, 0, 2, 0, ("input_ids",), masker=None, background=False)  # a CPU run
+    source = iter(range(3))
+    assert inline._prefetched(source) is source and not prefetching()
 
 
 # ----------------------------------------------------------------------------- GPU options, on a CPU
