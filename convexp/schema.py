@@ -161,8 +161,12 @@ class FinetuneSchema:
     grid_values: Dict[str, List[Any]] = field(default_factory=dict)
     group_by_length: bool = True  # GLUE/probing training batches of rows of similar length
     checkpoint_every_s: float = 300.0  # fine-tuning's last.ckpt at most this often (0: every half epoch)
+    malloc_mmap_threshold_mib: Optional[float] = 1.0  # stages/accel.heap_mmap_threshold; null: glibc's own
 
     def __post_init__(self) -> None:
+        m = self.malloc_mmap_threshold_mib
+        if m is not None and not 0 < m <= 32:
+            raise ValueError(f"malloc_mmap_threshold_mib={m}: give MiB in (0, 32] (glibc's range), or null for glibc's own")
         if self.checkpoint_every_s < 0:
             raise ValueError(f"checkpoint_every_s={self.checkpoint_every_s}: give seconds >= 0")
         if not self.seeds:

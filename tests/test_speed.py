@@ -228,6 +228,28 @@ def test_fused_adamw_clips_like_the_unfused_one_and_gradients_are_freed_after_th
     assert all(p.grad is None for p in fused.parameters())  # not held until the next forward
 
 
+def test_heap_mmap_threshold_is_set_while_fine_tuning_and_left_at_glibcs_ceiling(monkeypatch):
+    from convexp.stages import accel
+
+    calls = []
+    monkeypatch.setattr(accel, "_glibc", lambda: type("libc", (), {"mallopt": lambda _, k, v: calls.append((k, v))})())
+    with accel.heap_mmap_threshold(1):
+        assert calls == [(accel.M_MMAP_THRESHOLD, 2**20)]
+    assert calls[-1] == (accel.M_MMAP_THRESHOLD, 32 * 2**20)
+    calls.clear()
+    with accel.heap_mmap_threshold(None):  # null: glibc's own, untouched
+        pass
+    assert calls == []
+    assert accel._glibc() is None or hasattr(accel._glibc(), "mallopt")  # the real one loads here
+
+
+def test_bad_mmap_threshold_is_refused():
+    from convexp.config import ConfigError
+
+    with pytest.raises(ConfigError, match="malloc_mmap_threshold_mib=64"):
+        compose_stage("finetune", ["task=rte", "init=none", "model=bert_small", "malloc_mmap_threshold_mib=64"])
+
+
 def test_gpu_run_gets_fused_adamw_pinned_batches_and_tf32():
     from convexp.stages.pretrain import PretrainModule
 

@@ -33,6 +33,11 @@ part of run ids.
 
 from __future__ import annotations
 
+import ctypes
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 
@@ -80,3 +85,40 @@ def prepare_encoders(model: torch.nn.Module, trainer_cfg) -> None:
         if trainer_cfg.compile:
             for block in encoder.layers:
                 block.compile()
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+GLIBC_MMAP_MAX_MIB = 32  # glibc's ceiling for its adaptive threshold on 64-bit systems
+
+
+@contextmanager
+def heap_mmap_threshold(mib: float | None) -> Iterator[None]:
+    """Inside: glibc gives every allocation of ``mib`` MiB or more its own mapping, returned to the
+    system when freed (``mallopt(M_MMAP_THRESHOLD)``); ``None``, or not glibc: nothing changes.
+
+    Fine-tuning's batches change shape every step (length-grouped rows), and glibc's adaptive
+    threshold soon keeps every activation in its heap, where the freed blocks of one shape rarely
+    fit the next: the benchmark job's peak RSS 1,468 -> ~1,300 MiB at 1 MiB, for ~8% more time
+    (pre-training's fixed shapes do not fragment and would pay 24%: it is not used there). Fixing
+    the threshold ends glibc's adaptation for the process, so on leaving it is set to that
+    adaptation's ceiling (32 MiB), where a long-running process ends up anyway."""
+    libc = _glibc() if mib is not None else None
+    if libc is None:
+        yield
+        return
+    libc.mallopt(M_MMAP_THRESHOLD, int(mib * 2**20))
+    try:
+        yield
+    finally:
+        libc.mallopt(M_MMAP_THRESHOLD, GLIBC_MMAP_MAX_MIB * 2**20)
+
+
+def _glibc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "mallopt") else None
+    except OSError:  # musl and others: no libc.so.6
+        return None
+

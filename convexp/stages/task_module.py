@@ -26,7 +26,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from .. import pruning as pruner
 from ..record import write_record
 from ..runs import Run
-from .accel import fused_adamw
+from .accel import fused_adamw, heap_mmap_threshold
 from .common import OptimizerStep, adamw_with_linear_schedule, finish_wandb, layerwise_groups
 from .health import Health, fit
 from .progress import StepProgressBar
@@ -197,8 +197,9 @@ def train_attempt(
             if fresh:
                 write_record(run, cfg)
                 ckpt = run.resume_checkpoint()
-                fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
-                finish(time.time() - started)
+                with heap_mmap_threshold(cfg.get("malloc_mmap_threshold_mib")):
+                    fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
+                    finish(time.time() - started)
                 drop_checkpoints(run)
         finally:
             finish_wandb()
