@@ -15,7 +15,6 @@ fine-pruning and distillation), the LightningDataModule, one run, and the invoca
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from .glue_eval import Padded, by_idx, eval_loader, evaluate_and_save
 from .glue_summary import write_summary
 from .rundirs import GlueRun, glue_runs, task_config
 from .streams import PermutedStream, StreamSampler
-from .task_module import TaskModule, run_callbacks, train_attempt
+from .task_module import TaskModule, run_callbacks, schedule, train_attempt
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
 
@@ -260,14 +259,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
     pl.seed_everything(seed, verbose=False)
 
     train = splits["train"]
-    steps_per_epoch = math.ceil(len(train) / hp["batch_size"])
-    total = steps_per_epoch * hp["epochs"]
-    pruning = cfg.pruning if cfg.pruning.method != "none" else None
-    prune_warmup = 0
-    if pruning is not None:
-        prune_warmup = pruner.prune_warmup(
-            pruning.warmup_steps, steps_per_epoch, total, pruning.initial_warmup, pruning.final_warmup
-        )
+    steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, len(train), hp)
     module = FinetuneModule(
         init.model_cfg,
         task,

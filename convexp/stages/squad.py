@@ -16,7 +16,6 @@ targets.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -39,7 +38,7 @@ from .rundirs import GlueRun
 from .squad_eval import evaluate_squad
 from .squad_runs import check_squad_config, qa_settings, squad_runs, squad_source
 from .streams import PermutedStream, StreamSampler
-from .task_module import TaskModule, run_callbacks, train_attempt
+from .task_module import TaskModule, run_callbacks, schedule, train_attempt
 
 COLUMNS = (
     "input_ids",
@@ -231,14 +230,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
     pl.seed_everything(seed, verbose=False)
 
     train = data["train"]
-    steps_per_epoch = math.ceil(len(train) / hp["batch_size"])
-    total = steps_per_epoch * hp["epochs"]
-    pruning = cfg.pruning if cfg.pruning.method != "none" else None
-    prune_warmup = 0
-    if pruning is not None:
-        prune_warmup = pruner.prune_warmup(
-            pruning.warmup_steps, steps_per_epoch, total, pruning.initial_warmup, pruning.final_warmup
-        )
+    steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, len(train), hp)
     module = SquadModule(
         init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill,
         cfg.trainer.fused_adamw,

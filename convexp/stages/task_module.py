@@ -15,6 +15,7 @@ decay, BERMO's scalar-mix rate, and the mask scores' own rate (no weight decay).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -151,6 +152,20 @@ class TimedCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer, pl_module) -> None:
         """Nothing: Lightning's saves ``last.ckpt`` here when none was saved, but the results
         and model/ are written right after training."""
+
+
+def schedule(cfg: DictConfig, rows: int, hp: dict) -> tuple[int, int, DictConfig | None, int]:
+    """(steps per epoch, total steps, the pruning config or None, the pruning warm-up in steps) of
+    a fine-tuning run on ``rows`` training rows."""
+    steps_per_epoch = math.ceil(rows / hp["batch_size"])
+    total = steps_per_epoch * hp["epochs"]
+    pruning = cfg.pruning if cfg.pruning.method != "none" else None
+    prune_warmup = 0
+    if pruning is not None:
+        prune_warmup = pruner.prune_warmup(
+            pruning.warmup_steps, steps_per_epoch, total, pruning.initial_warmup, pruning.final_warmup
+        )
+    return steps_per_epoch, total, pruning, prune_warmup
 
 
 def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
