@@ -12,6 +12,8 @@ from helpers import TINY
 from convexp.config import compose_stage
 from convexp.models import MaskedLM, ModelConfig
 from convexp.models import attention as attention_module
+from convexp.models.conv import depthwise_conv
+from convexp.models.dropout import dropout
 from convexp.models.encoder import Block, init_weights
 from convexp.stages.accel import fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
 from convexp.stages.batches import Masker, PositionBatches, Prefetched, StreamBatches, ValBatches
@@ -334,6 +336,61 @@ def test_every_mixer_works_under_bf16_autocast():
             loss = model(ids, keep_mask().long(), labels=labels).loss
         loss.backward()
         assert torch.isfinite(loss), name
+
+
+# ----------------------------------------------------------------------------- CPU kernels
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_dropout_keeps_one_minus_p_scaled_and_its_gradient_is_the_mask(dtype):
+    x = torch.ones(1_000_000, dtype=dtype, requires_grad=True)
+    torch.manual_seed(0)
+    y = dropout(x, 0.1)
+    scale = torch.tensor(1 / 0.9, dtype=dtype)
+    assert set(y.detach().unique().tolist()) == {0.0, scale.item()}
+    kept = (y != 0).double().mean().item()
+    assert abs(kept - 0.9) < 0.002  # binomial sd 0.0003
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x, 0.1), y), "the masks are a function of torch's seed"
+    assert dropout(x, 0.1, training=False) is x and dropout(x, 0.0) is x
+    assert not dropout(x, 1.0).any()
+
+
+def test_training_attention_on_cpu_is_the_same_attention_with_cheaper_masks(monkeypatch):
+    """In training on CPU, attention runs unfused with :func:`dropout`'s masks (torch's CPU
+    kernel would run unfused too, with ``bernoulli_``); without the masks it equals eval."""
+    monkeypatch.setattr(attention_module, "apply_dropout", lambda x, p: x)
+    calls, sdpa = [], F.scaled_dot_product_attention
+    recording = lambda *a, **k: calls.append(1) or sdpa(*a, **k)  # noqa: E731
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", recording)
+    for name in MIXERS:
+        block = make_block(name)
+        block.dropout.p = 0.0  # hidden dropout off; attention dropout on (p = 0.1)
+        x = torch.randn(2, 16, 32)
+        calls.clear()
+        trained = block.train()(x, keep_mask())
+        assert calls == [], name
+        torch.testing.assert_close(trained, block.eval()(x, keep_mask()), msg=name)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_depthwise_conv_matches_conv1d_in_fp32_and_under_bf16_autocast(bias):
+    """A channels-last conv2d over x's own memory; on CPU in fp32 even under autocast."""
+    x = torch.randn(3, 20, 16, requires_grad=True)
+    w = torch.randn(16, 5, requires_grad=True)
+    b = torch.randn(16, requires_grad=True) if bias else None
+    ref = F.conv1d(x.transpose(1, 2), w.unsqueeze(1), b, padding=2, groups=16).transpose(1, 2)
+    ref_grads = torch.autograd.grad(ref.square().sum(), [x, w])
+    y = depthwise_conv(x, w, b)
+    torch.testing.assert_close(y, ref)
+    for got, want in zip(torch.autograd.grad(y.square().sum(), [x, w]), ref_grads):
+        torch.testing.assert_close(got, want)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y16 = depthwise_conv(x.bfloat16(), w, b)
+    assert y16.dtype == torch.bfloat16
+    torch.testing.assert_close(y16, depthwise_conv(x.bfloat16().float(), w, b).bfloat16())
 
 
 # ----------------------------------------------------------------------------- torch.compile

@@ -22,6 +22,8 @@ from torch import nn
 
 from .config import ModelConfig
 from .conv import SeparableConv1d, depthwise_conv, lightweight_conv
+from .dropout import cpu_masks
+from .dropout import dropout as apply_dropout
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:  # [B, L, H*d] -> [B, H, L, d]
@@ -73,17 +75,19 @@ def attend(
 
     bias: [B or 1, H, L, L] additive score terms (Chang et al.'s convolutions) or None.
     content=False drops the q kᵀ term (Chang et al.'s "convolution only" ablation); q, k unused then.
-    The unfused path computes :func:`attention_scores`, from which :func:`attention_probs` comes.
+    The unfused path computes :func:`attention_scores`, from which :func:`attention_probs` comes. It
+    runs without the content term and, on CPU, under dropout: torch's CPU kernel is unfused there
+    too, and :func:`~convexp.models.dropout.dropout` draws cheaper masks.
     """
-    if content and bias is None:
-        mask = None if keep is None else keep[:, None, None, :]  # [B, 1, 1, L] bool
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-    if content:
+    if content and not (dropout and cpu_masks(v)):
+        if bias is None:
+            mask = None if keep is None else keep[:, None, None, :]  # [B, 1, 1, L] bool
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         if keep is not None:
             bias = bias.masked_fill(~keep[:, None, None, :], float("-inf"))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout)
-    probs = F.dropout(torch.softmax(attention_scores(None, None, keep, bias, content=False), dim=-1), dropout)
-    return probs.to(v.dtype) @ v
+    probs = torch.softmax(attention_scores(q, k, keep, bias, content), dim=-1)  # fp32 [B, H, L, L]
+    return apply_dropout(probs, dropout).to(v.dtype) @ v
 
 
 def attention_probs(scores: torch.Tensor, keep: torch.Tensor | None, batch: int) -> torch.Tensor:

@@ -18,8 +18,16 @@ def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     x: [B, L, C]; weight: [C, K] (K odd); returns [B, L, C].
     """
     C, K = weight.shape
-    y = F.conv1d(x.transpose(1, 2), weight.unsqueeze(1), bias, padding=K // 2, groups=C)  # [B, C, L]
-    return y.transpose(1, 2)
+    image = x.transpose(1, 2).unsqueeze(2)  # [B, C, 1, L]: x's own memory, a channels-last image
+    kernel = weight[:, None, None, :]  # [C, 1, 1, K]
+    if x.device.type != "cpu":
+        y = F.conv2d(image, kernel, bias, padding=(0, K // 2), groups=C)  # [B, C, 1, L], channels-last
+        return y.squeeze(2).transpose(1, 2)
+    # On CPU, in fp32 even under bf16 autocast: oneDNN's bf16 depthwise backward takes 3x its fp32 one.
+    with torch.autocast("cpu", enabled=False):
+        b = None if bias is None else bias.float()
+        y = F.conv2d(image.float(), kernel.float(), b, padding=(0, K // 2), groups=C)
+    return y.squeeze(2).transpose(1, 2).to(x.dtype)
 
 
 def lightweight_conv(v: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:

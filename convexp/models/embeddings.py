@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
+from .dropout import Dropout
 
 
 class Embeddings(nn.Module):
@@ -18,7 +19,7 @@ class Embeddings(nn.Module):
         self.position = nn.Embedding(cfg.max_position_embeddings, E) if cfg.absolute_positions else None
         self.token_type = nn.Embedding(cfg.type_vocab_size, E) if cfg.type_vocab_size > 0 else None
         self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.dropout = Dropout(cfg.hidden_dropout)
         # Factorised embeddings (ELECTRA/ConvBERT small): project E -> D after normalisation.
         self.project = nn.Linear(E, D) if E != D else None
 

@@ -11,6 +11,7 @@ from torch.utils.checkpoint import checkpoint
 from .attention import MixedAttention, SelfAttention
 from .config import ModelConfig
 from .conv import SeparableConv1d
+from .dropout import Dropout
 from .embeddings import Embeddings
 from .ffn import FeedForward, GroupedLinear
 from .scalar_mix import ScalarMix
@@ -31,7 +32,7 @@ class Block(nn.Module):
         self.norm1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.ffn = FeedForward(cfg, size["intermediate"])
         self.norm2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.dropout = Dropout(cfg.hidden_dropout)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
         x = self.norm1(x + self.dropout(self.mixer(x, keep)))

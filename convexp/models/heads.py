@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .dropout import Dropout
 from .encoder import Encoder
 from .ffn import activation
 
@@ -103,7 +104,7 @@ class ClassificationHead(nn.Module):
         self.kind = cfg.classifier_head
         if self.kind == "pooler" and not cfg.pooler:
             raise ValueError(f"model {cfg.name!r}: classifier=pooler needs pooler=true")
-        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.dropout = Dropout(cfg.hidden_dropout)
         if self.kind == "hf":
             self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
             self.act = activation(cfg.hidden_act)

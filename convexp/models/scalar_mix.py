@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .dropout import Dropout
+
 NORMS = ("per_layer", "layers", "none")
 
 
@@ -35,7 +37,7 @@ class ScalarMix(nn.Module):
             raise ValueError(f"scalar_mix_norm must be one of {NORMS}, got {norm!r}")
         self.alpha = nn.Parameter(torch.empty(num_inputs))
         self.gamma = nn.Parameter(torch.ones(()))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.eps, self.norm = eps, norm
         self.reset_parameters()
 
