@@ -12,7 +12,7 @@ from helpers import TINY
 from convexp.config import compose_stage
 from convexp.models import MaskedLM, ModelConfig
 from convexp.models import attention as attention_module
-from convexp.models.conv import depthwise_conv
+from convexp.models.conv import depthwise_conv, lightweight_conv
 from convexp.models.dropout import dropout
 from convexp.models.encoder import Block, init_weights
 from convexp.stages.accel import fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
@@ -391,6 +391,21 @@ def test_depthwise_conv_matches_conv1d_in_fp32_and_under_bf16_autocast(bias):
         y16 = depthwise_conv(x.bfloat16(), w, b)
     assert y16.dtype == torch.bfloat16
     torch.testing.assert_close(y16, depthwise_conv(x.bfloat16().float(), w, b).bfloat16())
+
+
+def test_lightweight_conv_backward_is_the_gradient():
+    """SDConv's hand-written backward against numerical gradients, and mixed dtypes as under
+    bf16 autocast (bf16 values, fp32 softmax kernel): computed in fp32, gradients in each dtype."""
+    v = torch.randn(2, 7, 3, 4, dtype=torch.float64, requires_grad=True)
+    kernel = torch.randn(2, 7, 3, 5, dtype=torch.float64).softmax(-1).requires_grad_()
+    assert torch.autograd.gradcheck(lightweight_conv, (v, kernel))
+    v16 = v.detach().bfloat16().requires_grad_()
+    k32 = kernel.detach().float().requires_grad_()
+    out = lightweight_conv(v16, k32)
+    assert out.dtype == torch.float32
+    out.sum().backward()
+    assert v16.grad.dtype == torch.bfloat16 and k32.grad.dtype == torch.float32
+    torch.testing.assert_close(out, lightweight_conv(v16.detach().float(), k32.detach()))
 
 
 # ----------------------------------------------------------------------------- torch.compile
