@@ -15,6 +15,7 @@ from convexp.models import attention as attention_module
 from convexp.models.conv import depthwise_conv, lightweight_conv
 from convexp.models.dropout import dropout
 from convexp.models.encoder import Block, init_weights
+from convexp.models.heads import cross_entropy
 from convexp.stages.accel import fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
 from convexp.stages.batches import Masker, PositionBatches, Prefetched, StreamBatches, ValBatches
 from convexp.stages.common import step_seed
@@ -406,6 +407,17 @@ def test_lightweight_conv_backward_is_the_gradient():
     out.sum().backward()
     assert v16.grad.dtype == torch.bfloat16 and k32.grad.dtype == torch.float32
     torch.testing.assert_close(out, lightweight_conv(v16.detach().float(), k32.detach()))
+
+
+def test_masked_lm_cross_entropy_equals_torchs_and_its_gradient():
+    labels = torch.randint(0, 11, (5,))
+    logits = torch.randn(5, 11, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: cross_entropy(x, labels), (logits,))
+    x16 = (logits.detach() * 4).bfloat16().requires_grad_()  # the head's logits under bf16 autocast
+    ours, theirs = cross_entropy(x16, labels), F.cross_entropy(x16.float(), labels)
+    assert ours.dtype == torch.float32
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(*(torch.autograd.grad(loss, x16)[0] for loss in (ours, theirs)))
 
 
 # ----------------------------------------------------------------------------- torch.compile
