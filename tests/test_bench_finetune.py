@@ -1,4 +1,5 @@
-"""`convexp bench finetune`: argument handling (fast) and a tiny end-to-end run's JSON record (slow)."""
+"""`convexp bench`: the step benchmark's turn-taking, and `bench finetune`'s argument handling (fast) and a tiny
+end-to-end run's JSON record (slow)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,22 @@ def test_tiny_job_writes_the_record_of_both_tools(tmp_path):
     run = next((tmp_path / "work" / "convexp-0" / "runs" / "finetune").iterdir())
     assert (run / "metrics.json").exists() and (run / "predictions" / "validation.tsv").exists()
     assert (run / "model").is_dir() and not (run / "checkpoints").exists()
+
+
+def test_step_benchmark_times_every_contender_in_turn():
+    from convexp.bench.step import _time_interleaved
+
+    order = []
+    t = _time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=3, warmup=1)
+    assert order == ["a", "b", "a", "b", "a", "b", "a", "b"]  # warm-up each, then turns
+    assert set(t) == {"a", "b"} and all(v >= 0 for v in t.values())
+
+
+@pytest.mark.slow
+def test_step_benchmark_prints_both_precisions():
+    res = runner.invoke(
+        app, ["bench", "--steps", "1", "--batch-size", "2", "--seq-len", "16", "--lengths", "16"],
+        terminal_width=200,
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "fp32" in res.output and "bf16" in res.output and "speed-up" in res.output

@@ -2,12 +2,13 @@
 
 1. A full ConvBERT-small MLM training step (forward, backward, AdamW) at batch 32 x length 128,
    convexp vs ``transformers.ConvBertForMaskedLM`` of the same configuration, fp32 and bf16
-   autocast: tokens/s of each and the ratio. Each side steps AdamW as its tool does: convexp
-   with the fused kernel (``trainer.fused_adamw: auto``), the Hugging Face model with torch's
-   default (a plain loop's ``torch.optim.AdamW(...)``); the model code alone is compared too,
-   convexp under the default AdamW ("same AdamW").
+   autocast: tokens/s of each and the ratio, the contenders' steps taking turns. Each side steps
+   AdamW as its tool does: convexp with the fused kernel (``trainer.fused_adamw: auto``), the
+   Hugging Face model with torch's default (a plain loop's ``torch.optim.AdamW(...)``); the model
+   code alone is compared too, convexp under the default AdamW ("same AdamW").
 2. Self-attention vs mixed attention at base size (ConvBERT appendix, CPU speed table) at several
-   lengths: forward time of the attention module, and of the whole layer (inference).
+   lengths: forward time of the attention module, and of the whole layer (inference), also
+   taking turns.
 """
 
 from __future__ import annotations
@@ -25,18 +26,6 @@ from ..config import model_config
 from ..models import MaskedLM
 from ..models.encoder import Block, init_weights
 from ..stages.accel import fused_adamw
-
-
-def _time(step: Callable[[], None], steps: int, warmup: int = 2) -> float:
-    """Median wall time of one call, in seconds."""
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def _mlm_batch(vocab: int, batch_size: int, seq_len: int, seed: int = 0):
@@ -88,35 +77,50 @@ def hf_convbert_config(cfg):
     )
 
 
+def _time_interleaved(steps: dict[str, Callable[[], None]], rounds: int, warmup: int = 2) -> dict[str, float]:
+    """Median wall time of one call of each step, the steps taking turns every round (so a
+    machine that speeds up or slows down during the benchmark affects them alike)."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            t = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def bench_training_step(steps: int, batch_size: int, seq_len: int, hf: bool) -> list[dict]:
     cfg = model_config("convbert_small")
     ids, mask, labels = _mlm_batch(cfg.vocab_size, batch_size, seq_len)
     rows = []
     fused = fused_adamw("auto", "cpu")  # what convexp's trainer uses here
     for bf16 in (False, True):
-        t_ours = {}
-        for kernel in (fused, False):
+        contenders = {}
+        for name, kernel in (("convexp", fused), ("same AdamW", False)):
             torch.manual_seed(0)
             ours = MaskedLM(cfg)
-            step = _train_step(ours, lambda: ours(ids, mask, labels=labels).loss, bf16, kernel)
-            t_ours[kernel] = _time(step, steps)
-        row = {
-            "precision": "bf16 autocast" if bf16 else "fp32",
-            "convexp tok/s": batch_size * seq_len / t_ours[fused],
-            "convexp, same AdamW": batch_size * seq_len / t_ours[False],
-        }
+            contenders[name] = _train_step(ours, lambda m=ours: m(ids, mask, labels=labels).loss, bf16, kernel)
         if hf:
             from transformers import ConvBertForMaskedLM
 
             torch.manual_seed(0)
             theirs = ConvBertForMaskedLM(hf_convbert_config(cfg))
-            step = _train_step(
+            contenders["HF"] = _train_step(
                 theirs, lambda: theirs(input_ids=ids, attention_mask=mask, labels=labels).loss, bf16
             )
-            t_hf = _time(step, steps)
-            row["HF tok/s"] = batch_size * seq_len / t_hf
-            row["ratio"] = t_hf / t_ours[fused]
-            row["ratio, same AdamW"] = t_hf / t_ours[False]
+        t = _time_interleaved(contenders, steps)
+        row = {
+            "precision": "bf16 autocast" if bf16 else "fp32",
+            "convexp tok/s": batch_size * seq_len / t["convexp"],
+            "convexp, same AdamW": batch_size * seq_len / t["same AdamW"],
+        }
+        if hf:
+            row["HF tok/s"] = batch_size * seq_len / t["HF"]
+            row["ratio"] = t["HF"] / t["convexp"]
+            row["ratio, same AdamW"] = t["HF"] / t["same AdamW"]
         rows.append(row)
     return rows
 
@@ -137,10 +141,11 @@ def bench_blocks(lengths: list[int], steps: int, batch_size: int = 1) -> list[di
         row = {"length": L}
         with torch.inference_mode():
             for part in ("attention", "layer"):
-                t = {}
-                for name, layer in layers.items():
-                    fn = layer.mixer if part == "attention" else layer
-                    t[name] = _time(lambda: fn(x, None), steps) * 1e3
+                forward = {
+                    name: (lambda m=(layer.mixer if part == "attention" else layer): m(x, None))
+                    for name, layer in layers.items()
+                }
+                t = {name: sec * 1e3 for name, sec in _time_interleaved(forward, steps).items()}
                 row[f"self-attn {part}"] = t["electra_base"]
                 row[f"mixed {part}"] = t["convbert_base"]
                 row[f"{part} speed-up"] = t["electra_base"] / t["convbert_base"]
