@@ -317,7 +317,9 @@ def bench(
 def bench_finetune(
     rows: int = typer.Option(4000, help="SST-2 training rows (synthetic, or the first N of --data)."),
     dev_rows: int = typer.Option(872, help="Synthetic dev rows (with --data: SST-2's whole dev set)."),
-    repeats: int = typer.Option(3, help="Runs of each tool, interleaved (convexp, plain, convexp, ...)."),
+    repeats: int = typer.Option(
+        3, help="Runs of each tool, interleaved (convexp, plain, convexp, ...); repeat i uses seed 42 + i."
+    ),
     epochs: int = typer.Option(1, help="Training epochs."),
     batch_size: int = typer.Option(32, help="Training batch size."),
     max_len: int = typer.Option(64, help="Maximum tokens per row."),

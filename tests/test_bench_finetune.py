@@ -54,7 +54,9 @@ def test_tiny_job_writes_the_record_of_both_tools(tmp_path):
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
     tools = ["convexp", "transformers"] if transformers_available() else ["convexp"]
-    assert [(r["tool"], r["repeat"]) for r in rec["runs"]] == [(t, i) for i in range(2) for t in tools]
+    runs = [(r["tool"], r["repeat"], r["seed"]) for r in rec["runs"]]
+    assert runs == [(t, i, 42 + i) for i in range(2) for t in tools]
+    assert rec["job"]["seeds"] == [42, 43] and "seeds=[42]" in rec["job"]["convexp_command"]
     for r in rec["runs"]:
         assert r["returncode"] == 0 and r["wall_s"] > 0 and r["cpu_s"] > 0 and r["peak_rss_mib"] > 50
         assert 0 <= r["dev_accuracy"] <= 100
@@ -90,3 +92,19 @@ def test_step_benchmark_prints_both_precisions():
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "fp32" in res.output and "bf16" in res.output and "speed-up" in res.output
+
+
+@pytest.mark.slow
+def test_pretrain_benchmark_records_throughput_and_memory(tmp_path):
+    from helpers import TINY
+
+    res = runner.invoke(
+        app, ["bench", "pretrain", "--steps", "2", *TINY, "trainer.max_steps=6", f"outputs={tmp_path}"],
+        terminal_width=200,
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (path,) = (tmp_path / "bench").glob("pretrain-*.json")
+    rec = json.loads(path.read_text())
+    assert rec["bare_tokens_per_s"] > 0 and rec["stage_tokens_per_s"] > 0 and rec["ratio"] > 0
+    assert rec["stage_steps"] == 6 and rec["bare_step_memory_mib"] >= 0 and rec["peak_rss_mib"] > 50
+    assert "peak RSS MiB" in res.output

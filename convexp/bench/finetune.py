@@ -11,8 +11,8 @@ is given by a few cue words among neutral filler, with SST-2's length spread.
 Each child's wall time comes from the parent's clock; its CPU time (user + system) and peak
 resident memory (``ru_maxrss``: the largest of the process and the children it waited for)
 from ``os.wait4``. Repeats alternate (convexp, plain, convexp, plain, ...) so that load on a
-shared machine falls on both; the summary takes medians and reports convexp / plain ratios,
-and whether the dev accuracies agree within one point.
+shared machine falls on both; repeat i runs both with seed 42 + i. The summary takes medians
+and reports convexp / plain ratios, and whether the median dev accuracies agree within one point.
 """
 
 from __future__ import annotations
@@ -198,20 +198,25 @@ def bench_finetune(
     else:  # a real SST-2: its first `rows` training rows, every dev row
         words = _cut(Path(data), data_dir, rows, SHAPES[shape]["vocab"] - len(SPECIALS))
     model_dir = Path(init) if init else write_model_dir(work / "model", SHAPES[shape], words, hf)
-    convexp_cmd = [
-        sys.executable, "-m", "convexp.cli", "finetune", "glue", "task=sst2",
-        f"init={model_dir}", "glue.source=local", f"glue.path={data_dir}", "protocol=chang",
-        f"epochs={epochs}", f"batch_size={batch_size}", f"task.max_len={max_len}", f"lr={LR}",
-        f"seeds=[{SEED}]",
-    ]  # fmt: skip
-    plain_cmd = [
-        sys.executable, str(PLAIN), str(model_dir), str(data_dir), str(epochs), str(batch_size),
-        str(max_len), str(LR), str(SEED),
-    ]  # fmt: skip
-    tools = {"convexp": convexp_cmd, **({"transformers": plain_cmd} if hf else {})}
+    def commands(seed: int) -> dict[str, list[str]]:
+        convexp_cmd = [
+            sys.executable, "-m", "convexp.cli", "finetune", "glue", "task=sst2",
+            f"init={model_dir}", "glue.source=local", f"glue.path={data_dir}", "protocol=chang",
+            f"epochs={epochs}", f"batch_size={batch_size}", f"task.max_len={max_len}", f"lr={LR}",
+            f"seeds=[{seed}]",
+        ]  # fmt: skip
+        plain_cmd = [
+            sys.executable, str(PLAIN), str(model_dir), str(data_dir), str(epochs), str(batch_size),
+            str(max_len), str(LR), str(seed),
+        ]  # fmt: skip
+        return {"convexp": convexp_cmd, **({"transformers": plain_cmd} if hf else {})}
+
+    # Repeat i runs both tools with seed 42 + i: the tools draw their random numbers differently, so
+    # one seed's accuracies differ by seed noise; the medians over the repeats compare the tools.
+    seeds = [SEED + i for i in range(repeats)]
     runs = []
-    for i in range(repeats):
-        for tool, cmd in tools.items():
+    for i, seed in enumerate(seeds):
+        for tool, cmd in commands(seed).items():
             outputs = work / f"{tool}-{i}"
             env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs)}
             console.print(f"[{i + 1}/{repeats}] {tool} ...", end=" ")
@@ -219,7 +224,8 @@ def bench_finetune(
             if r["returncode"] != 0:
                 raise UserError(f"{tool} failed (exit {r['returncode']}): {r['stderr_tail'][-600:]}")
             acc = _convexp_accuracy(outputs) if tool == "convexp" else _plain_accuracy(r["stdout"])
-            runs.append({"tool": tool, "repeat": i, "dev_accuracy": acc, **_drop(r, "stdout", "stderr_tail")})
+            run = {"tool": tool, "repeat": i, "seed": seed, "dev_accuracy": acc}
+            runs.append({**run, **_drop(r, "stdout", "stderr_tail")})
             console.print(
                 f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} CPU-s, {r['peak_rss_mib']:.0f} MiB, "
                 f"dev accuracy {acc:.2f}"
@@ -239,8 +245,9 @@ def bench_finetune(
             "max_len": max_len,
             "lr": LR,
             "precision": "fp32",
-            "convexp_command": ["convexp", *convexp_cmd[3:]],  # runnable as written
-            "plain_command": ["python", *plain_cmd[1:]] if hf else None,
+            "seeds": seeds,  # repeat i: seed seeds[i] in both commands
+            "convexp_command": ["convexp", *commands(SEED)["convexp"][3:]],  # runnable as written
+            "plain_command": ["python", *commands(SEED)["transformers"][1:]] if hf else None,
         },
         "machine": _machine(),
         "repeats": repeats,

@@ -15,8 +15,10 @@ One invocation, one composed pre-training config (any ``convexp pretrain`` overr
   included.
 
 Both count real tokens, so the ratio stage / bare is the share of the step's speed the stage
-keeps. The record (configuration, both numbers, ratio, torch version, threads) is printed and
-written as JSON.
+keeps. Memory (Linux): what the bare steps add to the resident memory at their peak
+(activations, gradients, AdamW state), and the process's peak resident memory over the whole
+benchmark (the stage included). The record (configuration, the numbers, ratio, torch version,
+threads) is printed and written as JSON.
 """
 
 from __future__ import annotations
@@ -84,12 +86,29 @@ def bare_step(cfg, data, steps: int) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    resident = _resident_mib()
     for _ in range(2):  # warm-up
         step()
     start = time.perf_counter()
     for _ in range(steps):
         step()
-    return {"seconds": (time.perf_counter() - start) / steps, "tokens": float(batch["attention_mask"].sum())}
+    return {
+        "seconds": (time.perf_counter() - start) / steps,
+        "tokens": float(batch["attention_mask"].sum()),
+        # what training adds to the model and batch (activations, gradients, AdamW state): a lower
+        # bound when the process had peaked higher before (preparing data)
+        "memory_mib": max(0.0, _peak_rss_mib() - resident),
+    }
+
+
+def _resident_mib() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * int(Path("/proc/self/statm").read_text().split()[1]) / 2**20
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def stage_tokens_per_s(cfg) -> dict:
@@ -141,6 +160,8 @@ def bench_pretrain(overrides: list[str], steps: int, record_dir: Path | None = N
         "bare_steps": steps,
         "bare_step_s": [before["seconds"], after["seconds"]],
         "bare_tokens_per_s": bare,
+        "bare_step_memory_mib": before["memory_mib"],
+        "peak_rss_mib": _peak_rss_mib(),
         "stage_tokens_per_s": stage["tokens_per_s"],
         "stage_wall_time_s": stage["wall_time_s"],
         "ratio": stage["tokens_per_s"] / bare,
@@ -165,11 +186,12 @@ def print_record(record: dict) -> None:
         title=f"pretrain stage vs bare step: {record['model']} {record['objective']}, "
         f"batch {record['batch_size']} x length {record['seq_len']}, {record['precision']}"
     )
-    for col in ("bare step tok/s", "stage tok/s", "stage / bare"):
+    for col in ("bare step tok/s", "stage tok/s", "stage / bare", "step memory MiB", "peak RSS MiB"):
         table.add_column(col, justify="right")
     table.add_row(
-        f"{record['bare_tokens_per_s']:,.0f}", f"{record['stage_tokens_per_s']:,.0f}", f"{record['ratio']:.2f}"
-    )
+        f"{record['bare_tokens_per_s']:,.0f}", f"{record['stage_tokens_per_s']:,.0f}", f"{record['ratio']:.2f}",
+        f"{record['bare_step_memory_mib']:,.0f}", f"{record['peak_rss_mib']:,.0f}",
+    )  # fmt: skip
     console = Console()
     console.print(table)
     console.print(f"record: {record['path']}")
