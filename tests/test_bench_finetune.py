@@ -96,15 +96,15 @@ def test_step_benchmark_prints_both_precisions():
 
 @pytest.mark.slow
 def test_pretrain_benchmark_records_throughput_and_memory(tmp_path):
-    from helpers import TINY
+    """In its own process: an in-process W&B run would leave this pytest worker's W&B service in
+    WANDB_SERVICE, and the convexp processes later tests start would share it (a run killed there
+    would keep its run ID registered, and its resume would be refused)."""
+    from helpers import TINY, convexp
 
-    res = runner.invoke(
-        app, ["bench", "pretrain", "--steps", "2", *TINY, "trainer.max_steps=6", f"outputs={tmp_path}"],
-        terminal_width=200,
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
+    res = convexp("bench", "pretrain", "--steps", "2", *TINY, "trainer.max_steps=6", outputs=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
     (path,) = (tmp_path / "bench").glob("pretrain-*.json")
     rec = json.loads(path.read_text())
     assert rec["bare_tokens_per_s"] > 0 and rec["stage_tokens_per_s"] > 0 and rec["ratio"] > 0
     assert rec["stage_steps"] == 6 and rec["bare_step_memory_mib"] >= 0 and rec["peak_rss_mib"] > 50
-    assert "peak RSS MiB" in res.output
+    assert "peak RSS MiB" in res.stdout
