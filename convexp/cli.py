@@ -276,18 +276,22 @@ bench_app = typer.Typer(
     "times the training step, `bench finetune` a whole fine-tuning job, `bench pretrain` the stage.",
 )
 app.add_typer(bench_app, name="bench")
-STEPS = typer.Option(10, help="Timed training steps per configuration.")
-STEP_BATCH = typer.Option(32, help="Batch size of the training-step benchmark.")
+STEPS = typer.Option(10, help="Timed training steps per configuration (on CUDA: rounds of 5 steps).")
+STEP_BATCH = typer.Option(None, help="Batch size of the training-step benchmark [CPU: 32; CUDA: the recipe's 128].")
 STEP_LEN = typer.Option(128, help="Sequence length of the training-step benchmark.")
-LENGTHS = typer.Option("128,512,2048", help="Lengths for the block benchmark.")
+LENGTHS = typer.Option("128,512,2048", help="Lengths for the block benchmark (CPU).")
 SKIP_HF = typer.Option(False, help="Skip the Hugging Face comparison.")
+DEVICE = typer.Option("auto", help="cpu | cuda | auto (cuda where a GPU is visible).")
+COMPILE = typer.Option("", help="CUDA: also time the step compiled whole, comma-separated modes: step, graphs.")
+BENCH_OUT = typer.Option(None, "--out", help="CUDA: also write the table as JSON here.")
 
 
-def _bench_step(steps: int, batch_size: int, seq_len: int, lengths: str, skip_hf: bool) -> None:
-    from .bench.step import run_benchmarks
+def _bench_step(steps: int, batch_size: int | None, seq_len: int, lengths: str, skip_hf: bool, device: str,
+                compile_modes: str, out: str | None) -> None:  # fmt: skip
+    import torch
 
     for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--seq-len", seq_len)):
-        if value < 1:
+        if value is not None and value < 1:
             _fail(f"{flag} must be a positive integer, got {value}")
     try:
         sizes = [int(x) for x in lengths.split(",") if x]
@@ -295,22 +299,50 @@ def _bench_step(steps: int, batch_size: int, seq_len: int, lengths: str, skip_hf
         _fail(f"--lengths must be comma-separated integers, got {lengths!r}")
     if not sizes or min(sizes) < 1:
         _fail(f"--lengths must be positive integers, got {lengths!r}")
-    run_benchmarks(steps=steps, batch_size=batch_size, seq_len=seq_len, lengths=sizes, hf=not skip_hf)
+    if device not in ("auto", "cpu", "cuda"):
+        _fail(f"--device {device!r}: use cpu, cuda or auto")
+    modes = tuple(m for m in compile_modes.split(",") if m)
+    if set(modes) - {"step", "graphs"}:
+        _fail(f"--compile {compile_modes!r}: use step, graphs or both, comma-separated")
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if device == "cuda" and not torch.cuda.is_available():
+        _fail("--device cuda: no CUDA GPU is visible to torch here; use --device cpu")
+    if cuda:
+        import json
+
+        from .bench.cuda_step import SHAPES, run_cuda_benchmarks
+        from .bench.step import transformers_available
+
+        b = batch_size or 128
+        shapes = tuple((n, b, seq_len) if n.endswith("small") else (n, B, L) for n, B, L in SHAPES)
+        record = run_cuda_benchmarks(steps, not skip_hf and transformers_available(), modes, shapes)
+        if out:
+            Path(out).write_text(json.dumps(record, indent=1))
+        return
+    if modes or out:
+        _fail("--compile and --out are for the CUDA step table (--device cuda)")
+    from .bench.step import run_benchmarks
+
+    run_benchmarks(steps=steps, batch_size=batch_size or 32, seq_len=seq_len, lengths=sizes, hf=not skip_hf)
 
 
 @bench_app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
     steps: int = STEPS,
-    batch_size: int = STEP_BATCH,
+    batch_size: Optional[int] = STEP_BATCH,
     seq_len: int = STEP_LEN,
     lengths: str = LENGTHS,
     skip_hf: bool = SKIP_HF,
+    device: str = DEVICE,
+    compile: str = COMPILE,
+    out: Optional[str] = BENCH_OUT,
 ) -> None:
-    """Time ConvBERT-small training steps against Hugging Face, and attention vs mixed-attention
-    blocks (`convexp bench`); `bench finetune` and `bench pretrain` time whole jobs."""
+    """Time masked-LM training steps against Hugging Face. CPU: ConvBERT-small (fp32, bf16) and
+    attention vs mixed-attention blocks. CUDA: ConvBERT-small, ELECTRA-small and ConvBERT-base
+    with MFU against the measured matrix rate. `bench finetune` and `bench pretrain` time whole jobs."""
     if ctx.invoked_subcommand is None:
-        _bench_step(steps, batch_size, seq_len, lengths, skip_hf)
+        _bench_step(steps, batch_size, seq_len, lengths, skip_hf, device, compile, out)
 
 
 @bench_app.command("finetune")
@@ -362,6 +394,7 @@ def bench_finetune(
 def bench_pretrain_cmd(
     ctx: typer.Context,
     steps: int = typer.Option(10, help="Timed bare training steps (before and after the stage)."),
+    profile: bool = typer.Option(False, help="Also print where the bare step's time goes (torch.profiler)."),
 ) -> None:
     """The pretrain stage's tokens/s against its bare training step, same model, batch and length
     (`convexp bench pretrain [OVERRIDES]`, default scale=smoke); writes a JSON record."""
@@ -369,7 +402,7 @@ def bench_pretrain_cmd(
 
     if steps < 1:
         _fail(f"--steps must be a positive integer, got {steps}")
-    print_record(bench_pretrain(ctx.args, steps))
+    print_record(bench_pretrain(ctx.args, steps, profile=profile))
 
 @app.command()
 def export(

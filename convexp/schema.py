@@ -45,7 +45,7 @@ class TrainerSchema:
     tf32: bool = True  # speed options: convexp/stages/accel.py
     fused_adamw: Any = "auto"  # auto, true or false
     pin_memory: Any = "auto"  # auto, true or false
-    compile: bool = False
+    compile: Any = False  # false, true (= blocks), blocks, step or graphs
     gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
@@ -61,6 +61,8 @@ class TrainerSchema:
         for key in ("fused_adamw", "pin_memory"):
             if getattr(self, key) not in ("auto", True, False):
                 raise ValueError(f"trainer.{key}={getattr(self, key)}: use auto, true or false")
+        if self.compile not in (False, True, "blocks", "step", "graphs"):
+            raise ValueError(f"trainer.compile={self.compile}: use false, blocks (or true), step or graphs")
         if self.num_workers < 0:
             raise ValueError(f"trainer.num_workers={self.num_workers}: must be 0 (load in the main process) or more")
 

@@ -7,7 +7,13 @@ import torch
 
 from convexp.models import ModelConfig
 from convexp.models.heads import IGNORE
-from convexp.stages.objectives import ElectraObjective, TokenInfo, generator_config, mask_tokens
+from convexp.stages.objectives import (
+    ElectraObjective,
+    TokenInfo,
+    generator_config,
+    mask_tokens,
+    prediction_slots,
+)
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 INFO = TokenInfo(vocab_size=1000, mask_id=MASK, special_ids=(PAD, UNK, CLS, SEP, MASK))
@@ -139,17 +145,18 @@ def test_electra_discriminator_labels_are_exactly_the_replaced_positions(mixer):
     ids = batch(B=16, L=64)
     am = (ids != PAD).long()
     masked, labels = mask_tokens(ids, INFO, torch.Generator().manual_seed(0))
+    positions, slot_labels = prediction_slots(labels)
     seen = {}
     orig_forward = obj.discriminator.forward
 
-    def spy(inp, attention_mask=None, token_type_ids=None, labels=None):
+    def spy(inp, attention_mask=None, token_type_ids=None, labels=None, padded=None):
         seen["corrupted"], seen["labels"] = inp, labels
-        return orig_forward(inp, attention_mask, token_type_ids, labels)
+        return orig_forward(inp, attention_mask, token_type_ids, labels, padded)
 
     obj.discriminator.forward = spy
-    out = obj(
-        {"input_ids": ids, "attention_mask": am}, masked, labels, generator=torch.Generator().manual_seed(0)
-    )
+    torch.manual_seed(0)
+    out = obj({"input_ids": ids, "attention_mask": am, "padded": True, "masked": masked,
+               "mlm_positions": positions, "mlm_labels": slot_labels})  # fmt: skip
     corrupted, disc_labels = seen["corrupted"], seen["labels"]
     chosen = labels != IGNORE
     assert torch.equal(corrupted[~chosen], ids[~chosen]), "only chosen positions are corrupted"
@@ -159,3 +166,46 @@ def test_electra_discriminator_labels_are_exactly_the_replaced_positions(mixer):
     assert obj.generator.encoder.layers[0].ffn.fc1.weight.grad is not None  # the generator learns (MLM)
     assert d.word.weight.grad is not None
     assert torch.isfinite(out.loss)
+
+
+def test_prediction_slots_hold_every_chosen_position_in_order_and_pad_past_the_end():
+    ids = batch(B=64, L=32)
+    _, labels = mask_tokens(ids, INFO, torch.Generator().manual_seed(2), mask_prob=0.3)
+    positions, slot_labels = prediction_slots(labels)
+    chosen = labels.reshape(-1) != IGNORE
+    M = int(chosen.sum())
+    assert len(positions) % 64 == 0 and M <= len(positions) < M + 64
+    assert torch.equal(positions[:M], chosen.nonzero().squeeze(1))  # row-major, as labels[labels != -100]
+    assert torch.equal(slot_labels[:M], labels[labels != IGNORE])
+    assert (positions[M:] == 64 * 32).all() and (slot_labels[M:] == IGNORE).all()
+    fixed, _ = prediction_slots(labels, slots=M + 3)
+    assert fixed.shape == (M + 3,)
+    with pytest.raises(ValueError, match="prediction slots"):
+        prediction_slots(labels, slots=M - 1)
+
+
+def test_mlm_head_on_prediction_slots_equals_the_head_on_the_labelled_tokens():
+    """The fixed-shape slots give the labelled-token selection's logits and loss; unused slots
+    change nothing."""
+    from convexp.models import MaskedLM
+
+    torch.manual_seed(0)
+    model = MaskedLM(small_cfg(mixer="attention", kernel_size=17)).eval()
+    ids = batch(B=8, L=64)
+    _, labels = mask_tokens(ids, INFO, torch.Generator().manual_seed(4))
+    positions, slot_labels = prediction_slots(labels, slots=int((labels != IGNORE).sum()) + 5)
+    by_labels = model(ids, labels=labels)
+    by_slots = model(ids, labels=slot_labels, positions=positions)
+    used = slot_labels != IGNORE
+    torch.testing.assert_close(by_slots.logits[used], by_labels.logits)
+    torch.testing.assert_close(by_slots.loss, by_labels.loss)
+    torch.testing.assert_close(by_labels.loss, torch.nn.functional.cross_entropy(by_labels.logits, labels[labels != IGNORE]))
+
+
+def test_gumbel_samples_follow_the_softmax():
+    from convexp.stages.objectives import gumbel_sample
+
+    torch.manual_seed(0)
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).expand(200_000, 4)
+    counts = torch.bincount(gumbel_sample(logits, temperature=2.0), minlength=4).float() / 200_000
+    torch.testing.assert_close(counts, torch.softmax(logits[0] / 2.0, -1), atol=4e-3, rtol=0)

@@ -127,6 +127,33 @@ def test_amp_skipped_steps_are_tolerated_up_to_the_patience():
         _step(health, fp32, opt, 2.0, float("inf"))
 
 
+def test_the_device_check_reads_every_n_steps_and_before_every_checkpoint():
+    """A GPU run keeps the check on the device (check_every = log_every_n_steps): a non-finite step
+    is caught at the next read, reported as the first bad step, and no checkpoint of it is saved."""
+    from types import SimpleNamespace
+
+    from convexp.stages.health import Health
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(3))], lr=0.5)
+    trainer = SimpleNamespace(global_step=0, precision_plugin=SimpleNamespace(), max_steps=100, optimizers=[opt],
+                              callback_metrics={})
+    health = Health(check_every=4)
+    _step(health, trainer, opt, 2.0, 0.1)
+    _step(health, trainer, opt, 1.5, 0.1)
+    health.on_save_checkpoint(trainer, None, {})  # healthy so far: saved
+    _step(health, trainer, opt, float("nan"), 0.1)  # step 3: not read yet
+    with pytest.raises(RunDiverged, match="step 3"):
+        health.on_save_checkpoint(trainer, None, {})  # a checkpoint now would hold step 3
+    with pytest.raises(RunDiverged, match="step 3") as e:
+        _step(health, trainer, opt, 1.0, float("inf"))  # step 4: the periodic read
+    assert e.value.info["last_finite_loss"] == 1.5 and e.value.info["step"] == 3
+    healthy = Health(check_every=4)
+    for _ in range(8):
+        _step(healthy, trainer, opt, 1.0, 0.1)
+    assert healthy.last_finite_loss == 1.0
+    healthy.on_train_end(trainer, None)  # nothing to report
+
+
 # ----------------------------------------------------------------------------- one writer per run
 
 HOLD = """

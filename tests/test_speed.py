@@ -19,7 +19,7 @@ from convexp.models.heads import cross_entropy
 from convexp.stages.accel import fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
 from convexp.stages.batches import Masker, PositionBatches, Prefetched, StreamBatches, ValBatches
 from convexp.stages.common import step_seed
-from convexp.stages.objectives import TokenInfo, mask_tokens
+from convexp.stages.objectives import TokenInfo, mask_tokens, prediction_slots
 from convexp.stages.streams import PermutedStream, StreamSampler
 
 # Every token mixer of the papers, at toy size.
@@ -89,8 +89,11 @@ def test_pipeline_batches_equal_the_stream_masked_in_the_step():
         g = torch.Generator().manual_seed(step_seed(seed, start))
         masked, labels = mask_tokens(ids, INFO, g, 0.15, 0.8, 0.1, attention_mask=batch["attention_mask"])
         assert torch.equal(batch["masked"], masked) and torch.equal(batch["labels"], labels)
-        assert torch.equal(batch["rng_state"], g.get_state())  # the step's draws continue it
+        assert batch["seed"] == step_seed(seed, start)  # the step's own draws: a host int, no device read
         assert batch["num_tokens"] == int(batch["attention_mask"].sum())
+        assert batch["padded"] == bool((batch["attention_mask"] == 0).any())
+        positions, slot_labels = prediction_slots(labels)
+        assert torch.equal(batch["mlm_positions"], positions) and torch.equal(batch["mlm_labels"], slot_labels)
 
 
 def test_validation_batches_have_fixed_masks():
@@ -433,6 +436,74 @@ def test_every_mixer_block_compiles_without_graph_breaks(name):
         x = torch.randn(2, 16, 32, requires_grad=True)
         compiled(x, keep).sum().backward()
         assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("objective,mixer", [("electra", "convbert_sdconv"), ("electra", "bert"),
+                                             ("mlm", "chang_composite")])  # fmt: skip
+def test_whole_pretraining_objective_compiles_without_graph_breaks(objective, mixer):
+    """trainer.compile=step|graphs compiles the objective's forward whole (generator, sampling,
+    discriminator, losses, metrics): nothing in it may read the device back or break the graph,
+    padded batches or not."""
+    from convexp.stages.objectives import ElectraObjective, MLMObjective
+
+    torch._dynamo.reset()
+    cfg = tiny_cfg(**MIXERS[mixer])
+    obj = ElectraObjective(cfg, 0.5) if objective == "electra" else MLMObjective(cfg)
+    masker = Masker(INFO, **{**MASKING, "exact_count": True, "max_predictions": 4})
+    compiled = torch.compile(obj, fullgraph=True, dynamic=False, backend="aot_eager")
+    for padded in (False, True):
+        ids = torch.randint(5, 60, (2, 16))
+        am = torch.ones_like(ids)
+        if padded:
+            ids[1, 12:], am[1, 12:] = 0, 0
+        batch = masker({"input_ids": ids, "attention_mask": am, "token_type_ids": torch.zeros_like(ids)}, 5)
+        assert batch["padded"] == padded
+        out = compiled({k: v for k, v in batch.items() if isinstance(v, torch.Tensor) or k == "padded"})
+        out.loss.backward()
+        assert torch.isfinite(out.loss) and all(torch.isfinite(v) for v in out.metrics.values())
+
+
+@pytest.mark.parametrize("K", [3, 9, 17])
+def test_band_form_of_the_lightweight_conv_equals_the_shifted_sum(K):
+    """The GPU form (banded matrix, one batched product) computes the CPU form's sum and gradients
+    at every length, kernels longer than the sequence included."""
+    from convexp.models.conv import _LightweightConv, band_conv
+
+    for L in (1, 5, 16, 40):
+        v = torch.randn(2, L, 3, 4, dtype=torch.float64, requires_grad=True)
+        kernel = torch.randn(2, L, 3, K, dtype=torch.float64).softmax(-1).requires_grad_()
+        a, b = band_conv(v, kernel), _LightweightConv.apply(v, kernel)
+        torch.testing.assert_close(a, b)
+        g = torch.randn_like(a)
+        for ga, gb in zip(torch.autograd.grad(a, (v, kernel), g), torch.autograd.grad(b, (v, kernel), g)):
+            torch.testing.assert_close(ga, gb)
+
+
+def test_band_form_under_bf16_autocast_is_the_fp32_sum_to_bf16_tolerance():
+    from convexp.models.conv import _LightweightConv, band_conv
+
+    torch.manual_seed(0)
+    v, kernel = torch.randn(4, 128, 2, 64), torch.randn(4, 128, 2, 9).softmax(-1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fast = band_conv(v.bfloat16(), kernel)
+    exact = _LightweightConv.apply(v, kernel)
+    assert fast.dtype == torch.bfloat16
+    assert ((fast.float() - exact).norm() / exact.norm()) < 1e-2
+
+
+def test_masked_lm_cross_entropy_leaves_out_unused_slots():
+    torch.manual_seed(0)
+    logits = torch.randn(12, 50, requires_grad=True)
+    labels = torch.randint(0, 50, (12,))
+    labels[[2, 5, 11]] = -100
+    ours = cross_entropy(logits, labels)
+    (g_ours,) = torch.autograd.grad(ours, logits)
+    ref = F.cross_entropy(logits, labels)
+    (g_ref,) = torch.autograd.grad(ref, logits)
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(g_ours, g_ref)
+    none = torch.full((12,), -100)
+    assert cross_entropy(logits, none).item() == 0.0  # no labelled row: 0, not NaN
 
 
 @pytest.mark.slow

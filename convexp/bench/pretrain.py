@@ -44,13 +44,35 @@ def _autocast(precision: str, device: torch.device):
     return nullcontext()
 
 
-def bare_step(cfg, data, steps: int) -> dict:
+def profile_steps(step, device: torch.device, steps: int = 3) -> None:
+    """Print where ``steps`` bare steps spend their time (torch.profiler: the top operators by
+    device time on a GPU, by CPU time on a CPU) and the kernels launched per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    sort = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=60))
+    if device.type == "cuda":
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        busy = sum(e.device_time for e in kernels) / 1e3 / steps
+        print(f"per step: {len(kernels) / steps:.0f} kernels, {busy:.2f} ms of kernel time")
+
+
+def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
     """Mean seconds of one training step of the stage's objective on its first batch, and the
-    batch's real tokens. ``cfg`` is composed, ``data`` the prepared data."""
+    batch's real tokens. ``cfg`` is composed, ``data`` the prepared data. On the device the stage
+    trains on (a GPU when ``trainer.accelerator`` picks one), with the stage's own compile mode,
+    AdamW kernel and precision; GPU steps are timed between a device synchronisation before the
+    first and after the last."""
     import dataclasses
 
     from ..config import to_model_config
-    from ..stages.accel import fused_adamw, prepare_encoders
+    from ..stages.accel import fused_adamw, on_cuda, prepare_encoders, set_tf32
     from ..stages.common import adamw_with_linear_schedule, per_device_batch
     from ..stages.pretrain import COLUMNS, PretrainModule, token_info
     from ..stages.streams import PermutedStream
@@ -59,45 +81,56 @@ def bare_step(cfg, data, steps: int) -> dict:
     model_cfg = dataclasses.replace(
         to_model_config(cfg.model), vocab_size=tok.vocab_size, pad_token_id=tok.pad_id
     )
+    device = torch.device("cuda" if on_cuda(cfg.trainer) else "cpu")
+    set_tf32(cfg.trainer, device.type == "cuda")
     torch.manual_seed(cfg.seed)
     module = PretrainModule(model_cfg, cfg, token_info(tok), cfg.trainer.max_steps)
     columns = COLUMNS + (("pair_label",) if cfg.objective.pair_format in ("nsp", "sop") else ())
     stream = PermutedStream(data.train, cfg.seed, columns)
     size = per_device_batch(cfg.trainer.batch_size, cfg.trainer)
     batch = torch.utils.data.default_collate([stream[i] for i in range(size)])
-    generator = torch.Generator().manual_seed(cfg.seed)
-    masked, labels = module.mask(batch, generator)
+    batch = module.mask(batch, cfg.seed)
+    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     prepare_encoders(module.objective, cfg.trainer)
+    module.objective.to(device)
     o = cfg.optim
     opt = adamw_with_linear_schedule(
         module.objective, cfg.optim.lr, o.betas, o.eps, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps,
-        fused=fused_adamw(cfg.trainer.fused_adamw, "cpu", cfg.trainer.precision),
+        fused=fused_adamw(cfg.trainer.fused_adamw, device.type, cfg.trainer.precision),
     )["optimizer"]
-    objective = module.objective.train()
-    params = [p for p in objective.parameters() if p.requires_grad]
-    device = torch.device("cpu")
+    module.objective.train()
+    params = [p for p in module.objective.parameters() if p.requires_grad]
 
     def step() -> None:
+        torch.manual_seed(batch["seed"])
         with _autocast(cfg.trainer.precision, device):
-            loss = objective(batch, masked, labels, generator=generator).loss
+            loss = module.train_objective(batch).loss
         loss.backward()
         if o.grad_clip:
             torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     resident = _resident_mib()
-    for _ in range(2):  # warm-up
+    for _ in range(3 if device.type == "cuda" else 2):  # warm-up (a compiled step compiles here)
         step()
+    sync()
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    sync()
+    seconds = (time.perf_counter() - start) / steps
+    if profile:
+        profile_steps(step, device)
+    gpu_mib = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
     return {
-        "seconds": (time.perf_counter() - start) / steps,
+        "seconds": seconds,
         "tokens": float(batch["attention_mask"].sum()),
         # what training adds to the model and batch (activations, gradients, AdamW state): a lower
         # bound when the process had peaked higher before (preparing data)
-        "memory_mib": max(0.0, _peak_rss_mib() - resident),
+        "memory_mib": gpu_mib if gpu_mib is not None else max(0.0, _peak_rss_mib() - resident),
+        "device": device.type,
     }
 
 
@@ -120,7 +153,7 @@ def stage_tokens_per_s(cfg) -> dict:
     return {"tokens_per_s": m["tokens_per_s"], "wall_time_s": m["wall_time_s"], "steps": m["steps"]}
 
 
-def bench_pretrain(overrides: list[str], steps: int, record_dir: Path | None = None) -> dict:
+def bench_pretrain(overrides: list[str], steps: int, record_dir: Path | None = None, profile: bool = False) -> dict:
     """Bare step, stage, bare step (interleaved on a shared machine); returns the record, also
     written to ``record_dir`` (default ``<outputs>/bench``) as ``pretrain-<UTC time>.json``."""
     from omegaconf import open_dict
@@ -140,7 +173,7 @@ def bench_pretrain(overrides: list[str], steps: int, record_dir: Path | None = N
         data = prepare_pretraining_data(
             cfg.data, cfg.tokenizer, cfg.seq_len, scratch / "cache", cfg.seed, cfg.objective.pair_format
         )
-        before = bare_step(cfg, data, steps)
+        before = bare_step(cfg, data, steps, profile)
         stage = stage_tokens_per_s(cfg)
         after = bare_step(cfg, data, steps)
     finally:
@@ -160,11 +193,14 @@ def bench_pretrain(overrides: list[str], steps: int, record_dir: Path | None = N
         "bare_steps": steps,
         "bare_step_s": [before["seconds"], after["seconds"]],
         "bare_tokens_per_s": bare,
-        "bare_step_memory_mib": before["memory_mib"],
+        "bare_step_memory_mib": before["memory_mib"],  # GPU: the device's peak allocation
+        "device": before["device"] if before["device"] == "cpu" else torch.cuda.get_device_name(),
         "peak_rss_mib": _peak_rss_mib(),
         "stage_tokens_per_s": stage["tokens_per_s"],
         "stage_wall_time_s": stage["wall_time_s"],
         "ratio": stage["tokens_per_s"] / bare,
+        "bare_steps_per_s": 1.0 / seconds,
+        "stage_steps_per_s": stage["tokens_per_s"] / before["tokens"],  # the batch's real tokens per step
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
@@ -184,12 +220,15 @@ def print_record(record: dict) -> None:
 
     table = Table(
         title=f"pretrain stage vs bare step: {record['model']} {record['objective']}, "
-        f"batch {record['batch_size']} x length {record['seq_len']}, {record['precision']}"
+        f"batch {record['batch_size']} x length {record['seq_len']}, {record['precision']}, {record['device']}"
     )
-    for col in ("bare step tok/s", "stage tok/s", "stage / bare", "step memory MiB", "peak RSS MiB"):
+    memory = "step memory MiB" if record["device"] == "cpu" else "GPU peak MiB"
+    for col in ("bare step tok/s", "stage tok/s", "stage / bare", "bare steps/s", "stage steps/s", memory,
+                "peak RSS MiB"):  # fmt: skip
         table.add_column(col, justify="right")
     table.add_row(
         f"{record['bare_tokens_per_s']:,.0f}", f"{record['stage_tokens_per_s']:,.0f}", f"{record['ratio']:.2f}",
+        f"{record['bare_steps_per_s']:,.1f}", f"{record['stage_steps_per_s']:,.1f}",
         f"{record['bare_step_memory_mib']:,.0f}", f"{record['peak_rss_mib']:,.0f}",
     )  # fmt: skip
     console = Console()

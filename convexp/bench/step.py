@@ -1,11 +1,13 @@
 """Benchmarks (``convexp bench``): throughput ratios against Hugging Face in the same process.
 
 1. A full ConvBERT-small MLM training step (forward, backward, AdamW) at batch 32 x length 128,
-   convexp vs ``transformers.ConvBertForMaskedLM`` of the same configuration, fp32 and bf16
+   convexp (on the pre-training stage's inputs: prediction slots, no padding mask) vs
+   ``transformers.ConvBertForMaskedLM`` of the same configuration, fp32 and bf16
    autocast: tokens/s of each and the ratio, the contenders' steps taking turns. Each side steps
    AdamW as its tool does: convexp with the fused kernel (``trainer.fused_adamw: auto``), the
    Hugging Face model with torch's default (a plain loop's ``torch.optim.AdamW(...)``); the model
    code alone is compared too, convexp under the default AdamW ("same AdamW").
+   On a CUDA GPU ``convexp bench`` runs ``cuda_step.py`` instead.
 2. Self-attention vs mixed attention at base size (ConvBERT appendix, CPU speed table) at several
    lengths: forward time of the attention module, and of the whole layer (inference), also
    taking turns.
@@ -26,6 +28,7 @@ from ..config import model_config
 from ..models import MaskedLM
 from ..models.encoder import Block, init_weights
 from ..stages.accel import fused_adamw
+from ..stages.objectives import prediction_slots
 
 
 def _mlm_batch(vocab: int, batch_size: int, seq_len: int, seed: int = 0):
@@ -95,6 +98,7 @@ def _time_interleaved(steps: dict[str, Callable[[], None]], rounds: int, warmup:
 def bench_training_step(steps: int, batch_size: int, seq_len: int, hf: bool) -> list[dict]:
     cfg = model_config("convbert_small")
     ids, mask, labels = _mlm_batch(cfg.vocab_size, batch_size, seq_len)
+    positions, slot_labels = prediction_slots(labels)  # the pre-training stage's inputs
     rows = []
     fused = fused_adamw("auto", "cpu")  # what convexp's trainer uses here
     for bf16 in (False, True):
@@ -102,7 +106,9 @@ def bench_training_step(steps: int, batch_size: int, seq_len: int, hf: bool) -> 
         for name, kernel in (("convexp", fused), ("same AdamW", False)):
             torch.manual_seed(0)
             ours = MaskedLM(cfg)
-            contenders[name] = _train_step(ours, lambda m=ours: m(ids, mask, labels=labels).loss, bf16, kernel)
+            contenders[name] = _train_step(
+                ours, lambda m=ours: m(ids, labels=slot_labels, positions=positions, padded=False).loss, bf16, kernel
+            )
         if hf:
             from transformers import ConvBertForMaskedLM
 

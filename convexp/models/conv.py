@@ -30,16 +30,48 @@ def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return y.squeeze(2).transpose(1, 2).to(x.dtype)
 
 
+BAND_MAX_LEN = 512  # longest sequence the band form (GPU) is used for: its [B, H, L, L] matrix grows as L²
+
+
 def lightweight_conv(v: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """Per-position, per-head kernels (ConvBERT's SDConv and Wu et al.'s dynamic conv; eq. 2-3).
 
     v: [B, L, H, d] values; kernel: [B, L, H, K] (already normalised over K).
     out[b, i, h, c] = Σ_j kernel[b, i, h, j] · v[b, i + j - K//2, h, c], zeros outside [0, L).
-    Memory O(B·L·H·d): the K shifted views are summed in place, never materialised together.
-    Computed in the wider of the two dtypes (fp32 under bf16 autocast, where the kernel comes
-    from a softmax); the result has that dtype.
+
+    Two forms of the same sum, chosen by device:
+
+    * CPU (and other devices, and sequences longer than ``BAND_MAX_LEN``): K in-place multiply-adds of shifted views
+      (:class:`_LightweightConv`), memory O(B·L·H·d), in the wider of the two dtypes (fp32 under
+      bf16 autocast, where the kernel comes from a softmax); the result has that dtype.
+    * GPU: the kernels written into a banded [L, L] matrix per (batch, head), then one batched
+      matrix product (:func:`band_conv`; fairseq's ``dynamicconv_layer`` does the same for
+      T ≤ 512): three cuBLAS calls forward and backward instead of ~3K memory passes; under
+      autocast the product takes bf16 operands and accumulates in fp32.
     """
+    if v.device.type == "cuda" and v.shape[1] <= BAND_MAX_LEN:
+        return band_conv(v, kernel)
     return _LightweightConv.apply(v, kernel)
+
+
+def band_matrix(kernel: torch.Tensor) -> torch.Tensor:
+    """The kernels as banded matrices: [B, L, H, K] -> [B, H, L, L] with
+    band[b, h, i, m] = kernel[b, i, h, m - i + K//2] where 0 ≤ m - i + K//2 < K, else 0.
+
+    Padding each row with L zeros and re-reading the flat buffer with rows one element shorter
+    shifts row i right by i (no scatter); taking columns K//2 .. K//2 + L drops the taps that fall
+    outside the sequence."""
+    B, L, H, K = kernel.shape
+    w = F.pad(kernel.permute(0, 2, 1, 3), (0, L))  # [B, H, L, L+K]
+    w = w.reshape(B, H, L * (L + K))[..., : L * (L + K - 1)].view(B, H, L, L + K - 1)  # row i shifted by i
+    return w[..., K // 2 : K // 2 + L]  # [B, H, L(i), L(m)]
+
+
+def band_conv(v: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """:func:`lightweight_conv` as one batched product with :func:`band_matrix`: [B, L, H, d]."""
+    dtype = torch.promote_types(v.dtype, kernel.dtype)  # as the CPU form; autocast casts the product
+    out = band_matrix(kernel).to(dtype) @ v.to(dtype).transpose(1, 2)  # [B, H, L, L] @ [B, H, L, d]
+    return out.transpose(1, 2)  # [B, L, H, d]
 
 
 class _LightweightConv(torch.autograd.Function):

@@ -141,10 +141,14 @@ class Encoder(nn.Module):
         input_ids: torch.Tensor,  # [B, L]
         attention_mask: torch.Tensor | None = None,  # [B, L], 1 = real token, 0 = padding
         token_type_ids: torch.Tensor | None = None,  # [B, L]
+        padded: bool | None = None,
     ) -> EncoderOutput:
-        keep = None
-        if attention_mask is not None and not bool(attention_mask.all()):
-            keep = attention_mask.bool()
+        """``padded``: whether ``attention_mask`` masks anything, when the caller knows (pre-training's
+        batches say so from the host); None: look, which reads the device. An unpadded batch runs
+        without a mask (SDPA's flash kernel, no zeroing before the convolutions)."""
+        if padded is None:
+            padded = attention_mask is not None and not bool(attention_mask.all())
+        keep = attention_mask.bool() if padded else None
         x = self.embeddings(input_ids, token_type_ids)
         hidden = [x]
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()

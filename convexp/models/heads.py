@@ -23,12 +23,15 @@ class HeadOutput:
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of logits [M, V] against labels [M] (every row labelled), in fp32 or wider.
+    """Mean cross-entropy of logits [M, V] against labels [M] over the rows whose label is not
+    ``IGNORE`` (-100), in fp32 or wider; 0 when no row is labelled.
 
     ``F.cross_entropy(logits.float(), labels)`` with the forward's exponentials kept for the
-    backward (softmax - one-hot): a third less time on the masked-LM head's [M, 30522] logits."""
+    backward (softmax - one-hot): a third less time on the masked-LM head's [M, 30522] logits.
+    Nothing is read back to the host (the count of labelled rows stays on the device), so a
+    fixed number of prediction slots, some unused, keeps the step free of synchronisation."""
     if logits.shape[0] == 0:
-        return F.cross_entropy(logits.float(), labels)
+        return logits.float().sum() * 0.0
     return _CrossEntropy.apply(logits, labels)
 
 
@@ -36,20 +39,23 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         x = logits.to(torch.promote_types(logits.dtype, torch.float32))  # [M, V]
+        used = labels != IGNORE  # [M]
+        target = labels.clamp(min=0)[:, None]  # [M, 1]: any valid index at unused rows
         top = x.amax(-1, keepdim=True)  # [M, 1]
         exp = torch.sub(x, top).exp_()  # [M, V]
         total = exp.sum(-1, keepdim=True)  # [M, 1]
-        log_z = top + total.log()
-        ctx.save_for_backward(exp, total, labels)
+        row_loss = (top + total.log() - x.gather(-1, target)).squeeze(-1)  # [M]
+        weight = used.to(x.dtype) / used.sum().clamp(min=1)  # [M]: 1/n at labelled rows, else 0
+        ctx.save_for_backward(exp, total, target, weight)
         ctx.logits_dtype = logits.dtype
-        return (log_z - x.gather(-1, labels[:, None])).mean()
+        return (row_loss * weight).sum()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        exp, total, labels = ctx.saved_tensors
-        scale = grad / exp.shape[0]  # d(mean)/d(row loss)
+        exp, total, target, weight = ctx.saved_tensors
+        scale = (grad * weight)[:, None]  # [M, 1]: d(loss)/d(row loss)
         g = exp * (scale / total)  # softmax · scale
-        g.scatter_add_(-1, labels[:, None], (-scale).expand(labels.shape[0], 1))
+        g.scatter_add_(-1, target, -scale)
         return g.to(ctx.logits_dtype), None
 
 
@@ -76,10 +82,24 @@ class MLMHead(nn.Module):
     def decoder(self) -> nn.Embedding:
         return self._tied
 
-    def forward(self, features: torch.Tensor, labels: torch.Tensor | None = None) -> HeadOutput:
-        """With labels ([B, L], -100 = not predicted) only the predicted positions are scored:
-        logits are [M, V] for the M labelled tokens, which saves most of the head's cost."""
-        if labels is not None:
+    def forward(
+        self, features: torch.Tensor, labels: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> HeadOutput:
+        """Scores only the predicted positions, which saves most of the head's cost:
+
+        * ``labels`` [B, L] (-100 = not predicted): logits [M, V] for the M labelled tokens, in
+          row-major order (M depends on the data: the selection reads it back to the host);
+        * ``positions`` [P] into the flattened [B·L] batch with ``labels`` [P] (pre-training's
+          prediction slots, :func:`~convexp.stages.objectives.prediction_slots`): logits [P, V]
+          for the tokens at those positions, a shape fixed by P; unused slots (position B·L,
+          label -100) are scored on the last token and left out of the loss. ELECTRA's
+          ``gather_positions`` does the same.
+
+        Without labels, every position of ``features`` is scored."""
+        if positions is not None:
+            flat = features.reshape(-1, features.shape[-1])  # [B·L, D]
+            features = flat.index_select(0, positions.clamp(max=flat.shape[0] - 1))  # [P, D]
+        elif labels is not None:
             sel = labels != IGNORE
             features, labels = features[sel], labels[sel]  # [M, D], [M]
         h = self.norm(self.act(self.dense(features)))
@@ -167,9 +187,11 @@ class MaskedLM(nn.Module):
         self.head = MLMHead(cfg, self.encoder.embeddings.word)
         self.encoder.init_weights(self.head)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> HeadOutput:
-        enc = self.encoder(input_ids, attention_mask, token_type_ids)
-        return self.head(enc.features, labels)
+    def forward(
+        self, input_ids, attention_mask=None, token_type_ids=None, labels=None, positions=None, padded=None
+    ) -> HeadOutput:
+        enc = self.encoder(input_ids, attention_mask, token_type_ids, padded)
+        return self.head(enc.features, labels, positions)
 
 
 class ReplacedTokenDetector(nn.Module):
@@ -181,9 +203,9 @@ class ReplacedTokenDetector(nn.Module):
         self.head = RTDHead(cfg)
         self.encoder.init_weights(self.head)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> HeadOutput:
-        enc = self.encoder(input_ids, attention_mask, token_type_ids)
-        return self.head(enc.features, labels, attention_mask)
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, padded=None) -> HeadOutput:
+        enc = self.encoder(input_ids, attention_mask, token_type_ids, padded)
+        return self.head(enc.features, labels, attention_mask if padded is not False else None)
 
 
 class SequenceClassifier(nn.Module):

@@ -106,6 +106,16 @@ def forward_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
     return f + 2 * D * E + 2 * E * V
 
 
+def training_step_flops(cfg: ModelConfig, batch_size: int, seq_len: int, predicted: int) -> float:
+    """Useful FLOPs of one masked-LM training step: 3 x forward (the backward costs twice the
+    forward), the encoder on every token and the MLM head (dense, E->V) on the ``predicted``
+    tokens only, counted as :func:`forward_flops_per_token` counts (what MFU divides by)."""
+    D, E, V = cfg.hidden_size, cfg.emb_size, cfg.vocab_size
+    head = 2 * D * E + 2 * E * V
+    encoder = forward_flops_per_token(cfg, seq_len) - head
+    return 3.0 * (batch_size * seq_len * encoder + predicted * head)
+
+
 def model_stats(cfg: ModelConfig, seq_len: int = 128) -> tuple[int, float]:
     """(parameters, training FLOPs per token) of encoder + tied MLM head scoring every token, no
     pooler (Chang et al.'s count). Training FLOPs = 3 x forward (the backward pass costs twice the

@@ -14,8 +14,14 @@ key                          default      effect
                                           model, same parameters to 1e-8.
 ``pin_memory``               auto         page-locked loader batches (asynchronous host-to-GPU
                                           copies); auto: on CUDA.
-``compile``                  false        ``torch.compile`` every encoder block (in place: the
-                                          checkpoint keys do not change).
+``compile``                  false        ``torch.compile``: ``blocks`` (or ``true``) every
+                                          encoder block, in place (the checkpoint keys do not
+                                          change); ``step`` pre-training's whole objective
+                                          forward (generator, sampling, discriminator, losses)
+                                          and so its backward, as one graph; ``graphs`` that
+                                          graph replayed as CUDA graphs (``reduce-overhead``:
+                                          one launch for the forward and one for the backward).
+                                          Fine-tuning compiles the blocks for any of the three.
 ``gradient_checkpointing``   false        recompute each encoder block in the backward pass
                                           (long sequences: activation memory of one block).
 ===========================  ===========  =====================================================
@@ -72,6 +78,42 @@ def set_tf32(trainer_cfg, cuda: bool) -> None:
         torch.backends.cudnn.allow_tf32 = bool(trainer_cfg.tf32)
 
 
+COMPILE_MODES = ("blocks", "step", "graphs")
+
+
+def compile_mode(setting) -> str | None:
+    """``trainer.compile`` as one of COMPILE_MODES, or None (eager); ``true`` is ``blocks``."""
+    if setting is False or setting is None:
+        return None
+    return "blocks" if setting is True else str(setting)
+
+
+def compile_objective(objective: torch.nn.Module, trainer_cfg):
+    """The callable the pre-training step runs its objective with: the objective itself, or (with
+    ``trainer.compile`` ``step`` / ``graphs``) its forward compiled whole, ``fullgraph`` (the
+    objective reads nothing back from the device, so there is nothing to break the graph) and
+    with static shapes (pre-training's are fixed).
+
+    The compiled forward is given the batch's tensors and its ``padded`` flag only: Python ints
+    that change every step (its seed, token count) would each compile a new graph. With
+    ``graphs`` each call marks a new step for the CUDA-graph trees (whose outputs live in memory
+    the next replay reuses; the stage clones what it keeps). A plain function, not a module, so
+    the objective's parameters are not registered twice."""
+    mode = compile_mode(trainer_cfg.compile)
+    if mode not in ("step", "graphs"):
+        return objective
+    compiled = torch.compile(objective, fullgraph=True, dynamic=False, mode="reduce-overhead" if mode == "graphs" else None)
+
+    def call(batch: dict):
+        inputs = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        if mode == "graphs":
+            torch.compiler.cudagraph_mark_step_begin()
+        out = compiled({**inputs, "padded": bool(batch["padded"])})
+        return type(out)(out.loss, {k: v.clone() for k, v in out.metrics.items()})
+
+    return call
+
+
 def prepare_encoders(model: torch.nn.Module, trainer_cfg) -> None:
     """Gradient checkpointing and ``torch.compile`` for every encoder in ``model`` (ELECTRA has two).
 
@@ -82,7 +124,7 @@ def prepare_encoders(model: torch.nn.Module, trainer_cfg) -> None:
 
     for encoder in (m for m in model.modules() if isinstance(m, Encoder)):
         encoder.gradient_checkpointing = bool(trainer_cfg.gradient_checkpointing)
-        if trainer_cfg.compile:
+        if compile_mode(trainer_cfg.compile) == "blocks":
             for block in encoder.layers:
                 block.compile()
 

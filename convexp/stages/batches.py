@@ -11,9 +11,14 @@ vectorised fetch (one Arrow ``take`` per batch instead of a row lookup per examp
 
 Masks stay a function of the stream position alone (see ``streams.py``): the batch starting at
 position p is masked by a generator seeded with ``step_seed(seed, p)`` — whoever makes it, in
-whatever order — so a resumed run repeats an uninterrupted one exactly. The generator's state
-after masking travels with the batch (``rng_state``), for the ELECTRA generator's sampling in
-the step, which therefore draws exactly what one generator used for both would.
+whatever order — so a resumed run repeats an uninterrupted one exactly. That seed travels with
+the batch (``seed``, a Python int): the step seeds its own draws (dropout, the ELECTRA generator's
+samples) with it, without reading a device tensor back.
+
+Everything the step would otherwise have to ask the device is decided here, on the host: whether
+any row has padding (``padded``), the real token count (``num_tokens``) and the predicted
+positions as a fixed number of slots (``mlm_positions``, ``mlm_labels``; see
+:func:`~convexp.stages.objectives.prediction_slots`).
 """
 
 from __future__ import annotations
@@ -27,16 +32,19 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from .common import step_seed
-from .objectives import TokenInfo, mask_tokens
+from .objectives import TokenInfo, mask_tokens, prediction_slots
 
 PREFETCH = 4  # batches the background thread keeps ready
 
 
 @dataclass
 class Masker:
-    """Adds ``masked`` and ``labels`` [B, L], ``rng_state`` and ``num_tokens`` (its real tokens, an
-    int: counted here, not by a device sync in the step) to a collated batch (the objective's
-    masking settings; see :func:`convexp.stages.objectives.mask_tokens`)."""
+    """Adds to a collated batch (the objective's masking settings; see
+    :func:`convexp.stages.objectives.mask_tokens`): ``masked`` and ``labels`` [B, L], the
+    prediction slots ``mlm_positions`` and ``mlm_labels`` [P] (P = B x ``max_predictions`` with
+    ELECTRA's exact count, else the batch's count rounded up to 64), and, as Python values the step
+    reads without a device sync, ``seed`` (of the step's own draws), ``padded`` (any padding) and
+    ``num_tokens`` (real tokens)."""
 
     tokens: TokenInfo
     mask_prob: float
@@ -64,8 +72,12 @@ class Masker:
     def __call__(self, batch: dict, seed: int) -> dict:
         g = torch.Generator().manual_seed(seed)
         batch["masked"], batch["labels"] = self.mask(batch, g)
-        batch["rng_state"] = g.get_state()
+        B = batch["input_ids"].shape[0]
+        slots = B * self.max_predictions if self.exact_count and self.max_predictions else None
+        batch["mlm_positions"], batch["mlm_labels"] = prediction_slots(batch["labels"], slots)
+        batch["seed"] = seed
         batch["num_tokens"] = int(batch["attention_mask"].sum())
+        batch["padded"] = batch["num_tokens"] < batch["attention_mask"].numel()
         return batch
 
 

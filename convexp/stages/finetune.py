@@ -151,7 +151,7 @@ class FinetuneModule(TaskModule):
         self.final_val: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def training_step(self, batch, batch_idx):
-        torch.manual_seed(step_seed(self.seed, int(batch["position"][0])))  # dropout, resumable
+        torch.manual_seed(step_seed(self.seed, batch["first_position"]))  # dropout, resumable
         multiplier = self.pruning_step()
         inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         out = self.model(*inputs, batch["labels"])

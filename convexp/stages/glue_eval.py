@@ -39,6 +39,7 @@ class Padded:
         out = collate(rows, self.pad_id)
         if "position" in rows[0]:
             out["position"] = torch.stack([torch.as_tensor(r["position"]) for r in rows])
+            out["first_position"] = int(out["position"][0])  # a host int: the step seeds without a device read
         return out
 
 

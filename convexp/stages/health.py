@@ -3,10 +3,17 @@
 `Health` is the Lightning callback every stage adds:
 
 - **divergence**: after the backward pass and before the optimiser step it checks the loss and the
-  gradient norm. A non-finite one stops training inside that step (the weights are never updated
-  with it, and no checkpoint of it is written), raising `RunDiverged` with the step, the last
-  finite loss and the learning rate. With fp16 AMP the gradient scaler skips overflowing steps
-  by design; ``patience`` such steps in a row are tolerated before the run counts as diverged.
+  gradient norm (one fused norm over every gradient). A non-finite one stops training, raising
+  `RunDiverged` with the first bad step, the last finite loss and the learning rate, and no
+  checkpoint of it or of any later step is ever written. How soon the check reads the device is
+  ``check_every``: on a CPU every step (reading is free there), so training stops inside the
+  bad step and the weights are never updated with it; on a GPU the check stays on the device
+  (a flag and the first bad step, kept by device kernels, so the step queues without waiting
+  for the device) and is read every ``check_every`` steps (the stages pass
+  ``log_every_n_steps``), before every checkpoint and at the end of training — a diverged run
+  is still caught, and never checkpointed or finished. With fp16 AMP the gradient scaler skips
+  overflowing steps by design; ``patience`` such steps in a row are tolerated before the run
+  counts as diverged (read every step).
 - **resume**: it keeps, in every checkpoint, the metrics of the last step and the step of the last
   validation, so a resumed run can report the same final metrics as an uninterrupted one and
   redo a validation its checkpoint predates (a periodic one killed in flight is run again before
@@ -62,14 +69,17 @@ from .common import AppendingCSVLogger
 
 
 class Health(pl.Callback):
-    def __init__(self, patience: int = 0, requeue_signal: str | None = None):
+    def __init__(self, patience: int = 0, requeue_signal: str | None = None, check_every: int = 1):
         self.patience = patience
         self.requeue_signal = requeue_signal  # e.g. "SIGUSR1": SLURM's time-limit warning
+        self.check_every = check_every  # read the divergence check every N steps (1: every step)
         self.requeue_requested = False
         self.bad_steps = 0  # non-finite steps in a row (skipped by the AMP gradient scaler)
-        self.last_finite_loss: float | None = None
-        self._loss: float | None = None  # this step's loss (accumulated micro-batches: the last)
-        self._loss_bad = False
+        self._last_finite: float | torch.Tensor | None = None  # the last finite loss (device: a tensor)
+        self._loss: torch.Tensor | None = None  # this step's loss (accumulated micro-batches: the last)
+        self._loss_bad: torch.Tensor | bool = False
+        self._first_bad: torch.Tensor | None = None  # device check: first non-finite step, -1 if none
+        self._bad_norm: torch.Tensor | None = None  # ... and its gradient norm
         self.val_step = -1  # global step of the last completed validation
         self.restored = False  # a checkpoint was loaded
         self.restored_step = 0
@@ -78,17 +88,40 @@ class Health(pl.Callback):
         self.stopped_in_validation = False  # the exception came inside fit's periodic validation
 
     # ---------------------------------------------------------------- divergence
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if getattr(trainer.precision_plugin, "scaler", None) is not None:
+            self.check_every = 1  # fp16: skipped steps are counted as they come (patience)
+
+    @property
+    def last_finite_loss(self) -> float | None:
+        """The last finite training loss before the first non-finite step (reads the device)."""
+        if isinstance(self._last_finite, torch.Tensor):
+            value = float(self._last_finite)
+            return value if math.isfinite(value) else None
+        return self._last_finite
+
+    @last_finite_loss.setter
+    def last_finite_loss(self, value: float | None) -> None:
+        self._last_finite = value
+
     def on_before_backward(self, trainer, pl_module, loss: torch.Tensor) -> None:
-        value = float(loss.detach())
-        if math.isfinite(value):
-            self._loss = value
-        else:
-            self._loss_bad = True
+        loss = loss.detach().float()
+        if self.check_every == 1:
+            value = float(loss)
+            self._loss, self._loss_bad = value, not math.isfinite(value)
+            return
+        self._loss, self._loss_bad = loss, ~torch.isfinite(loss)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        norms = [torch.linalg.vector_norm(g) for g in grads]
-        norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+        norm = total_norm(grads)
+        if self.check_every > 1:
+            self._track_on_device(trainer, norm)
+            step = trainer.global_step + 1
+            if step % self.check_every == 0 or step == trainer.max_steps:
+                self.check(trainer, optimizer)
+            return
+        norm = float(norm)
         loss_bad, self._loss_bad = self._loss_bad, False
         bad = loss_bad or not math.isfinite(norm)
         if not bad:
@@ -99,9 +132,36 @@ class Health(pl.Callback):
         scaler = getattr(trainer.precision_plugin, "scaler", None)  # fp16 AMP: this step is skipped
         if scaler is not None and self.bad_steps <= self.patience:
             return
-        step = trainer.global_step + 1
+        self._diverged(trainer.global_step + 1, loss_bad, norm, optimizer)
+
+    def _track_on_device(self, trainer, norm: torch.Tensor) -> None:
+        """The check without reading the device: keep the first bad step, its gradient norm and
+        the last finite loss before it in device tensors."""
+        bad = self._loss_bad | ~torch.isfinite(norm)
+        if self._first_bad is None:
+            self._first_bad = torch.full((), -1, dtype=torch.long, device=norm.device)
+            self._bad_norm = torch.zeros((), device=norm.device)
+            last = self._last_finite if isinstance(self._last_finite, float) else float("nan")
+            self._last_finite = torch.full((), last, device=norm.device)
+        first = (self._first_bad < 0) & bad
+        self._first_bad = torch.where(first, trainer.global_step + 1, self._first_bad)
+        self._bad_norm = torch.where(first, norm, self._bad_norm)
+        fine = (self._first_bad < 0) & ~bad
+        self._last_finite = torch.where(fine, self._loss, self._last_finite)
+
+    def check(self, trainer, optimizer=None) -> None:
+        """Read the device check (a GPU run); raise RunDiverged if any step so far was non-finite."""
+        if self._first_bad is None:
+            return
+        step = int(self._first_bad)
+        if step >= 0:
+            optimizer = optimizer or trainer.optimizers[0]
+            self._diverged(step, None, float(self._bad_norm), optimizer)
+
+    def _diverged(self, step: int, loss_bad: bool | None, norm: float, optimizer) -> None:
         lr = optimizer.param_groups[0]["lr"]
-        what = "loss" if loss_bad else "gradient norm"
+        lr = float(lr)
+        what = "loss" if loss_bad else "gradient norm" if loss_bad is not None else "loss or gradient norm"
         raise RunDiverged(
             f"training diverged: non-finite {what} at step {step} (last finite loss {self.last_finite_loss}, "
             f"learning rate {lr:.3g}); checkpoints of earlier steps are kept. Lower the learning rate",
@@ -110,6 +170,9 @@ class Health(pl.Callback):
             lr=lr,
             grad_norm=norm if math.isfinite(norm) else str(norm),
         )
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.check(trainer)  # the steps after the last read
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.exception = exception
@@ -122,6 +185,7 @@ class Health(pl.Callback):
             self.val_step = trainer.global_step
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        self.check(trainer)  # before the file is written: a diverged state is never saved
         if self.stopped_in_validation:  # SIGTERM inside a periodic validation: saved after it stopped
             _as_before_validation(checkpoint)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
@@ -178,6 +242,14 @@ class Health(pl.Callback):
         """The metrics at the end of training: those restored from the checkpoint, overwritten
         by those this attempt logged."""
         return {**self.restored_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items()}}
+
+
+def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all gradients together, fp32, on their device: one fused kernel per device
+    and dtype (a 0-d CPU zero when there are none)."""
+    if not grads:
+        return torch.zeros(())
+    return torch.nn.utils.get_total_norm(grads, 2.0).float()
 
 
 def _as_before_validation(checkpoint: dict) -> None:

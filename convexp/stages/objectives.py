@@ -6,9 +6,16 @@
   ``mask``): exactly round(0.15·n) positions per sequence, n = its non-padding tokens, at least 1
   and at most ``max_predictions`` (``configure_pretraining.py``: int((0.15 + 0.005)·128) = 19);
   85% of them [MASK], 15% kept, none random.
+* :func:`prediction_slots` — the chosen positions as a fixed number of slots (ELECTRA's
+  ``masked_lm_positions``), so the step's shapes do not depend on the draw.
 * :class:`ElectraObjective` — generator (small MLM) + discriminator (replaced-token detection)
   with shared embeddings; loss = gen_weight · MLM + disc_weight · RTD.
 * :class:`MLMObjective` — the encoder + tied MLM head (+ an NSP/SOP head when asked).
+
+The objectives take a batch made by the data pipeline (``stages/batches.py``: ``masked``,
+``mlm_positions``, ``mlm_labels``, and ``padded``, whether any row has padding) and read nothing
+back to the host: every shape is fixed by the batch's, the metrics stay on the device, and a GPU
+step can be queued whole (or captured as one CUDA graph) without waiting for the device.
 """
 
 from __future__ import annotations
@@ -95,6 +102,50 @@ def mask_tokens(
     return masked, labels
 
 
+SLOT_ROUND = 64  # without a fixed count, the slots are the batch's predictions rounded up to this
+
+
+def prediction_slots(labels: torch.Tensor, slots: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chosen positions of ``labels`` [B, L] (-100 = not chosen) as a fixed number of slots:
+    (positions [P] into the flattened [B·L] batch, their labels [P]), in row-major order (the
+    order of ``labels[labels != -100]``), unused slots at position B·L with label -100.
+
+    ``slots``: P (ELECTRA's exact count: B x ``max_predictions``, so every batch has the same
+    shape); None: the batch's chosen positions rounded up to a multiple of ``SLOT_ROUND`` (a few
+    distinct shapes over a run, at most SLOT_ROUND - 1 unused slots). More chosen positions than
+    ``slots`` is an error."""
+    flat = labels.reshape(-1)
+    chosen = (flat != IGNORE).nonzero().squeeze(1)  # [M], ascending
+    M = len(chosen)
+    P = -(-max(M, 1) // SLOT_ROUND) * SLOT_ROUND if slots is None else slots
+    if M > P:
+        raise ValueError(f"the batch has {M} predicted tokens, more than its {P} prediction slots")
+    positions = torch.full((P,), flat.numel(), dtype=torch.long)
+    positions[:M] = chosen
+    targets = torch.full((P,), IGNORE, dtype=flat.dtype)
+    targets[:M] = flat[chosen]
+    return positions, targets
+
+
+def gumbel_sample(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """One token per row of logits [M, V] from softmax(logits / T): argmax of logits / T plus
+    Gumbel noise, as ELECTRA's ``sample_from_softmax`` draws it (pretrain_helpers.py), from
+    torch's default generator (seeded per step by the stage) — exact in distribution, and made of
+    elementwise kernels that compile and replay in a CUDA graph."""
+    u = torch.rand(logits.shape, device=logits.device)
+    gumbel = -torch.log(-torch.log(u + 1e-9) + 1e-9)
+    return (logits.float() / temperature + gumbel).argmax(-1)
+
+
+def masked_mean(x: torch.Tensor, where: torch.Tensor | None) -> torch.Tensor:
+    """Mean of x over the True entries of ``where`` (every entry when None), on the device."""
+    x = x.float()
+    if where is None:
+        return x.mean()
+    w = where.float()
+    return (x * w).sum() / w.sum().clamp(min=1)
+
+
 @dataclass
 class ObjectiveOutput:
     loss: torch.Tensor
@@ -113,14 +164,14 @@ class MLMObjective(nn.Module):
     def encoder(self):
         return self.model.encoder
 
-    def forward(
-        self, batch: dict, masked: torch.Tensor, labels: torch.Tensor, generator=None
-    ) -> ObjectiveOutput:
-        enc = self.model.encoder(masked, batch["attention_mask"], batch.get("token_type_ids"))
-        out = self.model.head(enc.features, labels)
+    def forward(self, batch: dict) -> ObjectiveOutput:
+        am, padded = batch["attention_mask"], batch["padded"]
+        enc = self.model.encoder(batch["masked"], am, batch.get("token_type_ids"), padded)
+        labels = batch["mlm_labels"]  # [P]
+        out = self.model.head(enc.features, labels, batch["mlm_positions"])
         metrics = {
             "mlm_loss": out.loss.detach(),
-            "mlm_acc": (out.logits.argmax(-1) == labels[labels != IGNORE]).float().mean(),
+            "mlm_acc": masked_mean(out.logits.argmax(-1) == labels, labels != IGNORE),
         }
         loss = out.loss
         if self.pair_head is not None:
@@ -180,29 +231,27 @@ class ElectraObjective(nn.Module):
     def encoder(self):
         return self.discriminator.encoder
 
-    def forward(
-        self, batch: dict, masked: torch.Tensor, labels: torch.Tensor, generator=None
-    ) -> ObjectiveOutput:
-        am, tt = batch["attention_mask"], batch.get("token_type_ids")
-        gen = self.generator(masked, am, tt, labels=labels)  # logits at the M masked positions: [M, V]
-        chosen = labels != IGNORE
+    def forward(self, batch: dict) -> ObjectiveOutput:
+        """Generator MLM on the masked batch, its samples at the prediction slots, replaced-token
+        detection on the result. Samples are drawn from torch's default generator."""
+        am, padded = batch["attention_mask"], batch["padded"]
+        tt, masked, ids = batch.get("token_type_ids"), batch["masked"], batch["input_ids"]
+        positions, labels = batch["mlm_positions"], batch["mlm_labels"]  # [P]
+        gen = self.generator(masked, am, tt, labels=labels, positions=positions, padded=padded)  # logits [P, V]
         with torch.no_grad():
-            probs = torch.softmax(gen.logits.float() / self.temperature, dim=-1)
-            sampled = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [M]
-        corrupted = masked.clone()
-        corrupted[chosen] = sampled
-        replaced = (
-            corrupted != batch["input_ids"]
-        ).long()  # 1 = replaced (a sample equal to the original counts as original)
-        disc = self.discriminator(corrupted, am, tt, labels=replaced)
+            sampled = gumbel_sample(gen.logits.detach(), self.temperature)  # [P]
+            # unused slots point past the end (position B·L): written to an element that is cut off
+            flat = F.pad(masked.reshape(-1), (0, 1)).scatter(0, positions, torch.where(labels != IGNORE, sampled, 0))
+            corrupted = flat[:-1].view_as(masked)
+            replaced = (corrupted != ids).long()  # 1 = replaced (a sample equal to the original counts as original)
+        disc = self.discriminator(corrupted, am, tt, labels=replaced, padded=padded)
         loss = self.gen_weight * gen.loss + self.disc_weight * disc.loss
-        real = am.bool()
-        pred = disc.logits > 0
+        real = am.bool() if padded else None
         metrics = {
             "mlm_loss": gen.loss.detach(),
-            "mlm_acc": (gen.logits.argmax(-1) == labels[chosen]).float().mean(),
+            "mlm_acc": masked_mean(gen.logits.argmax(-1) == labels, labels != IGNORE),
             "rtd_loss": disc.loss.detach(),
-            "rtd_acc": (pred == replaced.bool())[real].float().mean(),
-            "replaced_frac": replaced[real].float().mean(),
+            "rtd_acc": masked_mean((disc.logits > 0) == replaced.bool(), real),
+            "replaced_frac": masked_mean(replaced, real),
         }
         return ObjectiveOutput(loss, metrics)

@@ -32,10 +32,10 @@ from .common import (
     step_seed,
 )
 from .health import Health, fit
-from .progress import StepProgressBar
+from .progress import StepProgressBar, refresh_every
 from .objectives import ElectraObjective, MLMObjective, TokenInfo
 from .batches import Masker, MaskingCollate, PositionBatches, Prefetched, StreamBatches, ValBatches
-from .accel import fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
+from .accel import compile_objective, fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
 from .streams import BlockStream, PermutedStream, StreamSampler
 
 COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
@@ -44,7 +44,13 @@ COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 class PretrainModule(OptimizerStep, pl.LightningModule):
     """Runs the objective on batches the data pipeline has already masked (``batches.py``; the
     masks are seeded by the batch's stream position, so resumed runs repeat uninterrupted ones
-    exactly), logs losses and tokens/s."""
+    exactly), logs losses and tokens/s.
+
+    The step reads nothing back from the device: the batch carries its seed, padding flag and
+    prediction slots as host values (``batches.Masker``), the objective keeps its metrics on the
+    device, and Lightning reads the logged values every ``log_every_n_steps``. With
+    ``trainer.compile=step`` the objective's forward (and so its backward) is one compiled graph;
+    ``graphs`` also captures it as CUDA graphs (``accel.compile_objective``)."""
 
     def __init__(self, model_cfg: ModelConfig, cfg: DictConfig, tokens: TokenInfo, total_steps: int):
         super().__init__()
@@ -59,24 +65,17 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
         else:
             raise UserError(f"unknown objective {obj.name!r}; use objective=mlm or objective=electra")
         self.masker = Masker.from_objective(tokens, obj)
+        self.train_objective = compile_objective(self.objective, cfg.trainer)
         self._t0, self.tokens_seen, self.train_seconds = None, 0.0, 0.0
 
-    def mask(self, batch: dict, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """(masked input ids, labels) of a batch, as the objective's masking settings say."""
-        return self.masker.mask(batch, generator)
-
-    def _sampling(self, batch: dict, seed: int) -> torch.Generator:
-        """The generator of the step's own draws (ELECTRA's sampled replacements): on the CPU the
-        masking generator, continued; on a GPU one on the device, seeded with the batch's seed."""
-        if self.device.type == "cpu":
-            return torch.Generator().set_state(batch["rng_state"])
-        return torch.Generator(device=self.device).manual_seed(seed)
+    def mask(self, batch: dict, seed: int) -> dict:
+        """The batch masked as the objective's masking settings say (as the data pipeline does)."""
+        return self.masker(batch, seed)
 
     def training_step(self, batch: dict, batch_idx: int):
-        seed = step_seed(self.cfg.seed, int(batch["position"][0]))
-        torch.manual_seed(seed)  # dropout of this batch
-        out = self.objective(batch, batch["masked"], batch["labels"], generator=self._sampling(batch, seed))
-        self.log("train/loss", out.loss, prog_bar=True)
+        torch.manual_seed(batch["seed"])  # dropout and the generator's samples of this batch
+        out = self.train_objective(batch)
+        self.log("train/loss", out.loss.detach(), prog_bar=True)
         self.log_dict({f"train/{k}": v for k, v in out.metrics.items()})
         return out.loss
 
@@ -86,7 +85,10 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
             tokens = batch["num_tokens"]
             self.tokens_seen += tokens
             self.train_seconds += now - self._t0
-            self.log("train/tokens_per_s", tokens / (now - self._t0), prog_bar=True)
+            # a device scalar made by a fill kernel: logging a Python float would copy it to the GPU
+            # from pageable memory, a copy that waits for every step queued before it
+            rate = torch.full((), tokens / (now - self._t0), device=self.device)
+            self.log("train/tokens_per_s", rate, prog_bar=True)
         self._t0 = now
 
     def on_validation_end(self) -> None:
@@ -97,8 +99,8 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
         return self.tokens_seen / self.train_seconds if self.train_seconds else None
 
     def validation_step(self, batch: dict, batch_idx: int):
-        seed = step_seed(self.cfg.seed, -1 - batch_idx)  # fixed masks: comparable across steps and runs
-        out = self.objective(batch, batch["masked"], batch["labels"], generator=self._sampling(batch, seed))
+        torch.manual_seed(batch["seed"])  # fixed masks and samples: comparable across steps and runs
+        out = self.objective(batch)
         self.log("val/loss", out.loss, sync_dist=True)
         self.log_dict({f"val/{k}": v for k, v in out.metrics.items()}, sync_dist=True)
 
@@ -272,8 +274,8 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
                 save_last=True,
             ),
             LearningRateMonitor(logging_interval="step"),
-            StepProgressBar(),
-            Health(t.nonfinite_patience, t.requeue_signal),
+            StepProgressBar(refresh_every(t, cuda)),
+            Health(t.nonfinite_patience, t.requeue_signal, check_every=refresh_every(t, cuda)),
         ],
         enable_model_summary=False,
     )

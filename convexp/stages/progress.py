@@ -9,8 +9,20 @@ from __future__ import annotations
 from pytorch_lightning.callbacks import RichProgressBar
 
 
+def refresh_every(trainer_cfg, cuda: bool) -> int:
+    """Steps between reads of device values (the bar's metrics, the divergence check): every step
+    on a CPU, where reading costs nothing; every ``log_every_n_steps`` on a GPU, where each read
+    waits for the device to finish every step queued before it."""
+    return int(trainer_cfg.log_every_n_steps) if cuda else 1
+
+
 class StepProgressBar(RichProgressBar):
-    """Rich progress bar whose training task is ``global_step / estimated_stepping_batches``."""
+    """Rich progress bar whose training task is ``global_step / estimated_stepping_batches``; its
+    metrics (device values) are read every ``refresh_rate`` steps (:func:`refresh_every`), the
+    step count itself every step."""
+
+    def __init__(self, refresh_rate: int = 1):
+        super().__init__(refresh_rate=refresh_rate)
 
     def _get_train_description(self, current_epoch: int) -> str:
         return f"steps (epoch {current_epoch + 1})"
@@ -31,7 +43,12 @@ class StepProgressBar(RichProgressBar):
             self._show_steps(trainer)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        if not self.is_disabled:
-            self._show_steps(trainer)
-            self.refresh()
+        # Lightning's own bar reads the metrics after every batch: here every refresh_rate steps
+        if self.is_disabled:
+            return
+        if self.train_progress_bar_id is None:  # resumed mid-epoch
+            self._initialize_train_progress_bar_id()
+        if trainer.global_step % self.refresh_rate == 0:
+            self._update_metrics(trainer, pl_module)
+        self._show_steps(trainer)
+        self.refresh()

@@ -132,7 +132,7 @@ class SquadModule(TaskModule):
         }
 
     def training_step(self, batch, batch_idx):
-        torch.manual_seed(step_seed(self.seed, int(batch["position"][0])))  # dropout, resumable
+        torch.manual_seed(step_seed(self.seed, batch["first_position"]))  # dropout, resumable
         multiplier = self.pruning_step()
         inputs = self._inputs(batch)
         out = self.model(**inputs)
@@ -163,7 +163,7 @@ class WindowBatches:
     def __call__(self, rows: list[dict]) -> dict:
         position = torch.stack([r.pop("position") for r in rows])
         rows = [{k: v.tolist() for k, v in r.items()} for r in rows]
-        return {**collate_squad(rows, self.pad_id), "position": position}
+        return {**collate_squad(rows, self.pad_id), "position": position, "first_position": int(position[0])}
 
 
 class SquadData(pl.LightningDataModule):

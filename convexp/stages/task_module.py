@@ -27,10 +27,10 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from .. import pruning as pruner
 from ..record import write_record
 from ..runs import Run
-from .accel import fused_adamw, heap_mmap_threshold
+from .accel import fused_adamw, heap_mmap_threshold, on_cuda
 from .common import OptimizerStep, adamw_with_linear_schedule, finish_wandb, layerwise_groups
 from .health import Health, fit
-from .progress import StepProgressBar
+from .progress import StepProgressBar, refresh_every
 
 
 class TaskModule(OptimizerStep, pl.LightningModule):
@@ -184,8 +184,11 @@ def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
             save_last=True,
             save_top_k=0,
         ),
-        StepProgressBar(),
-        Health(cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal),
+        StepProgressBar(refresh_every(cfg.trainer, on_cuda(cfg.trainer))),
+        Health(
+            cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal,
+            check_every=refresh_every(cfg.trainer, on_cuda(cfg.trainer)),
+        ),
     ]
 
 
