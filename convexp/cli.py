@@ -284,10 +284,11 @@ SKIP_HF = typer.Option(False, help="Skip the Hugging Face comparison.")
 DEVICE = typer.Option("auto", help="cpu | cuda | auto (cuda where a GPU is visible).")
 COMPILE = typer.Option("", help="CUDA: also time the step compiled whole, comma-separated modes: step, graphs.")
 BENCH_OUT = typer.Option(None, "--out", help="CUDA: also write the table as JSON here.")
+MODELS = typer.Option("convbert_small,electra_small,convbert_base", help="CUDA: the models of the step table.")
 
 
 def _bench_step(steps: int, batch_size: int | None, seq_len: int, lengths: str, skip_hf: bool, device: str,
-                compile_modes: str, out: str | None) -> None:  # fmt: skip
+                compile_modes: str, out: str | None, models: str) -> None:  # fmt: skip
     import torch
 
     for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--seq-len", seq_len)):
@@ -304,23 +305,28 @@ def _bench_step(steps: int, batch_size: int | None, seq_len: int, lengths: str, 
     modes = tuple(m for m in compile_modes.split(",") if m)
     if set(modes) - {"step", "graphs"}:
         _fail(f"--compile {compile_modes!r}: use step, graphs or both, comma-separated")
+    from .bench.cuda_step import SHAPES
+
+    names = [m for m in models.split(",") if m]
+    if not names or set(names) - {n for n, _, _ in SHAPES}:
+        _fail(f"--models {models!r}: choose from {', '.join(n for n, _, _ in SHAPES)}")
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if device == "cuda" and not torch.cuda.is_available():
         _fail("--device cuda: no CUDA GPU is visible to torch here; use --device cpu")
     if cuda:
         import json
 
-        from .bench.cuda_step import SHAPES, run_cuda_benchmarks
+        from .bench.cuda_step import run_cuda_benchmarks
         from .bench.step import transformers_available
 
         b = batch_size or 128
-        shapes = tuple((n, b, seq_len) if n.endswith("small") else (n, B, L) for n, B, L in SHAPES)
+        shapes = tuple((n, b, seq_len) if n.endswith("small") else (n, B, L) for n, B, L in SHAPES if n in names)
         record = run_cuda_benchmarks(steps, not skip_hf and transformers_available(), modes, shapes)
         if out:
             Path(out).write_text(json.dumps(record, indent=1))
         return
-    if modes or out:
-        _fail("--compile and --out are for the CUDA step table (--device cuda)")
+    if modes or out or len(names) != len(SHAPES):
+        _fail("--compile, --models and --out are for the CUDA step table (--device cuda)")
     from .bench.step import run_benchmarks
 
     run_benchmarks(steps=steps, batch_size=batch_size or 32, seq_len=seq_len, lengths=sizes, hf=not skip_hf)
@@ -337,12 +343,13 @@ def bench(
     device: str = DEVICE,
     compile: str = COMPILE,
     out: Optional[str] = BENCH_OUT,
+    models: str = MODELS,
 ) -> None:
     """Time masked-LM training steps against Hugging Face. CPU: ConvBERT-small (fp32, bf16) and
     attention vs mixed-attention blocks. CUDA: ConvBERT-small, ELECTRA-small and ConvBERT-base
     with MFU against the measured matrix rate. `bench finetune` and `bench pretrain` time whole jobs."""
     if ctx.invoked_subcommand is None:
-        _bench_step(steps, batch_size, seq_len, lengths, skip_hf, device, compile, out)
+        _bench_step(steps, batch_size, seq_len, lengths, skip_hf, device, compile, out, models)
 
 
 @bench_app.command("finetune")

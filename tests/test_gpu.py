@@ -32,7 +32,8 @@ def finished(res, outputs, stage="pretrain"):
     assert res.returncode == 0, res.stderr[-4000:]
     [run] = sorted((outputs / "runs" / stage).glob("*"))
     m = metrics(run)
-    assert all(v == v for v in m["metrics"].values() if isinstance(v, float)), m  # no NaN
+    values = [v for d in (m, m.get("metrics", {})) for v in d.values() if isinstance(v, float)]
+    assert values and all(v == v for v in values), m  # no NaN
     return run, m
 
 
@@ -266,5 +267,6 @@ def test_the_pretraining_stage_reads_the_device_only_at_logging_steps(tmp_path, 
         pretrain.run_pretrain(cfg)
     finally:
         pl.Trainer.__init__ = original
-    quiet = {step: n for step, n in seen.items() if step % 5 not in (0, 1) and step > 2}
+    # read by design: the logging steps (5, 10), the first steps (allocation) and the last (the final check)
+    quiet = {step: n for step, n in seen.items() if step % 5 not in (0, 1) and 2 < step < 12}
     assert quiet and not any(quiet.values()), seen
