@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import signal
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -232,6 +233,27 @@ def typed(schema: type, node: DictConfig, where: str):
         raise ConfigError(str(e)) from e
 
 
+def check_label(key: str, value) -> None:
+    """A value that becomes part of a run directory's name (``name=``, a preset's ``model.name``)
+    is a file name: 1 to 100 printable characters (letters of any script, spaces inside), no path
+    separator, no ``..``, not starting with ``.`` or ``-`` — nothing can climb out of the run store."""
+    if value is None or not isinstance(value, str):
+        return
+    bad = (
+        not value
+        or len(value) > 100
+        or value != value.strip()
+        or value[0] in ".-"
+        or ".." in value
+        or any(c in "/\\" or unicodedata.category(c).startswith("C") for c in value)
+    )
+    if bad:
+        raise ConfigError(
+            f"{key}={value!r} is not a valid label: it names a run folder, so no '/', '\\', '..' or control "
+            "characters, not starting with '.' or '-', at most 100 characters; e.g. name=lr3e-4"
+        )
+
+
 def check_types(cfg: DictConfig) -> None:
     """Check every typed node of a composed stage config (model, trainer, optim, the stage's own
     keys), and what no type says: names are text, the outputs folder can be written."""
@@ -255,6 +277,8 @@ def check_types(cfg: DictConfig) -> None:
     name = cfg.get("name")
     if name is not None and not isinstance(name, str):
         raise ConfigError(f"name={name!r} is not text: quote it, e.g. name='{name}'")
+    for key, value in (("name", name), ("model.name", OmegaConf.select(cfg, "model.name"))):
+        check_label(key, value)
     outputs = cfg.get("outputs")
     if outputs is not None and Path(outputs).exists() and not Path(outputs).is_dir():
         raise ConfigError(f"outputs {outputs!r} is a file, not a folder: set outputs= (or CONVEXP_OUTPUTS) to a folder")

@@ -171,10 +171,11 @@ def test_electra_discriminator_labels_are_exactly_the_replaced_positions(mixer):
 def test_prediction_slots_hold_every_chosen_position_in_order_and_pad_past_the_end():
     ids = batch(B=64, L=32)
     _, labels = mask_tokens(ids, INFO, torch.Generator().manual_seed(2), mask_prob=0.3)
-    positions, slot_labels = prediction_slots(labels)
+    positions, slot_labels = prediction_slots(labels, multiple=64)
     chosen = labels.reshape(-1) != IGNORE
     M = int(chosen.sum())
     assert len(positions) % 64 == 0 and M <= len(positions) < M + 64
+    assert len(prediction_slots(labels)[0]) < M + 8  # the default: multiples of 8
     assert torch.equal(positions[:M], chosen.nonzero().squeeze(1))  # row-major, as labels[labels != -100]
     assert torch.equal(slot_labels[:M], labels[labels != IGNORE])
     assert (positions[M:] == 64 * 32).all() and (slot_labels[M:] == IGNORE).all()

@@ -4,6 +4,8 @@ checkpointing with identical results."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -461,6 +463,33 @@ def test_whole_pretraining_objective_compiles_without_graph_breaks(objective, mi
         out = compiled({k: v for k, v in batch.items() if isinstance(v, torch.Tensor) or k == "padded"})
         out.loss.backward()
         assert torch.isfinite(out.loss) and all(torch.isfinite(v) for v in out.metrics.values())
+
+
+def test_compiled_blocks_of_an_electra_objective_stay_compiled_in_every_variant():
+    """ELECTRA's generator and discriminator blocks share one compiled Block.forward, in variants
+    by width, input dtype, padding and grad mode: 16 here (on a GPU under autocast the first
+    block's bf16 input and the others' fp32 ones make 16 in training alone), past dynamo's
+    default limit of 8, after which it runs eager. trainer.compile=blocks keeps them all compiled."""
+    from convexp.models.encoder import Block
+    from convexp.stages.objectives import ElectraObjective
+
+    torch._dynamo.reset()
+    cfg = tiny_cfg(**MIXERS["convbert_sdconv"], num_layers=3)
+    obj = ElectraObjective(cfg, 0.5)
+    prepare_encoders(obj, pretrain_cfg("trainer.compile=blocks").trainer, backend="aot_eager")
+    masker = Masker(INFO, **{**MASKING, "exact_count": True, "max_predictions": 4})
+    for training, padded, bf16 in itertools.product((True, False), repeat=3):
+        obj.train(training)
+        ids = torch.randint(5, 60, (2, 16))
+        am = torch.ones_like(ids)
+        if padded:
+            ids[1, 12:], am[1, 12:] = 0, 0
+        batch = masker({"input_ids": ids, "attention_mask": am, "token_type_ids": torch.zeros_like(ids)}, 5)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), torch.set_grad_enabled(training):
+            obj(batch)
+    entries = len(torch._C._dynamo.eval_frame._debug_get_cache_entry_list(Block.forward.__code__))
+    assert 8 < entries < torch._dynamo.config.recompile_limit  # every variant compiled, none run eager
+    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("K", [3, 9, 17])

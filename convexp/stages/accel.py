@@ -114,19 +114,28 @@ def compile_objective(objective: torch.nn.Module, trainer_cfg):
     return call
 
 
-def prepare_encoders(model: torch.nn.Module, trainer_cfg) -> None:
-    """Gradient checkpointing and ``torch.compile`` for every encoder in ``model`` (ELECTRA has two).
+BLOCK_VARIANTS = 64  # compiled variants of Block.forward that dynamo may keep (its default: 8)
 
-    Compiling the blocks, not the whole model: the encoder's padding check and the MLM head's
-    gather of the masked positions depend on the data (graph breaks); the blocks have none
-    (tests/test_speed.py holds every mixer to that)."""
+
+def prepare_encoders(model: torch.nn.Module, trainer_cfg, backend: str = "inductor") -> None:
+    """Gradient checkpointing and, with ``trainer.compile=blocks``, ``torch.compile`` of every
+    block of every encoder in ``model`` (ELECTRA has two).
+
+    All blocks share one compiled ``Block.forward``, kept in variants by what its guards see:
+    the encoder's width (ELECTRA's generator is narrower), the input's dtype (under CUDA autocast
+    the first block reads the bf16 embedding projection, the others fp32 LayerNorm outputs),
+    padding, training or evaluation. An ELECTRA objective on a GPU needs 16 of them, and past
+    dynamo's default limit of 8 every further variant silently runs eager (seen on an H200:
+    ``recompile_limit (8)`` hit in a ConvBERT-small ELECTRA run), so the limit is raised to
+    ``BLOCK_VARIANTS``. ``backend``: torch.compile's (the tests trace with ``aot_eager``)."""
     from ..models.encoder import Encoder
 
     for encoder in (m for m in model.modules() if isinstance(m, Encoder)):
         encoder.gradient_checkpointing = bool(trainer_cfg.gradient_checkpointing)
         if compile_mode(trainer_cfg.compile) == "blocks":
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, BLOCK_VARIANTS)
             for block in encoder.layers:
-                block.compile()
+                block.compile(backend=backend)
 
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter

@@ -42,7 +42,8 @@ class Masker:
     """Adds to a collated batch (the objective's masking settings; see
     :func:`convexp.stages.objectives.mask_tokens`): ``masked`` and ``labels`` [B, L], the
     prediction slots ``mlm_positions`` and ``mlm_labels`` [P] (P = B x ``max_predictions`` with
-    ELECTRA's exact count, else the batch's count rounded up to 64), and, as Python values the step
+    ELECTRA's exact count, else the batch's count rounded up to ``slot_multiple``: 64 on a GPU, so
+    that compiled steps see few shapes), and, as Python values the step
     reads without a device sync, ``seed`` (of the step's own draws), ``padded`` (any padding) and
     ``num_tokens`` (real tokens)."""
 
@@ -53,13 +54,14 @@ class Masker:
     whole_word: bool
     exact_count: bool
     max_predictions: int | None
+    slot_multiple: int = 8
 
     @classmethod
-    def from_objective(cls, tokens: TokenInfo, o) -> "Masker":
+    def from_objective(cls, tokens: TokenInfo, o, slot_multiple: int = 8) -> "Masker":
         return cls(
             tokens, o.mask_prob, o.replace_mask, o.replace_random, o.whole_word,
             o.get("exact_count", False),  # BERT masking (objective=mlm) has no count
-            o.get("max_predictions"),
+            o.get("max_predictions"), slot_multiple,
         )
 
     def mask(self, batch: dict, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,7 +76,7 @@ class Masker:
         batch["masked"], batch["labels"] = self.mask(batch, g)
         B = batch["input_ids"].shape[0]
         slots = B * self.max_predictions if self.exact_count and self.max_predictions else None
-        batch["mlm_positions"], batch["mlm_labels"] = prediction_slots(batch["labels"], slots)
+        batch["mlm_positions"], batch["mlm_labels"] = prediction_slots(batch["labels"], slots, self.slot_multiple)
         batch["seed"] = seed
         batch["num_tokens"] = int(batch["attention_mask"].sum())
         batch["padded"] = batch["num_tokens"] < batch["attention_mask"].numel()

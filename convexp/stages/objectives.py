@@ -102,22 +102,21 @@ def mask_tokens(
     return masked, labels
 
 
-SLOT_ROUND = 64  # without a fixed count, the slots are the batch's predictions rounded up to this
-
-
-def prediction_slots(labels: torch.Tensor, slots: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def prediction_slots(
+    labels: torch.Tensor, slots: int | None = None, multiple: int = 8
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The chosen positions of ``labels`` [B, L] (-100 = not chosen) as a fixed number of slots:
     (positions [P] into the flattened [B·L] batch, their labels [P]), in row-major order (the
     order of ``labels[labels != -100]``), unused slots at position B·L with label -100.
 
     ``slots``: P (ELECTRA's exact count: B x ``max_predictions``, so every batch has the same
-    shape); None: the batch's chosen positions rounded up to a multiple of ``SLOT_ROUND`` (a few
-    distinct shapes over a run, at most SLOT_ROUND - 1 unused slots). More chosen positions than
-    ``slots`` is an error."""
+    shape); None: the batch's chosen positions rounded up to a multiple of ``multiple`` (on a GPU
+    the stage rounds to 64: a few distinct shapes over a run for compiled steps; on a CPU to 8,
+    where unused slots only cost time). More chosen positions than ``slots`` is an error."""
     flat = labels.reshape(-1)
     chosen = (flat != IGNORE).nonzero().squeeze(1)  # [M], ascending
     M = len(chosen)
-    P = -(-max(M, 1) // SLOT_ROUND) * SLOT_ROUND if slots is None else slots
+    P = -(-max(M, 1) // multiple) * multiple if slots is None else slots
     if M > P:
         raise ValueError(f"the batch has {M} predicted tokens, more than its {P} prediction slots")
     positions = torch.full((P,), flat.numel(), dtype=torch.long)

@@ -64,7 +64,7 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
             )
         else:
             raise UserError(f"unknown objective {obj.name!r}; use objective=mlm or objective=electra")
-        self.masker = Masker.from_objective(tokens, obj)
+        self.masker = Masker.from_objective(tokens, obj, slot_multiple=64 if on_cuda(cfg.trainer) else 8)
         self.train_objective = compile_objective(self.objective, cfg.trainer)
         self._t0, self.tokens_seen, self.train_seconds = None, 0.0, 0.0
 
