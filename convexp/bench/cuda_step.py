@@ -21,6 +21,7 @@ head on the predicted ones) / step time / the bf16 matrix rate measured here at 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from typing import Callable
 
@@ -169,7 +170,7 @@ def run_cuda_benchmarks(rounds: int, hf: bool, compile_modes: tuple[str, ...] = 
 
     torch.backends.cuda.matmul.allow_tf32 = True  # convexp's trainer.tf32 default
     torch.backends.cudnn.allow_tf32 = True
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     peak = matmul_tflops()
     device = torch.cuda.get_device_name()
     console.print(f"torch {torch.__version__}, {device}: bf16 matrix product {peak:.0f} TFLOP/s (measured)")

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from contextlib import nullcontext
@@ -231,6 +232,6 @@ def print_record(record: dict) -> None:
         f"{record['bare_steps_per_s']:,.1f}", f"{record['stage_steps_per_s']:,.1f}",
         f"{record['bare_step_memory_mib']:,.0f}", f"{record['peak_rss_mib']:,.0f}",
     )  # fmt: skip
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)
     console.print(f"record: {record['path']}")

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from contextlib import nullcontext
 from typing import Callable
@@ -165,7 +166,7 @@ def _print(title: str, rows: list[dict], fmt: dict[str, str]) -> None:
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(*(format(v, fmt.get(k, "")) if not isinstance(v, str) else v for k, v in r.items()))
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def transformers_available() -> bool:
@@ -175,7 +176,7 @@ def transformers_available() -> bool:
 
 
 def run_benchmarks(steps: int, batch_size: int, seq_len: int, lengths: list[int], hf: bool = True) -> None:
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     if hf and not transformers_available():
         console.print(
