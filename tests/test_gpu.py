@@ -8,6 +8,7 @@ pre-training step that never waits for the device between logging steps."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -127,8 +128,6 @@ def _module(*over):
 
     cfg = compose_stage("pretrain", [*TINY, *GPU, *over])
     info = TokenInfo(vocab_size=400, mask_id=4, special_ids=(0, 1, 2, 3, 4))
-    import dataclasses
-
     model_cfg = dataclasses.replace(to_model_config(cfg.model), vocab_size=400, pad_token_id=0)
     return cfg, PretrainModule(model_cfg, cfg, info, 100)
 

@@ -21,7 +21,6 @@ head on the predicted ones) / step time / the bf16 matrix rate measured here at 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from typing import Callable
 
@@ -164,16 +163,14 @@ def bench_model(name: str, batch_size: int, seq_len: int, rounds: int, peak: flo
 
 def run_cuda_benchmarks(rounds: int, hf: bool, compile_modes: tuple[str, ...] = (), shapes=SHAPES) -> dict:
     """The whole CUDA step table; returns {device, matmul_tflops, rows} (also printed)."""
-    from rich.console import Console
-
-    from .step import _print
+    from .step import _print, console
 
     torch.backends.cuda.matmul.allow_tf32 = True  # convexp's trainer.tf32 default
     torch.backends.cudnn.allow_tf32 = True
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    out = console()
     peak = matmul_tflops()
     device = torch.cuda.get_device_name()
-    console.print(f"torch {torch.__version__}, {device}: bf16 matrix product {peak:.0f} TFLOP/s (measured)")
+    out.print(f"torch {torch.__version__}, {device}: bf16 matrix product {peak:.0f} TFLOP/s (measured)")
     rows = []
     for name, batch_size, seq_len in shapes:
         small = batch_size * seq_len <= 128 * 128
@@ -185,7 +182,7 @@ def run_cuda_benchmarks(rounds: int, hf: bool, compile_modes: tuple[str, ...] = 
     _print(f"MLM training step (forward+backward+fused AdamW), bf16 autocast, {device}", rows, fmt)
     ratio = _ratio(rows, "convbert_small", "electra_small")
     if ratio:
-        console.print(f"ConvBERT-small step / ELECTRA-small step (convexp, eager): {ratio:.2f}")
+        out.print(f"ConvBERT-small step / ELECTRA-small step (convexp, eager): {ratio:.2f}")
     return {"device": device, "matmul_tflops": peak, "rows": rows}
 
 

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import nullcontext
@@ -216,8 +215,9 @@ def bench_pretrain(overrides: list[str], steps: int, record_dir: Path | None = N
 
 
 def print_record(record: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from .step import console
 
     table = Table(
         title=f"pretrain stage vs bare step: {record['model']} {record['objective']}, "
@@ -232,6 +232,6 @@ def print_record(record: dict) -> None:
         f"{record['bare_steps_per_s']:,.1f}", f"{record['stage_steps_per_s']:,.1f}",
         f"{record['bare_step_memory_mib']:,.0f}", f"{record['peak_rss_mib']:,.0f}",
     )  # fmt: skip
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(table)
-    console.print(f"record: {record['path']}")
+    out = console()
+    out.print(table)
+    out.print(f"record: {record['path']}")

@@ -160,13 +160,18 @@ def bench_blocks(lengths: list[int], steps: int, batch_size: int = 1) -> list[di
     return rows
 
 
+def console() -> Console:
+    """The benchmarks' console: the terminal's width, 160 columns when piped (wide tables)."""
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
 def _print(title: str, rows: list[dict], fmt: dict[str, str]) -> None:
     table = Table(title=title)
     for col in rows[0]:
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(*(format(v, fmt.get(k, "")) if not isinstance(v, str) else v for k, v in r.items()))
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    console().print(table)
 
 
 def transformers_available() -> bool:
@@ -176,10 +181,10 @@ def transformers_available() -> bool:
 
 
 def run_benchmarks(steps: int, batch_size: int, seq_len: int, lengths: list[int], hf: bool = True) -> None:
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    out = console()
+    out.print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     if hf and not transformers_available():
-        console.print(
+        out.print(
             "transformers is not installed: timing convexp alone "
             "(`pip install transformers` adds the Hugging Face comparison)"
         )

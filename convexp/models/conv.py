@@ -41,9 +41,10 @@ def lightweight_conv(v: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
 
     Two forms of the same sum, chosen by device:
 
-    * CPU (and other devices, and sequences longer than ``BAND_MAX_LEN``): K in-place multiply-adds of shifted views
-      (:class:`_LightweightConv`), memory O(B·L·H·d), in the wider of the two dtypes (fp32 under
-      bf16 autocast, where the kernel comes from a softmax); the result has that dtype.
+    * CPU, other devices, and sequences longer than ``BAND_MAX_LEN``: K in-place multiply-adds
+      of shifted views (:class:`_LightweightConv`), memory O(B·L·H·d), in the wider of the two
+      dtypes (fp32 under bf16 autocast, where the kernel comes from a softmax); the result has
+      that dtype.
     * GPU: the kernels written into a banded [L, L] matrix per (batch, head), then one batched
       matrix product (:func:`band_conv`; fairseq's ``dynamicconv_layer`` does the same for
       T ≤ 512): three cuBLAS calls forward and backward instead of ~3K memory passes; under

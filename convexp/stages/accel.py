@@ -21,7 +21,7 @@ key                          default      effect
                                           and so its backward, as one graph; ``graphs`` that
                                           graph replayed as CUDA graphs (``reduce-overhead``:
                                           one launch for the forward and one for the backward).
-                                          Fine-tuning compiles the blocks for any of the three.
+                                          Pre-training only: fine-tuning runs eager.
 ``gradient_checkpointing``   false        recompute each encoder block in the backward pass
                                           (long sequences: activation memory of one block).
 ===========================  ===========  =====================================================
@@ -78,11 +78,9 @@ def set_tf32(trainer_cfg, cuda: bool) -> None:
         torch.backends.cudnn.allow_tf32 = bool(trainer_cfg.tf32)
 
 
-COMPILE_MODES = ("blocks", "step", "graphs")
-
-
 def compile_mode(setting) -> str | None:
-    """``trainer.compile`` as one of COMPILE_MODES, or None (eager); ``true`` is ``blocks``."""
+    """``trainer.compile`` as ``blocks``, ``step`` or ``graphs`` (schema.py checks the value), or
+    None (eager); ``true`` is ``blocks``."""
     if setting is False or setting is None:
         return None
     return "blocks" if setting is True else str(setting)

@@ -76,7 +76,7 @@ class Health(pl.Callback):
         self.requeue_requested = False
         self.bad_steps = 0  # non-finite steps in a row (skipped by the AMP gradient scaler)
         self._last_finite: float | torch.Tensor | None = None  # the last finite loss (device: a tensor)
-        self._loss: torch.Tensor | None = None  # this step's loss (accumulated micro-batches: the last)
+        self._loss: float | torch.Tensor | None = None  # this step's loss (accumulated micro-batches: the last)
         self._loss_bad: torch.Tensor | bool = False
         self._first_bad: torch.Tensor | None = None  # device check: first non-finite step, -1 if none
         self._bad_norm: torch.Tensor | None = None  # ... and its gradient norm
@@ -159,8 +159,7 @@ class Health(pl.Callback):
             self._diverged(step, None, float(self._bad_norm), optimizer)
 
     def _diverged(self, step: int, loss_bad: bool | None, norm: float, optimizer) -> None:
-        lr = optimizer.param_groups[0]["lr"]
-        lr = float(lr)
+        lr = float(optimizer.param_groups[0]["lr"])  # a tensor where the optimizer keeps one
         what = "loss" if loss_bad else "gradient norm" if loss_bad is not None else "loss or gradient norm"
         raise RunDiverged(
             f"training diverged: non-finite {what} at step {step} (last finite loss {self.last_finite_loss}, "

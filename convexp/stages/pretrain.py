@@ -246,6 +246,7 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
     from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 
     t = cfg.trainer
+    reads_every = refresh_every(t, cuda)  # steps between reads of device values
     trainer = pl.Trainer(
         default_root_dir=str(run.dir),
         accelerator=t.accelerator,
@@ -274,8 +275,8 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
                 save_last=True,
             ),
             LearningRateMonitor(logging_interval="step"),
-            StepProgressBar(refresh_every(t, cuda)),
-            Health(t.nonfinite_patience, t.requeue_signal, check_every=refresh_every(t, cuda)),
+            StepProgressBar(reads_every),
+            Health(t.nonfinite_patience, t.requeue_signal, check_every=reads_every),
         ],
         enable_model_summary=False,
     )

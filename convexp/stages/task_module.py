@@ -176,6 +176,7 @@ def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
 
     A run shorter than ``checkpoint_every_s`` writes no checkpoint at all: killed, it starts
     again (no more than that much work is ever lost); a long one pays a few seconds per interval."""
+    reads_every = refresh_every(cfg.trainer, on_cuda(cfg.trainer))  # steps between reads of device values
     return [
         TimedCheckpoint(
             float(cfg.get("checkpoint_every_s", 0)),
@@ -184,11 +185,8 @@ def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
             save_last=True,
             save_top_k=0,
         ),
-        StepProgressBar(refresh_every(cfg.trainer, on_cuda(cfg.trainer))),
-        Health(
-            cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal,
-            check_every=refresh_every(cfg.trainer, on_cuda(cfg.trainer)),
-        ),
+        StepProgressBar(reads_every),
+        Health(cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal, check_every=reads_every),
     ]
 
 
