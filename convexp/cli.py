@@ -46,8 +46,18 @@ def _main(
         help="A folder of your own configs laid out as the built-in ones (model/, task/, sweep/, ...), "
         "searched first; repeatable. Also: CONVEXP_CONFIG_PATH.",
     ),
+    verbose: int = typer.Option(
+        0, "--verbose", "-v", count=True, help="Show convexp's INFO lines (data cached, loaded); -vv: debug."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Warnings and errors only (no Lightning INFO)."),
 ) -> None:
     _state["debug"] = debug
+    if verbose and quiet:
+        _fail("-v/--verbose and --quiet contradict each other: pass one")
+    if verbose or quiet:
+        from .logs import show_logs
+
+        show_logs(verbose, quiet)
     if config_dir:
         from .config import add_config_dirs
 

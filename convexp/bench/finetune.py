@@ -187,7 +187,8 @@ def bench_finetune(
     check_inputs(init, data)
     if hf and not transformers_available():
         console.print(
-            "transformers is not installed: timing convexp alone (`pip install transformers` adds the plain loop)"
+            "transformers is not installed: timing convexp alone "
+            '(`pip install "convexp\\[bench]"` adds the plain loop)'
         )
         hf = False
     work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-ft-"))

@@ -186,7 +186,7 @@ def run_benchmarks(steps: int, batch_size: int, seq_len: int, lengths: list[int]
     if hf and not transformers_available():
         out.print(
             "transformers is not installed: timing convexp alone "
-            "(`pip install transformers` adds the Hugging Face comparison)"
+            '(`pip install "convexp\\[bench]"` adds the Hugging Face comparison)'
         )
         hf = False
     rows = bench_training_step(steps, batch_size, seq_len, hf)

@@ -285,8 +285,20 @@ def to_csv(rows: list[Row], columns: list[str]) -> str:
     return buf.getvalue()
 
 
+# LaTeX's special characters in text mode, each escaped in one pass (so no escape is escaped again)
+_TEX = str.maketrans(
+    {
+        **{c: "\\" + c for c in "&%$#_{}"},
+        "~": r"\textasciitilde{}",
+        "^": r"\textasciicircum{}",
+        "\\": r"\textbackslash{}",
+        "±": r"$\pm$",
+    }
+)
+
+
 def _tex(s: str) -> str:
-    return s.replace("\\", r"\textbackslash{}").replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$")
+    return s.translate(_TEX)
 
 
 def to_latex(rows: list[Row], columns: list[str], title: str) -> str:

@@ -28,6 +28,8 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
     launcher = plan.settings.launcher
     if launcher.name == "node":
         return {launcher.key: run_one(plan, launcher.key, float(launcher.wait_s))}
+    if launcher.name == "submitit":
+        require_submitit()
     ledger = Ledger(plan)
     for key, node in plan.nodes.items():
         if node.done:
@@ -193,6 +195,14 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int) -> None:
 
 
 # ----------------------------------------------------------------------------- SLURM (submitit)
+
+
+def require_submitit() -> None:
+    """launcher=submitit needs the ``slurm`` extra."""
+    import importlib.util
+
+    if importlib.util.find_spec("submitit") is None:
+        raise SweepError('launcher=submitit needs submitit: pip install "convexp[slurm]"')
 
 
 def make_executor(plan: Plan, cfg: DictConfig):
