@@ -6,8 +6,8 @@ import csv
 import io
 import json
 import math
-import netrc
 import os
+import sys
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -17,28 +17,18 @@ from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from ..atomic import atomic_write
 from ..errors import UserError
 from ..runs import Run
-
-
-def wandb_mode(logger_cfg: DictConfig) -> str:
-    """online when logged in, offline otherwise; WANDB_MODE or logger.mode override."""
-    if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
-    if logger_cfg.mode != "auto":
-        return logger_cfg.mode
-    if os.environ.get("WANDB_API_KEY"):
-        return "online"
-    try:
-        return "online" if netrc.netrc().authenticators("api.wandb.ai") else "offline"
-    except (FileNotFoundError, netrc.NetrcParseError):
-        return "offline"
+from .wandb_mode import wandb_mode
 
 
 def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ()) -> list:
     """CSV metrics in the run directory, and W&B (resuming the same W&B run on resume)."""
     from pytorch_lightning.loggers import WandbLogger
+    from pytorch_lightning.utilities import rank_zero_only
 
     loggers = [AppendingCSVLogger(save_dir=str(run.dir), name="csv", version="")]
-    mode = wandb_mode(cfg.logger)
+    mode, why = wandb_mode(cfg.logger)
+    if rank_zero_only.rank == 0:  # one line per run, at its start
+        print(f"W&B: {mode} ({why})", file=sys.stderr, flush=True)
     if mode != "disabled":
         loggers.append(
             WandbLogger(

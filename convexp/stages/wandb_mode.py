@@ -1,0 +1,61 @@
+"""Online or offline: W&B's mode for a run, decided where wandb itself finds credentials.
+
+wandb logs in with, in this order: ``WANDB_API_KEY`` (or ``WANDB_IDENTITY_TOKEN_FILE``); the
+netrc entry for its server's host, in the file ``NETRC`` names, else ``~/.netrc`` (``~/_netrc``).
+Its server is ``WANDB_BASE_URL``, else the ``base_url`` that ``wandb login --host`` saved in its
+settings file (``$WANDB_CONFIG_DIR/settings``, default ``~/.config/wandb/settings``), else
+``https://api.wandb.ai``. Credentials found there: online; none: offline (``wandb sync`` later).
+``WANDB_MODE`` and ``logger.mode`` (other than ``auto``) decide first.
+"""
+
+from __future__ import annotations
+
+import configparser
+import netrc
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+
+DEFAULT_URL = "https://api.wandb.ai"
+
+
+def base_url() -> str:
+    """The W&B server wandb will talk to."""
+    if os.environ.get("WANDB_BASE_URL"):
+        return os.environ["WANDB_BASE_URL"]
+    config_dir = Path(os.environ.get("WANDB_CONFIG_DIR") or Path.home() / ".config" / "wandb")
+    settings = configparser.ConfigParser()
+    try:
+        settings.read(config_dir / "settings")
+        return settings.get("default", "base_url", fallback=DEFAULT_URL) or DEFAULT_URL
+    except configparser.Error:
+        return DEFAULT_URL
+
+
+def netrc_path() -> Path:
+    if os.environ.get("NETRC"):
+        return Path(os.environ["NETRC"]).expanduser()
+    for name in ("~/.netrc", "~/_netrc"):
+        if Path(name).expanduser().exists():
+            return Path(name).expanduser()
+    return Path("~/.netrc").expanduser()
+
+
+def wandb_mode(logger_cfg) -> tuple[str, str]:
+    """(mode, why): ``online``, ``offline`` or ``disabled``, and the reason in a few words."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"], "WANDB_MODE"
+    if logger_cfg.mode != "auto":
+        return logger_cfg.mode, f"logger.mode={logger_cfg.mode}"
+    for variable in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        if os.environ.get(variable):
+            return "online", variable
+    url = base_url()
+    host, path = urlsplit(url).netloc, netrc_path()
+    try:
+        entry = netrc.netrc(path).authenticators(host) if host else None
+    except (OSError, netrc.NetrcParseError):
+        entry = None
+    if entry and entry[2]:
+        return "online", f"the key for {host} in {path}"
+    return "offline", f"no WANDB_API_KEY, no key for {host or url} in {path}; `wandb login` to go online"

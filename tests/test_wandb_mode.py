@@ -1,0 +1,63 @@
+"""W&B online/offline the way wandb finds credentials: API key variable, the base URL's host in
+the netrc file (NETRC or ~/.netrc), the host `wandb login --host` saved."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from convexp.stages.wandb_mode import wandb_mode
+
+AUTO = OmegaConf.create({"mode": "auto"})
+VARIABLES = ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL", "NETRC")
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    for name in VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    return tmp_path
+
+
+def netrc(path, host):
+    path.write_text(f"machine {host}\n  login user\n  password {'k' * 40}\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_nothing_found_is_offline_and_says_where_it_looked(home):
+    mode, why = wandb_mode(AUTO)
+    assert mode == "offline" and "api.wandb.ai" in why and str(home / ".netrc") in why
+
+
+def test_api_key_variable_and_mode_overrides(home, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert wandb_mode(AUTO) == ("online", "WANDB_API_KEY")
+    assert wandb_mode(OmegaConf.create({"mode": "offline"})) == ("offline", "logger.mode=offline")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_mode(AUTO) == ("disabled", "WANDB_MODE")
+
+
+def test_home_netrc_entry_for_the_default_host(home):
+    netrc(home / ".netrc", "api.wandb.ai")
+    assert wandb_mode(AUTO) == ("online", f"the key for api.wandb.ai in {home / '.netrc'}")
+
+
+def test_self_hosted_server_needs_its_own_host_in_the_netrc_that_NETRC_names(home, monkeypatch):
+    netrc(home / ".netrc", "api.wandb.ai")
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.lab.example:8443")
+    assert wandb_mode(AUTO)[0] == "offline"  # the public server's key is not the lab's
+    other = netrc(home / "lab-netrc", "wandb.lab.example:8443")
+    monkeypatch.setenv("NETRC", str(other))
+    assert wandb_mode(AUTO) == ("online", f"the key for wandb.lab.example:8443 in {other}")
+
+
+def test_host_saved_by_wandb_login_host(home):
+    (home / "wandb-config").mkdir()
+    (home / "wandb-config" / "settings").write_text("[default]\nbase_url = https://wandb.lab.example\n")
+    netrc(home / ".netrc", "api.wandb.ai")
+    assert wandb_mode(AUTO)[0] == "offline"
+    netrc(home / ".netrc", "wandb.lab.example")
+    assert wandb_mode(AUTO)[0] == "online"
