@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
-import os
 import sys
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.loggers import CSVLogger
-from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
-from ..atomic import atomic_write
 from ..errors import UserError
 from ..runs import Run
+from .metrics_csv import AppendingCSVLogger
 from .wandb_mode import wandb_mode
 
 
@@ -25,7 +20,7 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
     from pytorch_lightning.loggers import WandbLogger
     from pytorch_lightning.utilities import rank_zero_only
 
-    loggers = [AppendingCSVLogger(save_dir=str(run.dir), name="csv", version="")]
+    loggers = [AppendingCSVLogger(run.dir / "csv")]
     mode, why = wandb_mode(cfg.logger)
     if rank_zero_only.rank == 0:  # one line per run, at its start
         print(f"W&B: {mode} ({why})", file=sys.stderr, flush=True)
@@ -48,48 +43,16 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
     return loggers
 
 
-class _AppendingWriter(ExperimentWriter):
-    """Lightning's CSV writer, except that it continues an existing metrics.csv (Lightning's
-    deletes it), writes every row as soon as it is logged, and rewrites the file atomically when
-    a new column appears."""
+def cluster_plugins() -> list:
+    """The Trainer's cluster environment under SLURM, with Lightning's auto-requeue off: `Health`
+    handles the time-limit signal (checkpoint, record ``interrupted``, requeue; see
+    `convexp.stages.health`), so it must never be left to which handler is installed first.
+    Elsewhere (and under torchrun, which Lightning prefers) Lightning's own choice."""
+    from pytorch_lightning.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
-    def _check_log_dir_exists(self) -> None:  # keep the previous attempts' rows
-        if os.path.isfile(self.metrics_file_path):
-            with open(self.metrics_file_path, newline="") as f:
-                self.metrics_keys = list(csv.DictReader(f).fieldnames or [])
-
-    def _rewrite_with_new_header(self, fieldnames: list[str], keep=lambda row: True) -> None:
-        with open(self.metrics_file_path, newline="") as f:
-            rows = [r for r in csv.DictReader(f) if keep(r)]
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=fieldnames)
-        writer.writeheader()
-        writer.writerows(rows)
-        atomic_write(self.metrics_file_path, out.getvalue())
-
-    def drop_rows(self, redone) -> None:
-        self.save()
-        if os.path.isfile(self.metrics_file_path):
-            self._rewrite_with_new_header(self.metrics_keys, keep=lambda r: not redone(r))
-
-
-class AppendingCSVLogger(CSVLogger):
-    """``csv/metrics.csv`` across resumes: rows of earlier attempts kept, each step exactly once
-    (`Health` drops the rows a resumed attempt redoes, via `drop_rows`)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, flush_logs_every_n_steps=1, **kwargs)
-
-    @property
-    def experiment(self) -> _AppendingWriter:
-        if self._experiment is None:
-            os.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _AppendingWriter(log_dir=self.log_dir)
-        return self._experiment
-
-    def drop_rows(self, redone) -> None:
-        """Remove the rows (dicts of CSV strings) for which ``redone(row)`` is true."""
-        self.experiment.drop_rows(redone)
+    if SLURMEnvironment.detect() and not TorchElasticEnvironment.detect():
+        return [SLURMEnvironment(auto_requeue=False)]
+    return []
 
 
 def log_result(metrics: dict) -> None:

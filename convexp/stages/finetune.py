@@ -35,7 +35,7 @@ from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..record import warn_if_other_version
 from ..runs import Run, RunDiverged
-from .common import make_loggers, step_seed
+from .common import cluster_plugins, make_loggers, step_seed
 from .glue_eval import Padded, by_idx, eval_loader, evaluate_and_save
 from .glue_summary import write_summary
 from .rundirs import GlueRun, glue_runs, task_config
@@ -286,6 +286,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         default_root_dir=str(run.dir),
         accelerator=cfg.trainer.accelerator,
         devices=1,
+        plugins=cluster_plugins(),
         precision=cfg.trainer.precision,
         max_steps=total,
         val_check_interval=steps_per_epoch,

@@ -53,6 +53,7 @@ it and exits. Only one of the two ever requeues: ``scontrol`` is not called here
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -65,7 +66,9 @@ import pytorch_lightning as pl
 import torch
 
 from ..runs import RunDiverged, RunInterrupted
-from .common import AppendingCSVLogger
+from .metrics_csv import AppendingCSVLogger
+
+log = logging.getLogger(__name__)
 
 
 class Health(pl.Callback):
@@ -251,6 +254,29 @@ def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.nn.utils.get_total_norm(grads, 2.0).float()
 
 
+# Lightning's checkpoint loop state ("loops" -> "fit_loop") is private and may change in any minor
+# release: the two functions below edit it only for the minors whose layout they were tested on
+# (pyproject.toml bounds Lightning to them; tests/test_lightning_public.py checks both agree).
+LOOP_STATE_MINORS = ("2.6",)
+
+
+def fit_loop_state(checkpoint: dict) -> dict:
+    """The checkpoint's fit-loop state, to edit in place, when both the Lightning that wrote it and
+    the one running are of a minor in ``LOOP_STATE_MINORS``; otherwise an empty dict (nothing is
+    edited), with a warning: a validation interrupted mid-way is then not redone on resume."""
+    versions = {str(checkpoint.get("pytorch-lightning_version", "unknown")), pl.__version__}
+    unknown = sorted(v for v in versions if ".".join(v.split(".")[:2]) not in LOOP_STATE_MINORS)
+    if unknown:
+        log.warning(
+            "Lightning %s: convexp knows the checkpoint loop state of Lightning %s only; a validation "
+            "interrupted mid-way is not redone on resume",
+            ", ".join(unknown),
+            ", ".join(LOOP_STATE_MINORS),
+        )
+        return {}
+    return checkpoint.get("loops", {}).get("fit_loop", {})
+
+
 def _as_before_validation(checkpoint: dict) -> None:
     """Make a checkpoint saved inside the validation that follows a step (SIGTERM there: the
     weights are those of the step's end) read as the step checkpoint written just before that
@@ -258,7 +284,7 @@ def _as_before_validation(checkpoint: dict) -> None:
     On resume :func:`_validation_in_flight` then has the whole validation run once, with its
     logged step — Lightning's own mid-validation restart would log it one step early and score
     only the batches that were left."""
-    fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    fit_loop = fit_loop_state(checkpoint)
     train, val = fit_loop.get("epoch_loop.batch_progress"), fit_loop.get("epoch_loop.val_loop.batch_progress")
     if not train or not val:
         return
@@ -276,7 +302,7 @@ def _validation_in_flight(checkpoint: dict) -> None:
     before the validation that follows it; a run killed inside that validation resumes from it,
     and Lightning, which counts the validation as done, would skip it (no ``val/loss`` for that
     step)."""
-    fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    fit_loop = fit_loop_state(checkpoint)
     progress, epoch = fit_loop.get("epoch_loop.val_loop.batch_progress"), fit_loop.get("epoch_loop.state_dict")
     if not progress or not epoch:
         return

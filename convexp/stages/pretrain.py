@@ -25,6 +25,7 @@ from .rundirs import pretrain_run
 from .common import (
     OptimizerStep,
     adamw_with_linear_schedule,
+    cluster_plugins,
     finish_wandb,
     log_result,
     make_loggers,
@@ -253,6 +254,7 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
         devices=t.devices,
         num_nodes=t.num_nodes,
         strategy=t.strategy,
+        plugins=cluster_plugins(),
         precision=t.precision,
         max_steps=steps,
         accumulate_grad_batches=t.accumulate_grad_batches,

@@ -23,32 +23,35 @@ class StepProgressBar(RichProgressBar):
     def __init__(self, refresh_rate: int = 1):
         super().__init__(refresh_rate=refresh_rate)
 
-    def _get_train_description(self, current_epoch: int) -> str:
-        return f"steps (epoch {current_epoch + 1})"
-
     def _show_steps(self, trainer) -> None:
+        """The training task counts optimizer steps in the whole run (Lightning's: this epoch's
+        batches), through rich's own ``Progress.update``."""
         if self.progress is None or self.train_progress_bar_id is None:
             return
         total = trainer.estimated_stepping_batches
+        description = f"steps (epoch {trainer.current_epoch + 1})"
         self.progress.update(
             self.train_progress_bar_id,
             total=None if total == float("inf") else int(total),
             completed=trainer.global_step,
+            description=f"[{self.theme.description}]{description}" if self.theme.description else description,
         )
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         super().on_train_epoch_start(trainer, pl_module)
         if not self.is_disabled:
             self._show_steps(trainer)
+            self.refresh()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         # Lightning's own bar reads the metrics and redraws after every batch: here every
-        # refresh_rate steps (a redraw costs the step loop about a millisecond of Python)
+        # refresh_rate steps (a redraw costs the step loop about a millisecond of Python). Its
+        # batch index is given as the steps done, which Lightning's bar shows as completed.
         if self.is_disabled:
             return
-        if self.train_progress_bar_id is None:  # resumed mid-epoch
-            self._initialize_train_progress_bar_id()
         if trainer.global_step % self.refresh_rate == 0 or trainer.global_step == trainer.max_steps:
-            self._update_metrics(trainer, pl_module)
-            self._show_steps(trainer)
-            self.refresh()
+            resumed = self.train_progress_bar_id is None  # mid-epoch: Lightning's bar adds its task now
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, trainer.global_step - 1)
+            if resumed:
+                self._show_steps(trainer)
+                self.refresh()

@@ -32,7 +32,7 @@ from ..models import ModelConfig
 from ..models.qa import QuestionAnswerer
 from ..record import warn_if_other_version
 from ..runs import Run
-from .common import make_loggers, step_seed
+from .common import cluster_plugins, make_loggers, step_seed
 from .finetune import Init, _logged_config, resolve_init
 from .rundirs import GlueRun
 from .squad_eval import evaluate_squad
@@ -243,6 +243,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
         default_root_dir=str(run.dir),
         accelerator=cfg.trainer.accelerator,
         devices=1,
+        plugins=cluster_plugins(),
         precision=cfg.trainer.precision,
         max_steps=total,
         limit_val_batches=0,  # evaluated once, after training (decoding every window is costly)

@@ -135,7 +135,7 @@ class TimedCheckpoint(ModelCheckpoint):
 
     def __init__(self, min_seconds: float, **kwargs):
         super().__init__(**kwargs)
-        self.min_seconds, self._since = min_seconds, time.monotonic()
+        self.min_seconds, self._since, self._saved = min_seconds, time.monotonic(), False
 
     def on_train_start(self, trainer, pl_module) -> None:
         super().on_train_start(trainer, pl_module)
@@ -144,10 +144,14 @@ class TimedCheckpoint(ModelCheckpoint):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step >= trainer.max_steps or time.monotonic() - self._since < self.min_seconds:
             return
-        saved = self._last_global_step_saved
+        self._saved = False
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        if self._last_global_step_saved != saved:
+        if self._saved:  # the interval starts again when the save is done
             self._since = time.monotonic()
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        super().on_save_checkpoint(trainer, pl_module, checkpoint)
+        self._saved = True  # Lightning calls this hook of every callback as it saves a checkpoint
 
     def on_train_end(self, trainer, pl_module) -> None:
         """Nothing: Lightning's saves ``last.ckpt`` here when none was saved, but the results
