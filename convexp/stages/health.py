@@ -39,8 +39,9 @@ warning) ``trainer.requeue_signal`` stops training at the end of the current ste
 RunInterrupted: the run is recorded ``interrupted`` and the requeued job, running the same
 command, resumes the same run from that checkpoint. Lightning's own SLURM auto-requeue is not used
 because its fit returns normally after the signal (the run would be recorded finished after a
-partial training) and it saves ``hpc_ckpt_*.ckpt`` beside, not in, the run's checkpoints; our
-handler is installed first, so Lightning does not install its own. It covers ``srun convexp …``
+partial training) and it saves ``hpc_ckpt_*.ckpt`` beside, not in, the run's checkpoints: the
+stages pass ``SLURMEnvironment(auto_requeue=False)`` (`convexp.stages.common.cluster_plugins`), so
+Lightning never installs its handler, whatever the order. It covers ``srun convexp …``
 under sbatch.
 
 **submitit jobs** (``launcher=submitit``, on SLURM or on this machine): submitit installs its own
