@@ -7,7 +7,8 @@
     a Hugging Face directory   config.json + model.safetensors or pytorch_model.bin (BERT, ELECTRA,
                                ConvBERT; translated by :mod:`convexp.models.hf`)
     a hub name                 ``org/name`` (or a legacy ``name``): the Hugging Face cache, else a
-                               download when the hub is reachable
+                               download when the hub is reachable; a Hugging Face checkpoint or a
+                               convexp model directory (``push_to_hub``: `convexp.models.hub`)
 
 and returns a :class:`Checkpoint`: the :class:`ModelConfig`, the weights under convexp's names, where
 the tokenizer files are, and the name fine-tuning run ids use (``slug``). Every stage (fine-tuning
@@ -35,10 +36,10 @@ from safetensors.torch import load_file
 
 from .errors import UserError
 from .models import ModelConfig, SequenceClassifier
+from .models.hub import TOKENIZER_FILES
 from .models.io import CONFIG, WEIGHTS, is_model_dir, load_model_dir, read_model_config
 
 KINDS = ("run", "model_dir", "hf_dir", "hub")
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # in the order Tokenizer.load prefers them
 HF_WEIGHTS = (
     "model.safetensors",
     "model.safetensors.index.json",
@@ -78,7 +79,8 @@ class Checkpoint:
 
     @property
     def is_convexp(self) -> bool:
-        return self.kind in ("run", "model_dir")
+        """A convexp run or model directory, local or from the hub (``model_config.json``)."""
+        return self.kind in ("run", "model_dir") or (self.path / CONFIG).is_file()
 
     @property
     def tokenizer_path(self) -> Path | None:
@@ -138,7 +140,10 @@ def open_checkpoint(ref: str | os.PathLike, *, label: str = "init", weights: boo
                 f"{name} does not exist; give a convexp run directory, a model directory, "
                 "a Hugging Face checkpoint directory or a hub name"
             )
-        return _open_hf(ref, label, "hub", _hub_snapshot(ref, name, weights), ref, weights)
+        snapshot = _hub_snapshot(ref, name, weights)
+        if (snapshot / CONFIG).is_file():  # a convexp model directory on the hub
+            return _open_convexp(ref, label, "hub", snapshot, ref, weights)
+        return _open_hf(ref, label, "hub", snapshot, ref, weights)
     if not p.is_dir():
         raise CheckpointError(f"{name} is a file; give the directory that holds it")
     source = str(p.resolve())
@@ -180,7 +185,7 @@ def _open_convexp(ref: str, label: str, kind: str, d: Path, source: str, weights
     except (ValueError, TypeError) as e:  # not JSON, or fields ModelConfig refuses
         name = _named(label, ref)
         raise CheckpointError(f"{name}: cannot read {d / CONFIG} ({_first(e)}); re-create it") from e
-    slug = d.parent.name if d.name == "model" else d.name
+    slug = Path(ref).name if kind == "hub" else d.parent.name if d.name == "model" else d.name
     ckpt = Checkpoint(ref, kind, d, source, slug, cfg, None, label)
     return dataclasses.replace(ckpt, state=_read_weights(ckpt)) if weights else ckpt
 
@@ -259,7 +264,7 @@ def _hub_snapshot(ref: str, name: str, weights: bool) -> Path:
         d = Path(snapshot_download(repo_id=ref, local_files_only=True))
     except Exception:  # noqa: BLE001 - not cached, or not a valid repo id
         d = None
-    if d is not None and (d / "config.json").is_file():
+    if d is not None and ((d / "config.json").is_file() or (d / CONFIG).is_file()):
         if not weights or any((d / f).is_file() for f in HF_WEIGHTS):
             return d
     if not weights or _offline():

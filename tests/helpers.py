@@ -94,6 +94,19 @@ SHRINK = [
 QUIET = {"WANDB_MODE": "disabled"}
 
 
+def fake_hub_cache(cache, repo: str, files_from):
+    """The layout huggingface_hub's cache uses: models--org--name/{refs/main, snapshots/<commit>/}."""
+    commit = "0" * 40
+    root = cache / f"models--{repo.replace('/', '--')}"
+    snap = root / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(commit)
+    for f in files_from.iterdir():
+        (snap / f.name).write_bytes(f.read_bytes())
+    return snap
+
+
 def ledger(outputs: Path, name: str) -> dict:
     return json.loads((outputs / "sweeps" / name / "last.json").read_text())
 

@@ -11,6 +11,7 @@ from convexp.checkpoint import CheckpointError, CheckpointNotCached, open_checkp
 from convexp.errors import UserError
 from convexp.models import Encoder, MaskedLM, ModelConfig, SequenceClassifier
 from convexp.models.io import save_model_dir
+from helpers import fake_hub_cache
 
 V = 40
 
@@ -124,19 +125,6 @@ def test_hugging_face_directory(tmp_path):
     with pytest.raises(CheckpointError) as e:
         ckpt.model()
     assert_one_line(e, "init=", "Hugging Face checkpoint")
-
-
-def fake_hub_cache(cache, repo: str, files_from):
-    """The layout huggingface_hub's cache uses: models--org--name/{refs/main, snapshots/<commit>/}."""
-    commit = "0" * 40
-    root = cache / f"models--{repo.replace('/', '--')}"
-    snap = root / "snapshots" / commit
-    snap.mkdir(parents=True)
-    (root / "refs").mkdir()
-    (root / "refs" / "main").write_text(commit)
-    for f in files_from.iterdir():
-        (snap / f.name).write_bytes(f.read_bytes())
-    return snap
 
 
 def test_hub_name_from_the_cache(tmp_path, monkeypatch):

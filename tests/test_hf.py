@@ -304,10 +304,14 @@ def test_export_mlm_and_classifier(tmp_path):
     cfg = convbert_cfg(ffn_groups=1, embedding_size=None, classifier="hf")
     clf = perturb(SequenceClassifier(cfg, 3))
     hf = transformers.ConvBertForSequenceClassification.from_pretrained(
-        export_convbert(clf, cfg, tmp_path / "clf")
+        export_convbert(clf, cfg, tmp_path / "clf", labels=["entailment", "neutral", "contradiction"])
     )
     with torch.no_grad():
         assert_close(clf(ids, None, tt).logits, hf.eval()(input_ids=ids, token_type_ids=tt).logits)
+    assert hf.config.id2label == {0: "entailment", 1: "neutral", 2: "contradiction"}
+    assert hf.config.label2id["contradiction"] == 2
+    with pytest.raises(ExportError, match="3 distinct names"):
+        export_convbert(clf, cfg, tmp_path / "clf2", labels=["yes", "no"])
 
 
 def test_export_rejects_non_convbert_architectures(tmp_path):
@@ -389,3 +393,23 @@ def test_strict_key_checks(tmp_path):
         load_pretrained(d)
     assert "encoder.layer.1.output.dense.bias" in str(e.value)
     assert "encoder.layer.0.attention.self.extra.weight" in str(e.value)
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_tokenizer_config_lets_auto_tokenizer_load_an_export(tmp_path, lowercase):
+    import json
+
+    from convexp.data.tokenizer import Tokenizer
+    from helpers import write_vocab
+
+    words = ["the", "cat", "sat", "##s", "The", "Cat"]
+    tok = Tokenizer.load(write_vocab(tmp_path / "vocab.txt", words), lowercase=lowercase)
+    out = tok.save(tmp_path / "hf")
+    (out / "tokenizer_config.json").write_text(json.dumps(tok.hf_config(128)))
+    hf = transformers.AutoTokenizer.from_pretrained(out)
+    assert hf.model_max_length == 128
+    assert (hf.cls_token, hf.mask_token, hf.pad_token) == ("[CLS]", "[MASK]", "[PAD]")
+    text = "The cats sat"
+    ours = [tok.cls_id, *tok.encode_batch([text])[0], tok.sep_id]
+    assert hf(text)["input_ids"] == ours
+    assert (hf.tokenize("The")[0] == "the") == lowercase == tok.hf_config(128)["do_lower_case"]

@@ -69,7 +69,7 @@ def data():
 
 def rows(path: Path) -> list[tuple[str, tuple[str, ...]]]:
     with open(path / "csv" / "metrics.csv", newline="") as f:
-        return [(r["step"], tuple(sorted(k for k, v in r.items() if v and k != "step"))) for r in csv.DictReader(f)]
+        return [(r["step"], tuple(sorted(k for k in r if r[k] and k != "step"))) for r in csv.DictReader(f)]
 
 
 def test_csv_logger_keeps_rows_across_a_resume_each_step_once(tmp_path):
@@ -97,7 +97,8 @@ def test_csv_logger_keeps_rows_across_a_resume_each_step_once(tmp_path):
 
 def test_loop_state_is_edited_only_for_the_lightning_minors_it_is_known_for(caplog):
     known = {"pytorch-lightning_version": f"{LOOP_STATE_MINORS[0]}.0", "loops": {"fit_loop": {"k": 1}}}
-    assert fit_loop_state(known) == {"k": 1} or pl.__version__[:3] not in LOOP_STATE_MINORS
+    running = ".".join(pl.__version__.split(".")[:2])
+    assert fit_loop_state(known) == ({"k": 1} if running in LOOP_STATE_MINORS else {})
     newer = {**known, "pytorch-lightning_version": "9.1.0"}
     with caplog.at_level(logging.WARNING):
         assert fit_loop_state(newer) == {}
@@ -109,7 +110,8 @@ def test_loop_state_minors_are_the_ones_pyproject_allows():
     [lightning] = [Requirement(r) for r in project["dependencies"] if r.startswith("pytorch-lightning")]
     allowed = [f"2.{m}" for m in range(30) if SpecifierSet(str(lightning.specifier)).contains(f"2.{m}.0")]
     assert tuple(allowed) == LOOP_STATE_MINORS
-    assert pl.__version__.rsplit(".", 1)[0] in LOOP_STATE_MINORS or pytest.skip("newer Lightning (CI's newest step)")
+    if ".".join(pl.__version__.split(".")[:2]) not in LOOP_STATE_MINORS:
+        pytest.skip(f"Lightning {pl.__version__} is past the bound (CI's newest-releases step)")
 
 
 def test_slurm_gets_its_environment_with_auto_requeue_off(monkeypatch):

@@ -38,7 +38,10 @@ def test_pretrain_runs_exports_and_logs_offline(tmp_path, objective):
     from transformers import AutoTokenizer, ConvBertModel
 
     hf = ConvBertModel.from_pretrained(run / "hf")
-    assert hf.config.vocab_size == 400 and AutoTokenizer.from_pretrained(run / "hf").vocab_size == 400
+    tok = AutoTokenizer.from_pretrained(run / "hf")  # tokenizer.json + tokenizer_config.json
+    assert hf.config.vocab_size == 400 and tok.vocab_size == 400
+    assert tok.model_max_length == hf.config.max_position_embeddings and tok.mask_token == "[MASK]"
+    assert tok("The")["input_ids"][0] == tok.cls_token_id and tok.tokenize("THE") == tok.tokenize("the")
     # CSV metrics and the W&B offline run with its config and logged metrics
     assert "train/loss" in (run / "csv" / "metrics.csv").read_text()
     [wb] = list((run / "wandb").glob("offline-run-*/run-*.wandb"))

@@ -116,6 +116,29 @@ class Tokenizer:
             mask[i] = i not in self.special_ids and continues(token)
         return mask
 
+    @property
+    def lowercase(self) -> bool:
+        """Whether the normalizer lower-cases (BertNormalizer's flag, or a Lowercase step)."""
+        norm = json.loads(self.backend.to_str()).get("normalizer") or {}
+        steps = norm.get("normalizers", [norm]) if norm.get("type") == "Sequence" else [norm]
+        return any(s.get("type") == "Lowercase" or s.get("lowercase") is True for s in steps)
+
+    def hf_config(self, max_length: int) -> dict:
+        """``tokenizer_config.json`` for Hugging Face's ``AutoTokenizer`` (it reads the
+        ``tokenizer.json`` beside it): the longest input, the special tokens, lower-casing."""
+        token = self.backend.id_to_token
+        return {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": int(max_length),
+            "do_lower_case": self.lowercase,
+            "pad_token": token(self.pad_id),
+            "unk_token": token(self.unk_id),
+            "cls_token": token(self.cls_id),
+            "sep_token": token(self.sep_id),
+            "mask_token": token(self.mask_id),
+            "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+        }
+
     def to_json(self) -> str:
         """The serialised tokenizer (what identifies it in cache keys)."""
         return self.backend.to_str()

@@ -12,6 +12,7 @@ from .config import ModelConfig
 from .dropout import Dropout
 from .encoder import Encoder
 from .ffn import activation
+from .hub import HubModel
 
 IGNORE = -100
 
@@ -178,8 +179,10 @@ class ClassificationHead(nn.Module):
         return HeadOutput(loss, logits)
 
 
-class MaskedLM(nn.Module):
+class MaskedLM(nn.Module, HubModel):
     """Encoder + tied MLM head (BERT pre-training, ELECTRA generator)."""
+
+    KIND = "mlm"
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -194,8 +197,10 @@ class MaskedLM(nn.Module):
         return self.head(enc.features, labels, positions)
 
 
-class ReplacedTokenDetector(nn.Module):
+class ReplacedTokenDetector(nn.Module, HubModel):
     """Encoder + RTD head (ELECTRA discriminator)."""
+
+    KIND = "rtd"
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -208,8 +213,10 @@ class ReplacedTokenDetector(nn.Module):
         return self.head(enc.features, labels, attention_mask if padded is not False else None)
 
 
-class SequenceClassifier(nn.Module):
+class SequenceClassifier(nn.Module, HubModel):
     """Encoder + classification/regression head (GLUE)."""
+
+    KIND = "classifier"
 
     def __init__(self, cfg: ModelConfig, num_labels: int):
         super().__init__()

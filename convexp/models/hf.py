@@ -79,6 +79,7 @@ _ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "ge
 # Files fetched from the hub: config, weights, tokenizer.
 _HUB_PATTERNS = [
     "config.json",
+    "model_config.json",  # a convexp model directory (HubModel.push_to_hub)
     "model.safetensors",
     "model.safetensors.index.json",
     "model-*.safetensors",

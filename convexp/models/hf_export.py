@@ -97,7 +97,9 @@ _ARCH_CFG_FIELDS_IGNORED = {
 }
 
 
-def export_convbert(model: nn.Module, cfg: ModelConfig | None, out_dir: str | os.PathLike) -> Path:
+def export_convbert(
+    model: nn.Module, cfg: ModelConfig | None, out_dir: str | os.PathLike, labels: list[str] | None = None
+) -> Path:
     """Write ``model`` as a Hugging Face ConvBERT directory (config.json + model.safetensors).
 
     ``model``: an :class:`Encoder` (-> ``ConvBertModel`` keys), a :class:`MaskedLM`
@@ -105,6 +107,7 @@ def export_convbert(model: nn.Module, cfg: ModelConfig | None, out_dir: str | os
     :class:`SequenceClassifier` (-> ``ConvBertForSequenceClassification``). For a
     :class:`ReplacedTokenDetector` pass ``model.encoder`` (HF ConvBERT has no RTD head).
     ``cfg`` defaults to the encoder's own config; if given, it must describe the same architecture.
+    ``labels``: a classifier's label names by id (config.json's ``id2label``; else ``LABEL_i``).
     The directory is written to a temporary sibling and renamed into place; an existing
     non-empty ``out_dir`` is an error. Returns the output path.
     """
@@ -148,9 +151,12 @@ def export_convbert(model: nn.Module, cfg: ModelConfig | None, out_dir: str | os
     elif head_kind == "classification":
         table += cls_head_keys(cfg)[0]
         n = model.head.num_labels
+        names = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(n)]
+        if len(names) != n or len(set(names)) != n:
+            raise ExportError(f"labels must be {n} distinct names (the classifier's labels), got {names}")
         hf_cfg["architectures"] = ["ConvBertForSequenceClassification"]
-        hf_cfg["id2label"] = {str(i): f"LABEL_{i}" for i in range(n)}
-        hf_cfg["label2id"] = {f"LABEL_{i}": i for i in range(n)}
+        hf_cfg["id2label"] = {str(i): name for i, name in enumerate(names)}
+        hf_cfg["label2id"] = {name: i for i, name in enumerate(names)}
     else:
         hf_cfg["architectures"] = ["ConvBertModel"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import time
 from pathlib import Path
@@ -333,7 +334,7 @@ def _finish(
     tok_dir = run.dir / "tokenizer"
     data.tokenizer.save(tok_dir)
     save_model_dir(model.cpu().float(), model_cfg, run.model_dir, extra_files=sorted(tok_dir.iterdir()))
-    hf_export = _export_hf(model, model_cfg, run.dir / "hf", tok_dir)
+    hf_export = _export_hf(model, model_cfg, run.dir / "hf", tok_dir, data.tokenizer)
     steps = trainer.global_step
     if steps == 0 and run.last_checkpoint():  # ddp_spawn: the main process did not train; its checkpoint did
         steps = torch.load(run.last_checkpoint(), map_location="cpu", weights_only=False)["global_step"]
@@ -355,9 +356,10 @@ def _finish(
     print(f"finished: {run.dir}")
 
 
-def _export_hf(model, model_cfg: ModelConfig, out: Path, tok_dir: Path) -> str:
-    """Also write a Hugging Face ConvBERT directory (with the tokenizer) where the architecture
-    allows; returns the directory or the reason it was not written."""
+def _export_hf(model, model_cfg: ModelConfig, out: Path, tok_dir: Path, tokenizer) -> str:
+    """Also write a Hugging Face ConvBERT directory (with the tokenizer, and its
+    ``tokenizer_config.json`` for ``AutoTokenizer``) where the architecture allows; returns the
+    directory or the reason it was not written."""
     from ..models.hf_export import check_exportable, export_convbert
     from ..models.hf_keys import ExportError
 
@@ -374,4 +376,6 @@ def _export_hf(model, model_cfg: ModelConfig, out: Path, tok_dir: Path) -> str:
         export_convbert(model.encoder if isinstance(model, ReplacedTokenDetector) else model, model_cfg, tmp)
         for f in tok_dir.iterdir():
             shutil.copy2(f, tmp / f.name)
+        config = tokenizer.hf_config(model_cfg.max_position_embeddings)
+        (tmp / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     return str(out)
