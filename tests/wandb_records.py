@@ -61,3 +61,13 @@ def run_info(path: Path) -> dict:
             for item in rec.summary.update:
                 info["summary"][item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
     return info
+
+
+def artifacts(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """The run's logged artifacts: name -> (type, the file paths in its manifest)."""
+    found = {}
+    for rec in records(path):
+        if rec.WhichOneof("record_type") == "artifact":
+            paths = sorted(e.path for e in rec.artifact.manifest.contents)
+            found[rec.artifact.name] = (rec.artifact.type, paths)
+    return found

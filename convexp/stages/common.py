@@ -55,15 +55,21 @@ def cluster_plugins() -> list:
     return []
 
 
-def log_result(metrics: dict) -> None:
-    """Put a run's metrics.json into its W&B summary as ``result`` (what `report --source wandb` reads)."""
-    import sys
-
+def log_result(metrics: dict, run: Run) -> None:
+    """Put a run's metrics.json into its W&B summary as ``result`` (what `report --source wandb`
+    reads); with ``logger.log_model=true`` (in the run's W&B config) also its ``model/`` and, for a
+    fine-tuning run, its ``predictions/`` as W&B artifacts ``model-<run id>``, ``predictions-<run id>``."""
     if "wandb" in sys.modules:
         import wandb
 
         if wandb.run is not None:
             wandb.run.summary["result"] = json.loads(json.dumps(metrics, default=str))
+            if (wandb.run.config.get("logger") or {}).get("log_model"):
+                for kind, folder in (("model", run.model_dir), ("predictions", run.dir / "predictions")):
+                    if folder.is_dir():
+                        artifact = wandb.Artifact(f"{kind}-{run.id}", type=kind)
+                        artifact.add_dir(str(folder))
+                        wandb.run.log_artifact(artifact)
 
 
 def finish_wandb() -> None:

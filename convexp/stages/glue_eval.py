@@ -141,5 +141,5 @@ def evaluate_and_save(
         "examples_per_s": examples / seconds if seconds else None,
         **({"remaining_weights": remaining, "pruning": pruning.method} if pruning is not None else {}),
     }
-    log_result(metrics)
+    log_result(metrics, run)
     run.finish(metrics)

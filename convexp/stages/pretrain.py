@@ -351,7 +351,7 @@ def _finish(
         "metrics": m,
         "data": {k: v for k, v in data.stats.items() if isinstance(v, (int, float, str, bool))},
     }
-    log_result(metrics)
+    log_result(metrics, run)
     run.finish(metrics)
     print(f"finished: {run.dir}")
 

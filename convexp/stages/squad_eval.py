@@ -111,6 +111,6 @@ def evaluate_squad(
     if non_finite(scores):  # a non-finite score is a diverged run, not a result
         path, value = non_finite(scores)[0]
         raise RunDiverged(f"training diverged: dev {path}={value}; lower the learning rate")
-    log_result(metrics)
+    log_result(metrics, run)
     run.finish(metrics)
     return metrics
