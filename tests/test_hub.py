@@ -28,10 +28,14 @@ def pruned(name: str) -> SequenceClassifier:
 
 @pytest.fixture
 def hub_cache(tmp_path, monkeypatch):
+    import huggingface_hub._snapshot_download
     import huggingface_hub.constants
+    import huggingface_hub.file_download
 
     cache = tmp_path / "hub-cache"
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    # older huggingface_hub releases copy the constant into these modules when they are imported
+    for module in (huggingface_hub.constants, huggingface_hub._snapshot_download, huggingface_hub.file_download):
+        monkeypatch.setattr(module, "HF_HUB_CACHE", str(cache), raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return cache
 
