@@ -34,7 +34,8 @@ def hub_cache(tmp_path, monkeypatch):
 
     cache = tmp_path / "hub-cache"
     # older huggingface_hub releases copy the constant into these modules when they are imported
-    for module in (huggingface_hub.constants, huggingface_hub._snapshot_download, huggingface_hub.file_download):
+    hub = huggingface_hub
+    for module in (hub.constants, hub._snapshot_download, hub.file_download):
         monkeypatch.setattr(module, "HF_HUB_CACHE", str(cache), raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return cache
