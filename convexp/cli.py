@@ -48,6 +48,9 @@ def _main(
     ),
 ) -> None:
     _state["debug"] = debug
+    from .noise import quiet
+
+    quiet()
     if config_dir:
         from .config import add_config_dirs
 
@@ -114,6 +117,10 @@ def _composed(stage: str, overrides: list[str], print_cfg: str | None):
         _fail(f"--cfg {print_cfg}: choose one of {', '.join(CFG_KINDS)}")
     composed = compose_stage(stage, overrides)
     if print_cfg is None:
+        from .stages.accel import cpu_on_gpu_host
+
+        if note := cpu_on_gpu_host(composed.trainer):
+            typer.echo(note, err=True)
         return composed
     if print_cfg in ("job", "all"):
         shown = OmegaConf.masked_copy(composed, [k for k in composed if k != "invocation"])

@@ -55,6 +55,16 @@ def on_cuda(trainer_cfg) -> bool:
     return accelerator == "auto" and torch.cuda.is_available()
 
 
+def cpu_on_gpu_host(trainer_cfg) -> str | None:
+    """The line to print when a run is set to the CPU (``scale=smoke`` is) where a CUDA GPU is
+    visible; None otherwise."""
+    if str(trainer_cfg.accelerator) != "cpu" or not torch.cuda.is_available():
+        return None
+    return (
+        "note: runs on the CPU (scale=smoke's trainer.accelerator=cpu); for the GPU: trainer.accelerator=gpu"
+    )
+
+
 def _auto(value, cuda: bool) -> bool:
     return cuda if value == "auto" else bool(value)
 

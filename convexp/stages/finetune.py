@@ -164,7 +164,7 @@ class FinetuneModule(TaskModule):
                 out.logits, teacher_logits, out.loss, d.alpha_ce, d.alpha_distil, d.temperature
             )
         loss = self.regularized(loss, multiplier)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
     def validation_step(self, batch, batch_idx):

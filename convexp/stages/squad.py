@@ -150,7 +150,7 @@ class SquadModule(TaskModule):
                 d.temperature,
             )
         loss = self.regularized(loss, multiplier)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
 
