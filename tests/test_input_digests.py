@@ -8,7 +8,7 @@ from test_squad_stage import local_squad
 from test_task_data import custom_overrides, write_nli_csv
 
 from convexp.config import compose_stage
-from convexp.data.digests import CACHE, input_digests
+from convexp.data.digests import cache_file, input_digests
 from convexp.stages.rundirs import glue_runs, pretrain_run
 from convexp.stages.squad_runs import squad_runs
 
@@ -71,17 +71,18 @@ def test_editing_a_pretraining_corpus_makes_a_new_run(tmp_path):
     assert run_id() != before
 
 
-def test_digests_are_cached_by_size_and_mtime(tmp_path):
+def test_digests_are_cached_by_size_and_mtime(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONVEXP_CACHE", str(tmp_path / "cache"))
     f = tmp_path / "data.txt"
     f.write_text("one\n")
-    first = input_digests(tmp_path, {"data.path": str(f), "hub": "org/name", "none": None})
+    first = input_digests({"data.path": str(f), "hub": "org/name", "none": None})
     assert list(first) == ["data.path"]  # a hub name and null are not local inputs
-    cache = json.loads((tmp_path / CACHE).read_text())
+    cache = json.loads(cache_file().read_text())
     assert cache[str(f.resolve())][2] == first["data.path"]
     # a stale cache entry (same size and mtime) is trusted: the cache is what saves re-reading a corpus
     stat = f.stat()
     f.write_text("two\n")
     os.utime(f, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert input_digests(tmp_path, {"data.path": str(f)}) == first
+    assert input_digests({"data.path": str(f)}) == first
     os.utime(f)  # a real edit moves the mtime: hashed again
-    assert input_digests(tmp_path, {"data.path": str(f)}) != first
+    assert input_digests({"data.path": str(f)}) != first

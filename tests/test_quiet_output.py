@@ -65,3 +65,37 @@ def test_smoke_pretraining_output_fits_80_columns_without_announcements(tmp_path
     # (a line naming the run directory is as long as the outputs folder's path: a temporary one here)
     assert all(columns(line.replace(str(tmp_path), "outputs")) <= 80 for line in out.splitlines()), out
     assert "loss:" in res.stdout and "finished:" in res.stdout
+    assert res.stdout.splitlines()[0] == "threads: 1 (OMP_NUM_THREADS; trainer.threads=N to change)"
+
+
+def test_threads_auto_is_the_usable_cores_or_omp_num_threads(monkeypatch):
+    import torch
+    from omegaconf import OmegaConf
+
+    from convexp.stages import accel
+
+    n = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr(accel, "usable_cores", lambda: 3)
+        assert accel.set_threads(OmegaConf.create({"threads": "auto"})).startswith("threads: 3 (the physical cores")
+        assert accel.set_threads(OmegaConf.create({"threads": "auto"})).startswith("threads: 3 (the physical cores")
+        assert torch.get_num_threads() == 3
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice wins over auto
+        assert accel.set_threads(OmegaConf.create({"threads": "auto"})).startswith("threads: 2 (OMP_NUM_THREADS")
+        assert accel.set_threads(OmegaConf.create({"threads": 1})).startswith("threads: 1 (trainer.threads")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(n)
+    monkeypatch.undo()
+    assert 1 <= accel.usable_cores() <= (torch.multiprocessing.cpu_count() if hasattr(torch, "multiprocessing") else 1024)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "1.5"])
+def test_bad_threads_is_one_line(tmp_path, value):
+    from typer.testing import CliRunner
+
+    from convexp.cli import app
+
+    res = CliRunner().invoke(app, ["pretrain", f"trainer.threads={value}", f"outputs={tmp_path}", "--cfg"])
+    assert res.exit_code == 2 and "trainer.threads" in res.output and "Traceback" not in res.output

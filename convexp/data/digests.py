@@ -6,7 +6,8 @@ the file in place would reuse the old run's result as if it were the new one. Th
 file or folder (a folder: every file under it, by relative name and content).
 
 Hashing a corpus of gigabytes takes seconds, so digests are cached in
-``<outputs>/cache/digests.json`` by (absolute path, size, modification time in ns): a file
+``$CONVEXP_CACHE/digests.json`` (default ``~/.cache/convexp``; outside the outputs folder, which a
+refused command leaves untouched) by (absolute path, size, modification time in ns): a file
 rewritten with other bytes has a new modification time and is hashed again; a hub name or a
 path that does not exist has no digest (it is not a local input).
 """
@@ -20,7 +21,12 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 
-CACHE = Path("cache") / "digests.json"  # under the outputs folder
+
+
+def cache_file() -> Path:
+    root = os.environ.get("CONVEXP_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "convexp"
+    return Path(root).expanduser() / "digests.json"
+
 _CHUNK = 1 << 20
 
 
@@ -44,8 +50,8 @@ def _files(root: Path) -> list[Path]:
 class Digests:
     """Digests of local paths, read from and written back to one cache file."""
 
-    def __init__(self, outputs: str | Path):
-        self.path = Path(outputs) / CACHE
+    def __init__(self):
+        self.path = cache_file()
         try:
             self.cache: dict = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -80,15 +86,18 @@ class Digests:
 
     def save(self) -> None:
         if self.changed:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, json.dumps(self.cache))
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(self.path, json.dumps(self.cache))
+            except OSError:  # a read-only home: digests are computed again next time
+                pass
             self.changed = False
 
 
-def input_digests(outputs: str | Path, values: dict) -> dict[str, str]:
+def input_digests(values: dict) -> dict[str, str]:
     """``{key: digest}`` of the values of ``values`` ({config key: value}) that name local files
     or folders, in key order; the others (hub names, null) are left out."""
-    digests = Digests(outputs)
+    digests = Digests()
     out = {k: d for k in sorted(values) if (d := digests.of(values[k])) is not None}
     digests.save()
     return out

@@ -40,9 +40,11 @@ part of run ids.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -53,6 +55,50 @@ def on_cuda(trainer_cfg) -> bool:
     if accelerator in ("gpu", "cuda"):
         return True
     return accelerator == "auto" and torch.cuda.is_available()
+
+
+def usable_cores() -> int:
+    """The physical cores this process may run on: its CPU affinity (``taskset``, SLURM's
+    ``--cpus-per-task``) with SMT siblings counted once, capped by a cgroup v2 CPU quota (a
+    container's ``--cpus``)."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add((topology / "physical_package_id").read_text().strip() + ":" + (topology / "core_id").read_text().strip())
+        except OSError:  # no sysfs (macOS, some containers): every CPU counts
+            cores.add(str(cpu))
+    n = len(cores)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+_THREADS_SAID: list[str] = []
+
+
+def set_threads(trainer_cfg) -> str:
+    """Set torch's intra-op threads from ``trainer.threads`` (auto: OMP_NUM_THREADS when set, else
+    :func:`usable_cores`) as a run starts training, and print the line that says so (once per process
+    while it stays the same). Data-loader workers run one thread each (torch sets that in every worker)."""
+    setting = trainer_cfg.get("threads", "auto")
+    if setting != "auto":
+        n, why = int(setting), "trainer.threads"
+    elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        n, why = int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    else:
+        n, why = usable_cores(), "the physical cores this process may use"
+    torch.set_num_threads(n)
+    line = f"threads: {n} ({why}; trainer.threads=N to change)"
+    if _THREADS_SAID != [line]:
+        print(line, flush=True)
+        _THREADS_SAID[:] = [line]
+    return line
 
 
 def cpu_on_gpu_host(trainer_cfg) -> str | None:

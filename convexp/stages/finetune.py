@@ -35,6 +35,7 @@ from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..record import warn_if_other_version
 from ..runs import Run, RunDiverged
+from .accel import set_threads
 from .common import make_loggers, step_seed
 from .glue_eval import Padded, by_idx, eval_loader, evaluate_and_save
 from .glue_summary import write_summary
@@ -282,6 +283,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers, group
     )
 
+    set_threads(cfg.trainer)
     trainer = pl.Trainer(
         default_root_dir=str(run.dir),
         accelerator=cfg.trainer.accelerator,

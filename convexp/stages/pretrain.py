@@ -35,7 +35,7 @@ from .health import Health, fit
 from .progress import StepProgressBar, refresh_every
 from .objectives import ElectraObjective, MLMObjective, TokenInfo
 from .batches import Masker, MaskingCollate, PositionBatches, Prefetched, StreamBatches, ValBatches
-from .accel import compile_objective, fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
+from .accel import compile_objective, fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32, set_threads
 from .streams import BlockStream, PermutedStream, StreamSampler
 
 COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
@@ -249,6 +249,7 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
 
     t = cfg.trainer
     reads_every = refresh_every(t, cuda)  # steps between reads of device values
+    set_threads(t)
     trainer = pl.Trainer(
         default_root_dir=str(run.dir),
         accelerator=t.accelerator,

@@ -36,7 +36,7 @@ def pretrain_run(cfg: DictConfig) -> Run:
     hashed = cfg
     if cfg.get("init"):  # a run it continues by its id, not its path: the same id in any run store
         hashed = OmegaConf.merge(cfg, {"init": _identity(str(cfg.init))})
-    inputs = input_digests(cfg.outputs, {"data.path": cfg.data.get("path"), "tokenizer.path": cfg.tokenizer.get("path")})
+    inputs = input_digests({"data.path": cfg.data.get("path"), "tokenizer.path": cfg.tokenizer.get("path")})
     if inputs:  # local corpus or tokenizer files: their contents, not only their paths
         hashed = OmegaConf.create({**OmegaConf.to_container(hashed, resolve=True), "inputs": inputs})
     return Run.for_config(cfg.outputs, "pretrain", slug, hashed)
@@ -248,7 +248,7 @@ def finetune_run(
         run_cfg.classifier = cfg.classifier
     for k, v in (extra or {}).items():
         run_cfg[k] = v
-    inputs = input_digests(cfg.outputs, _local_inputs(run_cfg))
+    inputs = input_digests(_local_inputs(run_cfg))
     if inputs:  # local data files: their contents, not only their paths (edited data, a new run)
         run_cfg.inputs = inputs
     bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]

@@ -32,6 +32,7 @@ from ..models import ModelConfig
 from ..models.qa import QuestionAnswerer
 from ..record import warn_if_other_version
 from ..runs import Run
+from .accel import set_threads
 from .common import make_loggers, step_seed
 from .finetune import Init, _logged_config, resolve_init
 from .rundirs import GlueRun
@@ -239,6 +240,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
     datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)
 
     task = cfg.task.name
+    set_threads(cfg.trainer)
     trainer = pl.Trainer(
         default_root_dir=str(run.dir),
         accelerator=cfg.trainer.accelerator,
