@@ -21,7 +21,7 @@ key                          default      effect
                                           and so its backward, as one graph; ``graphs`` that
                                           graph replayed as CUDA graphs (``reduce-overhead``:
                                           one launch for the forward and one for the backward).
-                                          Pre-training only: fine-tuning runs eager.
+                                          Fine-tuning compiles its blocks for any of them.
 ``gradient_checkpointing``   false        recompute each encoder block in the backward pass
                                           (long sequences: activation memory of one block).
 ===========================  ===========  =====================================================
@@ -171,9 +171,11 @@ def compile_objective(objective: torch.nn.Module, trainer_cfg):
 BLOCK_VARIANTS = 64  # compiled variants of Block.forward that dynamo may keep (its default: 8)
 
 
-def prepare_encoders(model: torch.nn.Module, trainer_cfg, backend: str = "inductor") -> None:
+def prepare_encoders(model: torch.nn.Module, trainer_cfg, backend: str = "inductor", whole_step: bool = True) -> None:
     """Gradient checkpointing and, with ``trainer.compile=blocks``, ``torch.compile`` of every
-    block of every encoder in ``model`` (ELECTRA has two).
+    block of every encoder in ``model`` (ELECTRA has two). A stage that cannot compile its whole
+    step (``whole_step=False``: fine-tuning, whose batches change shape) compiles its blocks for
+    ``step`` and ``graphs`` too.
 
     All blocks share one compiled ``Block.forward``, kept in variants by what its guards see:
     the encoder's width (ELECTRA's generator is narrower), the input's dtype (under CUDA autocast
@@ -186,7 +188,8 @@ def prepare_encoders(model: torch.nn.Module, trainer_cfg, backend: str = "induct
 
     for encoder in (m for m in model.modules() if isinstance(m, Encoder)):
         encoder.gradient_checkpointing = bool(trainer_cfg.gradient_checkpointing)
-        if compile_mode(trainer_cfg.compile) == "blocks":
+        mode = compile_mode(trainer_cfg.compile)
+        if mode == "blocks" or (mode is not None and not whole_step):
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, BLOCK_VARIANTS)
             for block in encoder.layers:
                 block.compile(backend=backend)

@@ -35,7 +35,7 @@ from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..record import warn_if_other_version
 from ..runs import Run, RunDiverged
-from .accel import set_threads
+from .accel import prepare_encoders, set_threads
 from .common import make_loggers, step_seed
 from .glue_eval import Padded, by_idx, eval_loader, evaluate_and_save
 from .glue_summary import write_summary
@@ -277,6 +277,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         cfg.distill,
         cfg.trainer.fused_adamw,
     )
+    prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
     pad = init.tokenizer.pad_id
     group = bool(cfg.get("group_by_length", False))
     data = FinetuneData(

@@ -32,7 +32,7 @@ from ..models import ModelConfig
 from ..models.qa import QuestionAnswerer
 from ..record import warn_if_other_version
 from ..runs import Run
-from .accel import set_threads
+from .accel import prepare_encoders, set_threads
 from .common import make_loggers, step_seed
 from .finetune import Init, _logged_config, resolve_init
 from .rundirs import GlueRun
@@ -236,6 +236,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
         init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill,
         cfg.trainer.fused_adamw,
     )
+    prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
     pad = init.tokenizer.pad_id
     datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)
 
