@@ -58,6 +58,9 @@ def _main(
         from .logs import show_logs
 
         show_logs(verbose, quiet)
+    from .noise import quiet as quiet_third_parties
+
+    quiet_third_parties(verbose=bool(verbose))  # -v: every third-party line too
     if config_dir:
         from .config import add_config_dirs
 
@@ -124,6 +127,10 @@ def _composed(stage: str, overrides: list[str], print_cfg: str | None):
         _fail(f"--cfg {print_cfg}: choose one of {', '.join(CFG_KINDS)}")
     composed = compose_stage(stage, overrides)
     if print_cfg is None:
+        from .stages.accel import cpu_on_gpu_host
+
+        if note := cpu_on_gpu_host(composed.trainer):
+            typer.echo(note, err=True)
         return composed
     if print_cfg in ("job", "all"):
         shown = OmegaConf.masked_copy(composed, [k for k in composed if k != "invocation"])
@@ -290,6 +297,7 @@ STEPS = typer.Option(10, help="Timed training steps per configuration (on CUDA: 
 STEP_BATCH = typer.Option(None, help="Batch size of the training-step benchmark [CPU: 32; CUDA: the recipe's 128].")
 STEP_LEN = typer.Option(128, help="Sequence length of the training-step benchmark.")
 LENGTHS = typer.Option("128,512,2048", help="Lengths for the block benchmark (CPU).")
+QUICK = typer.Option(False, "--quick", help="CPU: 3 timed steps and block lengths 128,512 (a first look; noisier).")
 SKIP_HF = typer.Option(False, help="Skip the Hugging Face comparison.")
 DEVICE = typer.Option("auto", help="cpu | cuda | auto (cuda where a GPU is visible).")
 COMPILE = typer.Option("", help="CUDA: also time the step compiled whole, comma-separated modes: step, graphs.")
@@ -354,10 +362,15 @@ def bench(
     compile: str = COMPILE,
     out: Optional[str] = BENCH_OUT,
     models: str = MODELS,
+    quick: bool = QUICK,
 ) -> None:
     """Time masked-LM training steps against Hugging Face. CPU: ConvBERT-small (fp32, bf16) and
-    attention vs mixed-attention blocks. CUDA: ConvBERT-small, ELECTRA-small and ConvBERT-base
-    with MFU against the measured matrix rate. `bench finetune` and `bench pretrain` time whole jobs."""
+    attention vs mixed-attention blocks, each row printed as it is measured (about 10 minutes on a
+    quiet 2-core CPU; --quick about 3). CUDA: ConvBERT-small, ELECTRA-small and ConvBERT-base with
+    MFU against the measured matrix rate. `bench finetune` and `bench pretrain` time whole jobs."""
+    if quick:  # in place of the defaults, not of values given
+        steps = 3 if steps == 10 else steps
+        lengths = "128,512" if lengths == "128,512,2048" else lengths
     if ctx.invoked_subcommand is None:
         _bench_step(steps, batch_size, seq_len, lengths, skip_hf, device, compile, out, models)
 

@@ -23,7 +23,7 @@ import torch
 
 from .errors import UserError
 from .checkpoint import TOKENIZER_FILES, Checkpoint, open_checkpoint
-from .models.io import build_model, model_kind, save_model_dir
+from .models.io import WEIGHTS, build_model, model_kind, save_model_dir
 from .pruning.masked import remaining_weights
 from .pruning.structured import (
     layer_sizes,
@@ -57,6 +57,21 @@ def open_source(run: Path) -> Checkpoint:
             "export reads convexp runs (fine-tune it first: convexp finetune glue init=...)"
         )
     return ckpt
+
+
+QA_HEADS = ("head.qa_outputs.weight", "head.start.weight")  # BERT's SpanHead, ELECTRA's JointSpanHead
+
+
+def _check_classifier(src: Path, run) -> None:
+    """Export rebuilds sequence classifiers; a SQuAD run's question answerer is refused in one line."""
+    from safetensors import safe_open
+
+    with safe_open(str(src / WEIGHTS), "pt") as f:
+        if any(name in f.keys() for name in QA_HEADS):
+            raise UserError(
+                f"{run} is a SQuAD run: export removes pruned structures from GLUE classifiers only; "
+                f"its model/ already holds the pruned weights (masks folded in: W ⊙ M) and loads as init={src}"
+            )
 
 
 def default_out(src: Path) -> Path:
@@ -164,6 +179,7 @@ def export_model(
     (plus "out", the directory written)."""
     ckpt = open_source(run)
     src = ckpt.path
+    _check_classifier(src, run)
     out = Path(out).expanduser() if out else default_out(src)
     if out.exists():
         raise UserError(f"{out} exists; refusing to overwrite it (give another --out or delete it)")

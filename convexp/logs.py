@@ -2,8 +2,9 @@
 
 Without either flag nothing is installed: warnings reach stderr through Python's last-resort
 handler, INFO lines (data cached or loaded from the cache, rows truncated, checkpoint tensors
-ignored) are dropped. ``-v`` shows them, ``-vv`` debug lines too; ``--quiet`` keeps warnings and
-errors only, Lightning's INFO lines included. Warnings are shown in every case.
+ignored) are dropped, and the third-party lines that ask nothing of the user are silenced
+(``convexp/noise.py``). ``-v`` shows them all, ``-vv`` debug lines too; ``--quiet`` keeps warnings
+and errors only, Lightning's INFO lines included. Warnings are shown in every case.
 """
 
 from __future__ import annotations

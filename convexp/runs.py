@@ -82,6 +82,7 @@ EXECUTION_KEYS = (
     "trainer.num_nodes",
     "trainer.strategy",
     "trainer.num_workers",
+    "trainer.threads",
     "trainer.log_every_n_steps",
     "trainer.nonfinite_patience",
     "trainer.lock_wait",

@@ -39,6 +39,7 @@ class TrainerSchema:
     log_every_n_steps: int = 50
     checkpoint_every_n_steps: int = 10000
     num_workers: int = 2
+    threads: Any = "auto"  # auto or a number of intra-op threads
     deterministic: bool = False
     nonfinite_patience: int = 0  # non-finite steps in a row tolerated (AMP's skipped steps)
     lock_wait: float = 0.0  # seconds to wait for another process writing the same run
@@ -66,6 +67,8 @@ class TrainerSchema:
             raise ValueError(f"trainer.compile={self.compile}: use false, blocks (or true), step or graphs")
         if self.num_workers < 0:
             raise ValueError(f"trainer.num_workers={self.num_workers}: must be 0 (load in the main process) or more")
+        if self.threads != "auto" and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"trainer.threads={self.threads}: use auto or a number of threads (1 or more), e.g. trainer.threads=1")
 
 
 @dataclass

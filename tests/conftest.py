@@ -10,6 +10,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # pytest -n 2 runs two workers on two cores: one thread each (and in the convexp subprocesses the
 # tests start), or torch's thread pools oversubscribe the CPU and everything runs several times slower.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# convexp's own cache (digests of local input files) in a folder of this test session, not ~/.cache
+os.environ.setdefault("CONVEXP_CACHE", __import__("tempfile").mkdtemp(prefix="convexp-cache-"))
 
 
 import pytest  # noqa: E402

@@ -71,3 +71,41 @@ def test_bad_input_is_one_line_and_exit_code_2(args, message):
 def test_unknown_command_exits_2():
     res = run_cli("no-such-command")
     assert res.returncode == 2
+
+
+def test_ablate_list_fits_100_columns_and_dry_run_describes_the_sweep(tmp_path):
+    from typer.testing import CliRunner
+
+    from convexp.cli import app
+
+    res = CliRunner().invoke(app, ["ablate", "--list"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert max(map(len, lines)) <= 100
+    row = next(line for line in lines if line.split()[:1] == ["convbert-sizes"])
+    assert row.split()[1:5] == ["ConvBERT,", "Table", "3", "6"] and "pretrain → GLUE" in row
+    res = CliRunner().invoke(app, ["ablate", "bermo-glue", "scale=smoke", f"outputs={tmp_path}", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "BERMO (Kodge & Roy), Table 2: Fine-tuning without compression" in " ".join(res.output.split())
+
+
+def test_bench_prints_each_row_as_it_is_measured():
+    """A row is on the screen before the next one is measured (a long benchmark shows progress)."""
+    import io
+
+    from rich.console import Console
+
+    from convexp.bench.step import _print
+
+    buf = io.StringIO()
+    out = Console(file=buf, width=100)
+    seen = []
+
+    def rows():
+        for i in range(3):
+            seen.append(buf.getvalue())  # what was printed when row i started
+            yield {"length": 128 * (i + 1), "ms": 1.5 * i}
+
+    _print("title", rows(), {"ms": ".1f"}, out, "blocks")
+    assert "length 128, ms 0.0" not in seen[0] and "length 128, ms 0.0" in seen[1] and "length 256" in seen[2]
+    assert buf.getvalue().index("length 384, ms 3.0") < buf.getvalue().index("title")  # then the table

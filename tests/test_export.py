@@ -271,3 +271,16 @@ def test_cli_export_twice_refuses_and_keeps_the_first(tmp_path):
     assert "exists; refusing to overwrite" in one_error_line(runner.invoke(app, args))
     assert {p.name: p.read_bytes() for p in (tmp_path / "exp").iterdir()} == first
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []  # no leftovers
+
+
+@pytest.mark.parametrize("head", ["bert", "electra"])
+def test_a_squad_run_is_refused_in_one_line_with_what_to_use(tmp_path, head):
+    from convexp.models.qa import QuestionAnswerer
+
+    run = tmp_path / "squad-run"
+    model = QuestionAnswerer(make_cfg(), head=head)
+    save_model_dir(model, model.encoder.cfg, run / "model")
+    res = CliRunner().invoke(app, ["export", str(run)])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "SQuAD run" in res.output and f"init={run / 'model'}" in " ".join(res.output.split())
+    assert not (run / "export").exists()

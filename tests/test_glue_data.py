@@ -422,6 +422,29 @@ def test_submission_files_and_zip(tmp_path):
         zip_submission(tmp_path / "empty", tmp_path / "x.zip")
 
 
+def test_submission_messages_say_what_to_do(tmp_path, caplog):
+    """A zip of every task but WNLI says what to add (a warning); a run of some tasks, how to get
+    the rest (an INFO line: nothing is wrong)."""
+    import logging
+
+    out = tmp_path / "sub"
+    for t in GLUE_TASKS.values():
+        for split, name in t.submission:
+            if name != "WNLI.tsv":
+                write_submission(t.name, split, [0], [0.0] if t.is_regression else [0], out)
+    with caplog.at_level(logging.INFO, logger="convexp.data.submissions"):
+        zip_submission(out, tmp_path / "all.zip")
+        [wnli] = caplog.records
+        assert wnli.levelno == logging.WARNING and "WNLI.tsv" in wnli.getMessage()
+        assert "majority class" in wnli.getMessage() and str(out) in wnli.getMessage()
+        caplog.clear()
+        only = tmp_path / "rte"
+        write_submission("rte", "test", [0], [0], only)
+        zip_submission(only, tmp_path / "rte.zip")
+        [partial] = caplog.records
+        assert partial.levelno == logging.INFO and "task=all" in partial.getMessage()
+
+
 # ---------------------------------------------------------------------------- synthetic tasks
 
 SYNTH = {"source": "synthetic", "synthetic_size": 1600, "seed": 3}

@@ -11,3 +11,55 @@ def test_ci_runs_the_readme_test_command():
     tests = readme[readme.index("## Tests") :]
     command = tests[tests.index("```bash\n") + 8 :].split("\n", 1)[0]
     assert command.startswith("pytest") and command in ci
+
+
+def _command_tree():
+    """{command path ("finetune glue"): (its options' --names, the --no-... forms of its flags)},
+    "" for the top level."""
+    import click
+    import typer.main
+
+    from convexp.cli import app
+
+    tree = {}
+
+    def walk(cmd: click.Command, path: str) -> None:
+        options = {o for p in cmd.params for o in p.opts if o.startswith("--")}
+        tree[path] = options, {o for p in cmd.params for o in p.secondary_opts if o.startswith("--")}
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}".strip())
+
+    walk(typer.main.get_command(app), "")
+    return tree
+
+
+def _readme_invocations(readme: str):
+    """(command path, flags) of every `convexp ...` the README shows: in code blocks a line up to its
+    comment, in the text a code span."""
+    import re
+
+    tree = _command_tree()
+    pieces = [line.split(" #")[0] for line in readme.splitlines()] + re.findall(r"`([^`\n]+)`", readme)
+    for piece in pieces:
+        for m in re.finditer(r"\bconvexp((?: [a-z][a-z-]*)*)([^`|]*)", piece):
+            words = m.group(1).split()
+            path = ""
+            while words and f"{path} {words[0]}".strip() in tree:
+                path = f"{path} {words.pop(0)}".strip()
+            yield path, set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", m.group(2) + " " + " ".join(words)))
+
+
+def test_every_command_and_flag_the_readme_shows_exists_and_vice_versa():
+    readme = (ROOT / "README.md").read_text()
+    tree = _command_tree()
+    shown = {}
+    for path, flags in _readme_invocations(readme):
+        shown.setdefault(path, set()).update(flags)
+        unknown = flags - set().union(*tree[path], *tree[""]) - {"--help"}
+        assert not unknown, f"README shows `convexp {path}` with {sorted(unknown)}, which --help does not have"
+    for path, (options, _negations) in tree.items():
+        if path:  # a group (finetune) through its commands
+            assert any(p == path or p.startswith(f"{path} ") for p in shown), f"`convexp {path}` is not in the README"
+        typer_own = {"--help", "--install-completion", "--show-completion"}
+        undocumented = {o for o in options - typer_own if o not in readme}
+        assert not undocumented, f"`convexp {path}`'s {sorted(undocumented)} are not in the README"

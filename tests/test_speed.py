@@ -492,6 +492,41 @@ def test_compiled_blocks_of_an_electra_objective_stay_compiled_in_every_variant(
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("pruning", ["none", "topk"])
+def test_fine_tuning_compiles_its_blocks_and_checkpoints_them_with_the_same_gradients(pruning):
+    """Fine-tuning honours trainer.compile (its blocks, for step and graphs too: its batches change
+    shape) and trainer.gradient_checkpointing, movement pruning's masks included: the same loss
+    and gradients as eager."""
+    from convexp.models import SequenceClassifier
+    from convexp import pruning as pruner
+
+    torch._dynamo.reset()
+    cfg = tiny_cfg(**MIXERS["convbert_sdconv"], hidden_dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(0)
+    models = [SequenceClassifier(cfg, 3), SequenceClassifier(cfg, 3)]
+    models[1].load_state_dict(models[0].state_dict())
+    if pruning != "none":
+        for m in models:
+            pruner.prune(m, pruning, threshold=0.5)
+    trainer = pretrain_cfg("trainer.compile=graphs", "trainer.gradient_checkpointing=true").trainer
+    prepare_encoders(models[1], trainer, backend="aot_eager", whole_step=False)
+    assert models[1].encoder.gradient_checkpointing
+    ids, labels = torch.randint(5, 60, (2, 16)), torch.tensor([0, 2])
+    losses = []
+    for m in models:
+        m.train()
+        loss = m(ids, keep_mask().long(), labels=labels).loss
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
+    for (n, a), b in zip(models[0].named_parameters(), models[1].parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=n)
+    from convexp.models.encoder import Block
+
+    assert torch._C._dynamo.eval_frame._debug_get_cache_entry_list(Block.forward.__code__)  # compiled
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("K", [3, 9, 17])
 def test_band_form_of_the_lightweight_conv_equals_the_shifted_sum(K):
     """The GPU form (banded matrix, one batched product) computes the CPU form's sum and gradients

@@ -45,6 +45,81 @@ def local_squad(root: Path, version: str = "v1.1", size: int = 120) -> Path:
     return root
 
 
+def official_v2_scores(dataset: dict, predictions: dict, na_probs: dict, na_prob_thresh: float = 0.0) -> dict:
+    """What SQuAD's official evaluate-v2.0.py prints for these files, written out again here
+    (independently of convexp's data/squad_metrics.py): answers normalised (lower case, no
+    punctuation, no articles, single spaces), exact match and token F1 against the best gold
+    answer ("" when there is none), "no answer" where the na score exceeds the threshold, and
+    best_exact / best_f1: the best of the scores reached by answering exactly the questions
+    whose na score is at most some threshold (the official search over the sorted scores)."""
+    import collections
+    import re
+    import string
+
+    def normal(text):
+        text = "".join(c for c in text.lower() if c not in set(string.punctuation))
+        return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+    def f1(gold, pred):
+        g, p = normal(gold).split(), normal(pred).split()
+        if not g or not p:
+            return float(g == p)
+        same = sum((collections.Counter(g) & collections.Counter(p)).values())
+        return 0.0 if same == 0 else 2 * same / (len(g) + len(p))
+
+    exact, f1s, has = {}, {}, {}
+    for article in dataset["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                golds = [a["text"] for a in qa["answers"] if normal(a["text"])] or [""]
+                has[qa["id"]] = bool(qa["answers"])
+                pred = predictions[qa["id"]]
+                exact[qa["id"]] = max(float(normal(g) == normal(pred)) for g in golds)
+                f1s[qa["id"]] = max(f1(g, pred) for g in golds)
+    out = {}
+    for name, raw in (("exact", exact), ("f1", f1s)):
+        scored = {q: float(not has[q]) if na_probs[q] > na_prob_thresh else v for q, v in raw.items()}
+        out[name] = 100 * sum(scored.values()) / len(raw)
+        score = best = sum(not h for h in has.values())  # every question answered "no answer"
+        for q in sorted(na_probs, key=na_probs.get):  # answer the questions in order of na score
+            score += raw[q] if has[q] else (0 if not predictions[q] else -1)
+            best = max(best, score)
+        out[f"best_{name}"] = 100 * best / len(raw)
+    return out
+
+
+def test_official_v2_script_reproduces_the_scores_from_the_written_files(tmp_path):
+    """The official script with --na-prob-file null_odds.json --na-prob-thresh 0 gives metrics.json's
+    exact, f1, best_exact and best_f1 - also where the best threshold answers a question that
+    threshold 0 leaves unanswered (predictions.json must hold that answer, not "")."""
+    from convexp.data.squad_decode import SpanPrediction
+    from convexp.data.squad_metrics import evaluate_spans
+    from convexp.runs import Run
+    from convexp.stages.squad_eval import write_predictions
+
+    def record(i, answer):
+        return {"id": f"q{i}", "context": "the red fox ran", "question": "?", "is_impossible": not answer,
+                "answers": {"text": [answer] if answer else [], "answer_start": [0] if answer else []}}
+
+    records = [record(0, "red fox"), record(1, "fox"), record(2, ""), record(3, "ran"), record(4, "")]
+    spans = {  # (best non-null span, no-answer score): q1 is right only above threshold 0.5
+        "q0": ("red fox", -2.0), "q1": ("fox", 0.5), "q2": ("ran", 3.0), "q3": ("the red", -1.0), "q4": ("fox", 0.7)
+    }  # fmt: skip
+    predictions = {q: SpanPrediction(q, "" if na > 0 else text, text, na) for q, (text, na) in spans.items()}
+    scores = evaluate_spans(records, predictions, "v2.0")
+    run = Run(tmp_path)
+    write_predictions(run, predictions, "v2.0")
+    official_json(tmp_path / "dev-v2.0.json", records, "v2.0")
+    official = official_v2_scores(
+        json.loads((tmp_path / "dev-v2.0.json").read_text()),
+        json.loads((tmp_path / "predictions.json").read_text()),
+        json.loads((tmp_path / "null_odds.json").read_text()),
+    )
+    for key in ("exact", "f1", "best_exact", "best_f1"):
+        assert official[key] == pytest.approx(scores[key], abs=0.01), key
+    assert scores["best_f1"] > scores["f1"]  # the case that needs the non-null answer in the file
+
+
 # ----------------------------------------------------------------------------- planning (fast)
 
 
@@ -119,6 +194,11 @@ def test_hugging_face_bert_fine_tunes_on_local_squad_json(tmp_path):
     dev_ids = [q["id"] for p in json.loads((data / "dev-v2.0.json").read_text())["data"][0]["paragraphs"] for q in p["qas"]]
     predictions = json.loads((run / "predictions.json").read_text())
     assert sorted(predictions) == sorted(dev_ids) and all(isinstance(t, str) for t in predictions.values())
+    # the official v2.0 script's scores from the two files (--na-prob-file null_odds.json --na-prob-thresh 0)
+    null_odds = json.loads((run / "null_odds.json").read_text())
+    official = official_v2_scores(json.loads((data / "dev-v2.0.json").read_text()), predictions, null_odds)
+    for key in ("exact", "f1", "best_exact", "best_f1"):
+        assert official[key] == pytest.approx(dev[key], abs=0.01), key
     assert (run / "record.json").exists() and (run / "model" / "vocab.txt").exists()
     assert "squad2 seed 42: EM" in res.stdout
     # finished runs are reused: nothing is trained again

@@ -179,7 +179,7 @@ def run_cuda_benchmarks(rounds: int, hf: bool, compile_modes: tuple[str, ...] = 
     for r in rows:
         for k in ("vs HF", "compile s"):
             r.setdefault(k, float("nan"))
-    _print(f"MLM training step (forward+backward+fused AdamW), bf16 autocast, {device}", rows, fmt)
+    _print(f"MLM training step (forward+backward+fused AdamW), bf16 autocast, {device}", rows, fmt, out, "rows")
     ratio = _ratio(rows, "convbert_small", "electra_small")
     if ratio:
         out.print(f"ConvBERT-small step / ELECTRA-small step (convexp, eager): {ratio:.2f}")

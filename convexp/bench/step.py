@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 from contextlib import nullcontext
+from collections.abc import Iterable, Iterator
 from typing import Callable
 
 import torch
@@ -96,11 +97,11 @@ def _time_interleaved(steps: dict[str, Callable[[], None]], rounds: int, warmup:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def bench_training_step(steps: int, batch_size: int, seq_len: int, hf: bool) -> list[dict]:
+def bench_training_step(steps: int, batch_size: int, seq_len: int, hf: bool) -> Iterator[dict]:
+    """One row per precision (fp32, then bf16 autocast), each as soon as it is measured."""
     cfg = model_config("convbert_small")
     ids, mask, labels = _mlm_batch(cfg.vocab_size, batch_size, seq_len)
     positions, slot_labels = prediction_slots(labels)  # the pre-training stage's inputs
-    rows = []
     fused = fused_adamw("auto", "cpu")  # what convexp's trainer uses here
     for bf16 in (False, True):
         contenders = {}
@@ -128,21 +129,20 @@ def bench_training_step(steps: int, batch_size: int, seq_len: int, hf: bool) -> 
             row["HF tok/s"] = batch_size * seq_len / t["HF"]
             row["ratio"] = t["HF"] / t["convexp"]
             row["ratio, same AdamW"] = t["HF"] / t["same AdamW"]
-        rows.append(row)
-    return rows
+        yield row
 
 
-def bench_blocks(lengths: list[int], steps: int, batch_size: int = 1) -> list[dict]:
+def bench_blocks(lengths: list[int], steps: int, batch_size: int = 1) -> Iterator[dict]:
     """Forward time (ms) at base size: the attention module alone (what ConvBERT's CPU table
     compares: self-attention vs mixed attention, output projection included) and the whole
-    transformer layer (with the feed-forward network, identical in both)."""
+    transformer layer (with the feed-forward network, identical in both). One row per length, each
+    as soon as it is measured."""
     layers = {}
     for name in ("electra_base", "convbert_base"):
         torch.manual_seed(0)
         layers[name] = Block(model_config(name)).eval()
         layers[name].apply(init_weights)
     D = model_config("electra_base").hidden_size
-    rows = []
     for L in lengths:
         x = torch.randn(batch_size, L, D)
         row = {"length": L}
@@ -156,8 +156,7 @@ def bench_blocks(lengths: list[int], steps: int, batch_size: int = 1) -> list[di
                 row[f"self-attn {part}"] = t["electra_base"]
                 row[f"mixed {part}"] = t["convbert_base"]
                 row[f"{part} speed-up"] = t["electra_base"] / t["convbert_base"]
-        rows.append(row)
-    return rows
+        yield row
 
 
 def console() -> Console:
@@ -165,13 +164,24 @@ def console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-def _print(title: str, rows: list[dict], fmt: dict[str, str]) -> None:
+def _print(title: str, rows: Iterable[dict], fmt: dict[str, str], out: Console, what: str) -> None:
+    """Print each row as it is measured (with what is being timed while it runs), then the table."""
+    done: list[dict] = []
+    rows = iter(rows)
+    while True:
+        with out.status(f"timing {what} ({len(done) + 1}) ...", spinner="line"):
+            row = next(rows, None)
+        if row is None:
+            break
+        done.append(row)
+        out.print("  " + ", ".join(f"{k} {format(v, fmt.get(k, '')) if not isinstance(v, str) else v}" for k, v in row.items()),
+                  highlight=False)  # fmt: skip
     table = Table(title=title)
-    for col in rows[0]:
+    for col in done[0]:
         table.add_column(col, justify="right")
-    for r in rows:
+    for r in done:
         table.add_row(*(format(v, fmt.get(k, "")) if not isinstance(v, str) else v for k, v in r.items()))
-    console().print(table)
+    out.print(table)
 
 
 def transformers_available() -> bool:
@@ -189,16 +199,19 @@ def run_benchmarks(steps: int, batch_size: int, seq_len: int, lengths: list[int]
             '(`pip install "convexp\\[bench]"` adds the Hugging Face comparison)'
         )
         hf = False
-    rows = bench_training_step(steps, batch_size, seq_len, hf)
     _print(
         f"ConvBERT-small MLM training step (forward+backward+AdamW), batch {batch_size} x length {seq_len}",
-        rows,
+        bench_training_step(steps, batch_size, seq_len, hf),
         {"convexp tok/s": ",.0f", "convexp, same AdamW": ",.0f", "HF tok/s": ",.0f", "ratio": ".2f",
          "ratio, same AdamW": ".2f"},  # fmt: skip
+        out,
+        "the training step, fp32 then bf16",
     )
-    rows = bench_blocks(lengths, steps)
+    fmt = {f"{who} {part}": ".2f" for who in ("self-attn", "mixed") for part in ("attention", "layer")}
     _print(
         "Base size, batch 1, forward ms: self-attention (electra_base) vs mixed attention (convbert_base)",
-        rows,
-        {k: ".2f" for k in rows[0] if k != "length"},
+        bench_blocks(lengths, steps),
+        {**fmt, "attention speed-up": ".2f", "layer speed-up": ".2f"},
+        out,
+        f"base-size blocks at lengths {','.join(map(str, lengths))}",
     )

@@ -21,7 +21,7 @@ key                          default      effect
                                           and so its backward, as one graph; ``graphs`` that
                                           graph replayed as CUDA graphs (``reduce-overhead``:
                                           one launch for the forward and one for the backward).
-                                          Pre-training only: fine-tuning runs eager.
+                                          Fine-tuning compiles its blocks for any of them.
 ``gradient_checkpointing``   false        recompute each encoder block in the backward pass
                                           (long sequences: activation memory of one block).
 ===========================  ===========  =====================================================
@@ -40,9 +40,11 @@ part of run ids.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -53,6 +55,60 @@ def on_cuda(trainer_cfg) -> bool:
     if accelerator in ("gpu", "cuda"):
         return True
     return accelerator == "auto" and torch.cuda.is_available()
+
+
+def usable_cores() -> int:
+    """The physical cores this process may run on: its CPU affinity (``taskset``, SLURM's
+    ``--cpus-per-task``) with SMT siblings counted once, capped by a cgroup v2 CPU quota (a
+    container's ``--cpus``)."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    cores = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add((topology / "physical_package_id").read_text().strip() + ":" + (topology / "core_id").read_text().strip())
+        except OSError:  # no sysfs (macOS, some containers): every CPU counts
+            cores.add(str(cpu))
+    n = len(cores)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+_THREADS_SAID: list[str] = []
+
+
+def set_threads(trainer_cfg) -> str:
+    """Set torch's intra-op threads from ``trainer.threads`` (auto: OMP_NUM_THREADS when set, else
+    :func:`usable_cores`) as a run starts training, and print the line that says so (once per process
+    while it stays the same). Data-loader workers run one thread each (torch sets that in every worker)."""
+    setting = trainer_cfg.get("threads", "auto")
+    if setting != "auto":
+        n, why = int(setting), "trainer.threads"
+    elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        n, why = int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    else:
+        n, why = usable_cores(), "the physical cores this process may use"
+    torch.set_num_threads(n)
+    line = f"threads: {n} ({why}; trainer.threads=N to change)"
+    if _THREADS_SAID != [line]:
+        print(line, flush=True)
+        _THREADS_SAID[:] = [line]
+    return line
+
+
+def cpu_on_gpu_host(trainer_cfg) -> str | None:
+    """The line to print when a run is set to the CPU (``scale=smoke`` is) where a CUDA GPU is
+    visible; None otherwise."""
+    if str(trainer_cfg.accelerator) != "cpu" or not torch.cuda.is_available():
+        return None
+    return (
+        "note: runs on the CPU (scale=smoke's trainer.accelerator=cpu); for the GPU: trainer.accelerator=gpu"
+    )
 
 
 def _auto(value, cuda: bool) -> bool:
@@ -115,9 +171,11 @@ def compile_objective(objective: torch.nn.Module, trainer_cfg):
 BLOCK_VARIANTS = 64  # compiled variants of Block.forward that dynamo may keep (its default: 8)
 
 
-def prepare_encoders(model: torch.nn.Module, trainer_cfg, backend: str = "inductor") -> None:
+def prepare_encoders(model: torch.nn.Module, trainer_cfg, backend: str = "inductor", whole_step: bool = True) -> None:
     """Gradient checkpointing and, with ``trainer.compile=blocks``, ``torch.compile`` of every
-    block of every encoder in ``model`` (ELECTRA has two).
+    block of every encoder in ``model`` (ELECTRA has two). A stage that cannot compile its whole
+    step (``whole_step=False``: fine-tuning, whose batches change shape) compiles its blocks for
+    ``step`` and ``graphs`` too.
 
     All blocks share one compiled ``Block.forward``, kept in variants by what its guards see:
     the encoder's width (ELECTRA's generator is narrower), the input's dtype (under CUDA autocast
@@ -130,7 +188,8 @@ def prepare_encoders(model: torch.nn.Module, trainer_cfg, backend: str = "induct
 
     for encoder in (m for m in model.modules() if isinstance(m, Encoder)):
         encoder.gradient_checkpointing = bool(trainer_cfg.gradient_checkpointing)
-        if compile_mode(trainer_cfg.compile) == "blocks":
+        mode = compile_mode(trainer_cfg.compile)
+        if mode == "blocks" or (mode is not None and not whole_step):
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, BLOCK_VARIANTS)
             for block in encoder.layers:
                 block.compile(backend=backend)

@@ -35,6 +35,7 @@ from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..record import warn_if_other_version
 from ..runs import Run, RunDiverged
+from .accel import prepare_encoders, set_threads
 from .common import cluster_plugins, make_loggers, step_seed
 from .glue_eval import Padded, by_idx, eval_loader, evaluate_and_save
 from .glue_summary import write_summary
@@ -164,7 +165,7 @@ class FinetuneModule(TaskModule):
                 out.logits, teacher_logits, out.loss, d.alpha_ce, d.alpha_distil, d.temperature
             )
         loss = self.regularized(loss, multiplier)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
     def validation_step(self, batch, batch_idx):
@@ -276,12 +277,14 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         cfg.distill,
         cfg.trainer.fused_adamw,
     )
+    prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
     pad = init.tokenizer.pad_id
     group = bool(cfg.get("group_by_length", False))
     data = FinetuneData(
         train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers, group
     )
 
+    set_threads(cfg.trainer)
     trainer = pl.Trainer(
         default_root_dir=str(run.dir),
         accelerator=cfg.trainer.accelerator,

@@ -37,7 +37,7 @@ from .health import Health, fit
 from .progress import StepProgressBar, refresh_every
 from .objectives import ElectraObjective, MLMObjective, TokenInfo
 from .batches import Masker, MaskingCollate, PositionBatches, Prefetched, StreamBatches, ValBatches
-from .accel import compile_objective, fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
+from .accel import compile_objective, fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32, set_threads
 from .streams import BlockStream, PermutedStream, StreamSampler
 
 COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
@@ -77,8 +77,9 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
     def training_step(self, batch: dict, batch_idx: int):
         torch.manual_seed(batch["seed"])  # dropout and the generator's samples of this batch
         out = self.train_objective(batch)
-        self.log("train/loss", out.loss.detach(), prog_bar=True)
-        self.log_dict({f"train/{k}": v for k, v in out.metrics.items()})
+        n = len(batch["input_ids"])  # sequences: said, not inferred by Lightning from the batch dict
+        self.log("train/loss", out.loss.detach(), prog_bar=True, batch_size=n)
+        self.log_dict({f"train/{k}": v for k, v in out.metrics.items()}, batch_size=n)
         return out.loss
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
@@ -103,8 +104,9 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
     def validation_step(self, batch: dict, batch_idx: int):
         torch.manual_seed(batch["seed"])  # fixed masks and samples: comparable across steps and runs
         out = self.objective(batch)
-        self.log("val/loss", out.loss, sync_dist=True)
-        self.log_dict({f"val/{k}": v for k, v in out.metrics.items()}, sync_dist=True)
+        n = len(batch["input_ids"])  # the weight of this batch in the validation means
+        self.log("val/loss", out.loss, sync_dist=True, batch_size=n)
+        self.log_dict({f"val/{k}": v for k, v in out.metrics.items()}, sync_dist=True, batch_size=n)
 
     def configure_optimizers(self):
         o = self.cfg.optim
@@ -249,6 +251,7 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
 
     t = cfg.trainer
     reads_every = refresh_every(t, cuda)  # steps between reads of device values
+    set_threads(t)
     trainer = pl.Trainer(
         default_root_dir=str(run.dir),
         accelerator=t.accelerator,
@@ -278,7 +281,7 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
                 save_last=True,
             ),
             LearningRateMonitor(logging_interval="step"),
-            StepProgressBar(reads_every),
+            StepProgressBar(reads_every, speed=False),  # tokens/s instead of batches/s
             Health(t.nonfinite_patience, t.requeue_signal, check_every=reads_every),
         ],
         enable_model_summary=False,

@@ -7,6 +7,7 @@ a researcher wants to see how far the run is, across epochs and across a resume.
 from __future__ import annotations
 
 from pytorch_lightning.callbacks import RichProgressBar
+from pytorch_lightning.callbacks.progress.rich_progress import ProcessingSpeedColumn, RichProgressBarTheme
 
 
 def refresh_every(trainer_cfg, cuda: bool) -> int:
@@ -16,12 +17,35 @@ def refresh_every(trainer_cfg, cuda: bool) -> int:
     return int(trainer_cfg.log_every_n_steps) if cuda else 1
 
 
+# The bar's metric names: short, so that the whole line fits 80 columns.
+SHORT_NAMES = {"train/loss": "loss", "train/tokens_per_s": "tok/s"}
+
+
 class StepProgressBar(RichProgressBar):
     """Rich progress bar whose training task is ``global_step / estimated_stepping_batches``; it is
-    redrawn, and its metrics (device values) read, every ``refresh_rate`` steps (:func:`refresh_every`)."""
+    redrawn, and its metrics (device values) read, every ``refresh_rate`` steps (:func:`refresh_every`).
+    The line fits 80 columns: a short description and bar, short metric names, and no batches/s
+    column where the run logs its own rate (``speed=False``: pre-training's tokens/s)."""
 
-    def __init__(self, refresh_rate: int = 1):
-        super().__init__(refresh_rate=refresh_rate)
+    def __init__(self, refresh_rate: int = 1, speed: bool = True):
+        super().__init__(refresh_rate=refresh_rate, theme=RichProgressBarTheme(metrics_format=".4g"))
+        self.speed = speed
+
+    def configure_columns(self, trainer) -> list:
+        columns = super().configure_columns(trainer)
+        for column in columns:
+            if hasattr(column, "bar_width"):
+                column.bar_width = 10  # Lightning's 40 leaves no room for the metrics in 80 columns
+        return [c for c in columns if self.speed or not isinstance(c, ProcessingSpeedColumn)]
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        """The bar's metrics under short names, without Lightning's logger version (``v_num``:
+        the run directory names the run)."""
+        shown = {}
+        for key, value in super().get_metrics(trainer, pl_module).items():
+            if key != "v_num":
+                shown[SHORT_NAMES.get(key, key.removeprefix("val/"))] = value
+        return shown
 
     def _show_steps(self, trainer) -> None:
         """The training task counts optimizer steps in the whole run (Lightning's: this epoch's
@@ -29,7 +53,7 @@ class StepProgressBar(RichProgressBar):
         if self.progress is None or self.train_progress_bar_id is None:
             return
         total = trainer.estimated_stepping_batches
-        description = f"steps (epoch {trainer.current_epoch + 1})"
+        description = f"epoch {trainer.current_epoch + 1}"
         self.progress.update(
             self.train_progress_bar_id,
             total=None if total == float("inf") else int(total),

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ..config import compose_stage, override_key, parse_overrides
+from ..data import custom
+from ..data.digests import input_digests
 from ..data.loading import task_data
 from ..data.tasks import PROBING_ORDER
 from ..errors import UserError
@@ -34,6 +36,9 @@ def pretrain_run(cfg: DictConfig) -> Run:
     hashed = cfg
     if cfg.get("init"):  # a run it continues by its id, not its path: the same id in any run store
         hashed = OmegaConf.merge(cfg, {"init": _identity(str(cfg.init))})
+    inputs = input_digests({"data.path": cfg.data.get("path"), "tokenizer.path": cfg.tokenizer.get("path")})
+    if inputs:  # local corpus or tokenizer files: their contents, not only their paths
+        hashed = OmegaConf.create({**OmegaConf.to_container(hashed, resolve=True), "inputs": inputs})
     return Run.for_config(cfg.outputs, "pretrain", slug, hashed)
 
 
@@ -243,9 +248,22 @@ def finetune_run(
         run_cfg.classifier = cfg.classifier
     for k, v in (extra or {}).items():
         run_cfg[k] = v
+    inputs = input_digests(_local_inputs(run_cfg))
+    if inputs:  # local data files: their contents, not only their paths (edited data, a new run)
+        run_cfg.inputs = inputs
     bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
     slug = "-".join(filter(None, [init_slug, bermo, task_name, f"s{seed}", cfg.name]))
     return Run.for_config(cfg.outputs, "finetune", slug, run_cfg), run_cfg
+
+
+def _local_inputs(run_cfg: DictConfig) -> dict:
+    """The values of a fine-tuning run's id that may name local files or folders."""
+    glue, squad, data = (run_cfg.get(k) or {} for k in ("glue", "squad", "task_data"))
+    return {
+        "glue.path": glue.get("path"),
+        "squad.path": squad.get("path"),
+        **{f"task.{k}": data.get(k) for k in custom.FILE_KEYS.values()},
+    }
 
 
 def _identity(path: str) -> str:

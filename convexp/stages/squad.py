@@ -32,6 +32,7 @@ from ..models import ModelConfig
 from ..models.qa import QuestionAnswerer
 from ..record import warn_if_other_version
 from ..runs import Run
+from .accel import prepare_encoders, set_threads
 from .common import cluster_plugins, make_loggers, step_seed
 from .finetune import Init, _logged_config, resolve_init
 from .rundirs import GlueRun
@@ -150,7 +151,7 @@ class SquadModule(TaskModule):
                 d.temperature,
             )
         loss = self.regularized(loss, multiplier)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
 
@@ -235,10 +236,12 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
         init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill,
         cfg.trainer.fused_adamw,
     )
+    prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
     pad = init.tokenizer.pad_id
     datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)
 
     task = cfg.task.name
+    set_threads(cfg.trainer)
     trainer = pl.Trainer(
         default_root_dir=str(run.dir),
         accelerator=cfg.trainer.accelerator,

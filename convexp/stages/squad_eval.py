@@ -2,8 +2,10 @@
 
 A SQuAD run's results (``RUN/``): metrics.json (``dev.validation``: EM / F1 as the official
 scripts compute them; v2.0 also HasAns_* / NoAns_* and best_exact / best_f1 with their no-answer
-thresholds), predictions.json (question id → answer text, "" for no answer at threshold 0),
-null_odds.json (v2.0: id → no-answer score, the official v2.0 script's ``--na-prob-file``) and
+thresholds), predictions.json (question id → answer text; v2.0: the best non-null answer, as
+ELECTRA's ``squad_preds.json``), null_odds.json (v2.0: id → no-answer score, the official v2.0
+script's ``--na-prob-file``: with ``--na-prob-thresh 0`` it reproduces metrics.json's exact, f1,
+best_exact and best_f1 from these two files) and
 model/ (encoder and span head, with the tokenizer). A fine-pruned model is evaluated and saved at
 the final threshold with its masks folded into the weights (W ⊙ M).
 """
@@ -59,6 +61,15 @@ def predict_spans(model: QuestionAnswerer, records, features, qa: dict, pad_id: 
     return decode_independent(records, features, outs["start_logits"], outs["end_logits"], version_2=v2, **common)
 
 
+def write_predictions(run: Run, predictions: dict, version: str) -> None:
+    """predictions.json and, for v2.0, null_odds.json: the files the official script scores (v2.0:
+    each question's best non-null answer, "no answer" being the null score's call)."""
+    v2 = version == "v2.0"
+    run.write_json("predictions.json", {q: p.best_span if v2 else p.text for q, p in predictions.items()})
+    if v2:
+        run.write_json("null_odds.json", {q: p.null_diff for q, p in predictions.items()})
+
+
 def evaluate_squad(
     run: Run,
     model: QuestionAnswerer,
@@ -85,9 +96,7 @@ def evaluate_squad(
     predictions = predict_spans(model, dev_records, dev_features, qa, pad)
     scores = evaluate_spans(dev_records, predictions, qa["version"])
     eval_seconds = time.time() - started
-    run.write_json("predictions.json", {q: p.text for q, p in predictions.items()})
-    if qa["version"] == "v2.0":
-        run.write_json("null_odds.json", {q: p.null_diff for q, p in predictions.items()})
+    write_predictions(run, predictions, qa["version"])
     if not run.model_dir.exists():  # with the tokenizer: the model dir is a self-contained init=
         files = sorted(tokenizer.save(run.dir / "tokenizer").iterdir()) if tokenizer is not None else []
         save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir, extra_files=files)

@@ -18,22 +18,35 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
+GLUE_TASKS = {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"}  # the 8 every GLUE sweep runs
+
+
 def print_sweeps() -> None:
+    """One line per named sweep, 100 columns at most; ``--dry-run`` prints a sweep's description."""
+    import shutil
+
+    from rich.console import Console
     from rich.table import Table
 
     from ..config import group_sources, is_builtin
 
-    table = Table(title="named sweeps (convexp ablate NAME; conf/sweep/NAME.yaml, * = yours)")
-    for col in ("sweep", "source", "variants", "stages"):
-        table.add_column(col)
-    for name, path in group_sources("sweep").items():
+    sweeps = group_sources("sweep")
+    table = Table(title="named sweeps: convexp ablate NAME (* = yours)", title_justify="left", box=None)
+    table.add_column("sweep", no_wrap=True, min_width=max(len(n) + 1 for n in sweeps))
+    # every column bounded (rich drops a column rather than shrink an unbounded no-wrap one)
+    table.add_column("source", no_wrap=True, overflow="ellipsis", max_width=30)
+    table.add_column("variants", no_wrap=True, justify="right", min_width=8)
+    table.add_column("stages", no_wrap=True, overflow="ellipsis", max_width=30)
+    for name, path in sweeps.items():
         s = load_sweep(name)
         name = name if is_builtin(path) else f"{name}*"
-        start = f"{s.init} (smoke: pretrain)" if s.init else "pretrain"
-        stages = start + (f" → finetune {','.join(s.finetune.tasks)}" if s.finetune else "")
-        note = s.source.get("note", "")
-        table.add_row(name, f"{s.title}" + (f"\n{note}" if note else ""), str(len(s.variants)), stages)
-    _console().print(table)
+        paper = str(s.source.get("paper", "?")).split(",")[0].split(" (")[0]  # "ConvBERT", "Chang et al."
+        tasks = "GLUE" if s.finetune and set(s.finetune.tasks) == GLUE_TASKS else None
+        tasks = tasks or (",".join(s.finetune.tasks) if s.finetune else None)
+        stages = (s.init or "pretrain") + (f" → {tasks}" if tasks else "")
+        table.add_row(name, f"{paper}, {s.source.get('ref', '?')}", str(len(s.variants)), stages)
+    Console(width=min(100, shutil.get_terminal_size((100, 24)).columns)).print(table)
+    print("convexp ablate NAME --dry-run: what the sweep reproduces, its plan, compute and recipe cards")
 
 
 def _flops(x: float) -> str:
@@ -84,6 +97,8 @@ def print_plan(plan: Plan) -> None:
         unknown += state != "cached" and not n.flops
         table.add_row(n.key, state, ", ".join(r.id for r in n.runs), _flops(n.flops))
     console = _console()
+    if note := plan.sweep.source.get("note"):  # what the sweep reproduces (ablate --list leaves it out)
+        console.print(f"{plan.sweep.title}: {note}", highlight=False)
     console.print(table)
     print_cards(recipe_cards(plan))
     counts = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))

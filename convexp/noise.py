@@ -1,0 +1,52 @@
+"""Third-party output that asks nothing of the user, silenced by the command line (``-v`` keeps it).
+
+Every entry says what it silences and why. Anything that asks the user to act stays visible;
+convexp says itself what matters of what it silences (the device a run uses, where W&B writes).
+Library users who import convexp keep their own logging and warnings: only the CLI calls
+:func:`quiet`.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+# Loggers whose INFO lines are dropped (warnings and errors still shown).
+LOGGERS = {
+    # "GPU available: False, used: False", "TPU available: ...", the litlogger advertisement
+    # ("💡 Tip: ... try installing litlogger"), "`Trainer.fit` stopped: `max_steps=N` reached.",
+    # "You are using a CUDA device that has Tensor Cores ... set_float32_matmul_precision"
+    # (convexp sets it itself: trainer.tf32), DDP's "All distributed processes registered".
+    "pytorch_lightning.utilities.rank_zero": "Lightning's start and stop announcements",
+    "lightning_fabric.utilities.rank_zero": "Lightning Fabric's (device, DDP start-up) announcements",
+    "lightning_fabric.utilities.distributed": "'Initializing distributed: GLOBAL_RANK ...', once per process",
+    "lightning.pytorch.utilities.rank_zero": "the same, under the `lightning` package name",
+    "lightning.fabric.utilities.rank_zero": "the same, under the `lightning` package name",
+}
+
+# Warnings ignored: (regular expression the message starts with, why).
+WARNINGS = (
+    (
+        "GPU available but not used",
+        "scale=smoke runs on the CPU on purpose; convexp says so in one line with how to use the GPU",
+    ),
+    (
+        r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        "Lightning's own use of a torch API that torch 2.13 deprecates: nothing to change in a run",
+    ),
+    (
+        r"The '(train|val)_dataloader' does not have many workers",
+        "convexp sizes its loaders itself (pre-training batches come from a background thread; "
+        "trainer.num_workers sets the workers where they help)",
+    ),
+)
+
+
+def quiet(verbose: bool = False) -> None:
+    """Silence what :data:`LOGGERS` and :data:`WARNINGS` name, unless ``verbose``."""
+    if verbose:
+        return
+    for name in LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for message, _why in WARNINGS:
+        warnings.filterwarnings("ignore", message=message)

@@ -1,0 +1,101 @@
+"""The default output of a run: 80 columns, no third-party announcement that asks nothing of the user."""
+
+import logging
+import unicodedata
+import warnings
+
+import pytest
+from helpers import TINY, convexp
+
+from convexp import noise
+
+
+def columns(line: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def test_quiet_drops_the_named_announcements_and_keeps_other_warnings(monkeypatch):
+    monkeypatch.setattr(warnings, "filters", list(warnings.filters))  # restored after the test
+    levels = {name: logging.getLogger(name).level for name in noise.LOGGERS}
+    try:
+        noise.quiet()
+        assert all(logging.getLogger(name).getEffectiveLevel() == logging.WARNING for name in noise.LOGGERS)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            noise.quiet()  # the filters go in front of catch_warnings' "default"
+            warnings.warn("GPU available but not used. You can set it by doing `Trainer(accelerator='gpu')`.")
+            warnings.warn("The 'val_dataloader' does not have many workers which may be a bottleneck.")
+            warnings.warn("checkpoint directory is not empty")  # one that asks something: kept
+        assert [str(w.message) for w in caught] == ["checkpoint directory is not empty"]
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def test_verbose_keeps_everything(monkeypatch):
+    monkeypatch.setattr(warnings, "filters", list(warnings.filters))
+    before = list(warnings.filters)
+    noise.quiet(verbose=True)
+    assert warnings.filters == before
+
+
+def test_a_cpu_run_on_a_gpu_host_says_so(monkeypatch):
+    import torch
+    from omegaconf import OmegaConf
+
+    from convexp.stages.accel import cpu_on_gpu_host
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    line = cpu_on_gpu_host(OmegaConf.create({"accelerator": "cpu"}))
+    assert "trainer.accelerator=gpu" in line and columns(line) <= 100
+    assert cpu_on_gpu_host(OmegaConf.create({"accelerator": "auto"})) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cpu_on_gpu_host(OmegaConf.create({"accelerator": "cpu"})) is None
+
+
+@pytest.mark.slow
+def test_smoke_pretraining_output_fits_80_columns_without_announcements(tmp_path):
+    res = convexp("pretrain", *TINY, "trainer.max_steps=6", "trainer.val_every_n_steps=3", outputs=tmp_path,
+                  env={"WANDB_MODE": "disabled", "COLUMNS": "80"})  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout + res.stderr
+    for noise_line in ("GPU available", "TPU available", "litlogger", "LeafSpec", "infer the `batch_size`",
+                       "`Trainer.fit` stopped", "v_num"):  # fmt: skip
+        assert noise_line not in out, noise_line
+    # (a line naming the run directory is as long as the outputs folder's path: a temporary one here)
+    assert all(columns(line.replace(str(tmp_path), "outputs")) <= 80 for line in out.splitlines()), out
+    assert "loss:" in res.stdout and "finished:" in res.stdout
+    assert res.stdout.splitlines()[0] == "threads: 1 (OMP_NUM_THREADS; trainer.threads=N to change)"
+
+
+def test_threads_auto_is_the_usable_cores_or_omp_num_threads(monkeypatch):
+    import torch
+    from omegaconf import OmegaConf
+
+    from convexp.stages import accel
+
+    n = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr(accel, "usable_cores", lambda: 3)
+        assert accel.set_threads(OmegaConf.create({"threads": "auto"})).startswith("threads: 3 (the physical cores")
+        assert accel.set_threads(OmegaConf.create({"threads": "auto"})).startswith("threads: 3 (the physical cores")
+        assert torch.get_num_threads() == 3
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice wins over auto
+        assert accel.set_threads(OmegaConf.create({"threads": "auto"})).startswith("threads: 2 (OMP_NUM_THREADS")
+        assert accel.set_threads(OmegaConf.create({"threads": 1})).startswith("threads: 1 (trainer.threads")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(n)
+    monkeypatch.undo()
+    assert 1 <= accel.usable_cores() <= (torch.multiprocessing.cpu_count() if hasattr(torch, "multiprocessing") else 1024)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "1.5"])
+def test_bad_threads_is_one_line(tmp_path, value):
+    from typer.testing import CliRunner
+
+    from convexp.cli import app
+
+    res = CliRunner().invoke(app, ["pretrain", f"trainer.threads={value}", f"outputs={tmp_path}", "--cfg"])
+    assert res.exit_code == 2 and "trainer.threads" in res.output and "Traceback" not in res.output
