@@ -42,8 +42,20 @@ WARNINGS = (
 )
 
 
+# W&B's own lines of an offline run (its version, "syncing is set to offline", where its files
+# are, the run's history as sparklines and its summary, the sync command, and a warning about a
+# setting Lightning passes): convexp's one "W&B: offline (...)" line says where and how to sync.
+_STATE = {"quiet": False}
+
+
+def is_quiet() -> bool:
+    """Whether the CLI silenced the third parties (no ``-v``): W&B runs offline silently then."""
+    return _STATE["quiet"]
+
+
 def quiet(verbose: bool = False) -> None:
     """Silence what :data:`LOGGERS` and :data:`WARNINGS` name, unless ``verbose``."""
+    _STATE["quiet"] = not verbose
     if verbose:
         return
     for name in LOGGERS:

@@ -56,16 +56,18 @@ def test_a_cpu_run_on_a_gpu_host_says_so(monkeypatch):
 @pytest.mark.slow
 def test_smoke_pretraining_output_fits_80_columns_without_announcements(tmp_path):
     res = convexp("pretrain", *TINY, "trainer.max_steps=6", "trainer.val_every_n_steps=3", outputs=tmp_path,
-                  env={"WANDB_MODE": "disabled", "COLUMNS": "80"})  # fmt: skip
+                  env={"WANDB_MODE": "offline", "COLUMNS": "80"})  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout + res.stderr
     for noise_line in ("GPU available", "TPU available", "litlogger", "LeafSpec", "infer the `batch_size`",
-                       "`Trainer.fit` stopped", "v_num"):  # fmt: skip
+                       "`Trainer.fit` stopped", "v_num", "wandb:"):  # fmt: skip
         assert noise_line not in out, noise_line
     # (a line naming the run directory is as long as the outputs folder's path: a temporary one here)
     assert all(columns(line.replace(str(tmp_path), "outputs")) <= 80 for line in out.splitlines()), out
     assert "loss:" in res.stdout and "finished:" in res.stdout
     assert res.stdout.splitlines()[0] == "threads: 1 (OMP_NUM_THREADS; trainer.threads=N to change)"
+    assert "W&B: offline (WANDB_MODE)" in res.stderr  # its one line
+    assert "`wandb sync RUN/wandb/offline-run-*`" in res.stderr and list((tmp_path / "runs").glob("pretrain/*/wandb/offline-run-*"))
 
 
 def test_threads_auto_is_the_usable_cores_or_omp_num_threads(monkeypatch):

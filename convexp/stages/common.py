@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..errors import UserError
 from ..runs import Run
 from .metrics_csv import AppendingCSVLogger
+from ..noise import is_quiet
 from .wandb_mode import wandb_mode
 
 
@@ -22,9 +23,16 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
 
     loggers = [AppendingCSVLogger(run.dir / "csv")]
     mode, why = wandb_mode(cfg.logger)
+    silent = mode == "offline" and is_quiet()  # W&B's own lines: convexp/noise.py
     if rank_zero_only.rank == 0:  # one line per run, at its start
         print(f"W&B: {mode} ({why})", file=sys.stderr, flush=True)
+        if silent:  # what wandb itself would have said
+            print("  `wandb sync RUN/wandb/offline-run-*` uploads it (RUN: the run directory)", file=sys.stderr, flush=True)
     if mode != "disabled":
+        import wandb
+
+        if silent:  # set up silent before the run: wandb validates the run's settings (and warns
+            wandb.setup(settings=wandb.Settings(silent=True))  # about Lightning's anonymous=None) first
         loggers.append(
             WandbLogger(
                 project=cfg.logger.project,
@@ -38,6 +46,7 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
                 save_dir=str(run.dir),
                 mode=mode,
                 config=OmegaConf.to_container(cfg, resolve=True),
+                **({"settings": wandb.Settings(silent=True)} if silent else {}),
             )
         )
     return loggers

@@ -58,4 +58,5 @@ def wandb_mode(logger_cfg) -> tuple[str, str]:
         entry = None
     if entry and entry[2]:
         return "online", f"the key for {host} in {path}"
-    return "offline", f"no WANDB_API_KEY, no key for {host or url} in {path}; `wandb login` to go online"
+    where = f"~/{path.relative_to(Path.home())}" if path.is_relative_to(Path.home()) else str(path)
+    return "offline", f"no key for {host or url} in {where}: `wandb login`"
