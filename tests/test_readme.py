@@ -63,3 +63,15 @@ def test_every_command_and_flag_the_readme_shows_exists_and_vice_versa():
         typer_own = {"--help", "--install-completion", "--show-completion"}
         undocumented = {o for o in options - typer_own if o not in readme}
         assert not undocumented, f"`convexp {path}`'s {sorted(undocumented)} are not in the README"
+
+
+def test_ci_runs_the_readme_cpu_install_block():
+    """The README's CPU install block is what CI installs with, verbatim (.ci/readme_block.py)."""
+    import subprocess
+    import sys
+
+    block = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_block.py"), "On a CPU"],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    commands = [line.split(" #")[0].strip() for line in block.splitlines()]
+    assert commands[1:] == ['pip install "torch==2.13.0"', "pip install .", "convexp --help"]
+    assert 'readme_block.py "On a CPU"' in (ROOT / ".ci" / "run").read_text()
