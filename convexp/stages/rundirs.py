@@ -207,7 +207,7 @@ def finetune_run(
             "hp": hp,
             "init": init_slug,
             "from": start_slug,
-            "glue": OmegaConf.to_container(cfg.glue),
+            "glue": OmegaConf.to_container(cfg.glue) if "glue" in cfg else None,
             "max_len": cfg.task.max_len,
             "protocol": cfg.protocol,
             "precision": cfg.trainer.precision,
@@ -215,14 +215,7 @@ def finetune_run(
             "logger": OmegaConf.to_container(cfg.logger),
             "trainer": {
                 k: cfg.trainer[k]
-                for k in (
-                    "accelerator",
-                    "devices",
-                    "num_nodes",
-                    "strategy",
-                    "num_workers",
-                    "log_every_n_steps",
-                )
+                for k in ("accelerator", "num_workers", "log_every_n_steps")
             },
         }
     )
