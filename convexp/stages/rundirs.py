@@ -183,8 +183,9 @@ def probing_overrides(overrides: list[str]) -> list[str]:
 # Bumped when what a fine-tuning run computes changes without a config key saying so, so that no
 # earlier result is reused as if it were this one. 2: ELECTRA's layer-wise LR depths, the
 # classifier head of the model family ([CLS] -> dropout -> linear for ELECTRA/ConvBERT), BERMO's
-# per-layer mixing normalisation.
-FINETUNE_RECIPE = 2
+# per-layer mixing normalisation. 3: the learning-rate warm-up as Hugging Face's and ELECTRA's (step s at
+# s/warmup, the first update at 0; it ran one step ahead).
+FINETUNE_RECIPE = 3
 
 
 def finetune_run(
