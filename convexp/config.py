@@ -272,10 +272,40 @@ def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
     cfg = compose(stage, overrides, choices=True)
     if stage == "finetune":
         _task_pruning(cfg, overrides)
+        _keys_read(cfg)
     check_types(cfg)
     with open_dict(cfg):  # for the run record; not part of the run id (runs.EXECUTION_KEYS)
         cfg.invocation = {"command": command_line(), "overrides": given}
     return cfg
+
+
+PROTOCOL_TABLES = ("lr", "epochs", "batch_size")  # task.<key>: a value per protocol, read by conf/protocol/
+FAMILY_KEYS = {"squad": ("squad",), "glue": ("glue", "group_by_length")}  # read by one task family only
+
+
+def _keys_read(cfg: DictConfig) -> None:
+    """A fine-tuning config holds only what its run reads: the protocol's values stand in place
+    of the task's per-protocol tables (``task.lr`` / ``epochs`` / ``batch_size``, dropped once
+    resolved), a SQuAD task drops the keys only GLUE and probing read, the others SQuAD's, and a
+    run from a checkpoint drops ``init_model`` (``model=``: the preset of ``init=none``)."""
+    from .data.squad import SQUAD_TASKS
+
+    with open_dict(cfg):
+        if not OmegaConf.is_missing(cfg, "init") and str(cfg.init) != "none":  # model=: init=none's preset
+            if cfg.init_model is not None:
+                raise ConfigError(
+                    f"model={cfg.init_model} picks the preset of init=none (a randomly initialised baseline); "
+                    f"init={cfg.init} brings its own model: drop model= or use init=none"
+                )
+            cfg.pop("init_model")
+        for key in PROTOCOL_TABLES:
+            value = cfg[key]
+            cfg[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+        for key in PROTOCOL_TABLES:
+            cfg.task.pop(key, None)
+        other = "glue" if cfg.task.name in SQUAD_TASKS else "squad"
+        for key in FAMILY_KEYS[other]:
+            cfg.pop(key, None)
 
 
 def _task_pruning(cfg: DictConfig, overrides: list[str]) -> None:

@@ -75,6 +75,28 @@ def write_vocab(path: Path, words: list[str]) -> Path:
     return path
 
 
+def official_json(path: Path, records: list[dict], version: str) -> None:
+    """Records (data/squad.py's format) as an official SQuAD file: one paragraph per record."""
+    paragraphs = [
+        {
+            "context": r["context"],
+            "qas": [
+                {
+                    "id": r["id"],
+                    "question": r["question"],
+                    "answers": [
+                        {"text": t, "answer_start": s}
+                        for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])
+                    ],
+                    **({"is_impossible": r["is_impossible"]} if version == "v2.0" else {}),
+                }
+            ],
+        }
+        for r in records
+    ]
+    path.write_text(json.dumps({"version": version, "data": [{"title": "t", "paragraphs": paragraphs}]}))
+
+
 # --- sweeps
 
 SHRINK = [

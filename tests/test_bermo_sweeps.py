@@ -431,3 +431,25 @@ def test_printed_warmup_is_shortened_for_runs_too_short_for_it(capsys):
     assert prune_warmup(None, 47, 94, 1, 1) == 31  # null: one epoch, shortened
     assert prune_warmup(12000, 47, 94, 1, 1) == 31  # the printed warm-up on smoke's synthetic MNLI
     assert "pruning.warmup_steps=12000 leaves no steps" in capsys.readouterr().out
+
+
+def test_distillation_epochs_are_shown_as_an_assumption(tmp_path, capsys):
+    """BERMO's Table 11 gives no epochs for distillation (issue 22, item 10): --list, the recipe cards
+    and the report say the epochs are an assumption (Tables 8-10's), not Table 11's."""
+    from convexp.report.build import make_report
+    from convexp.sweep.cards import recipe_cards
+    from convexp.sweep.show import print_sweeps
+
+    note = load_sweep("bermo-distill").source["note"]
+    assert "epochs are an assumption, Table 11 gives none" in " ".join(note.split())
+    print_sweeps()
+    assert "assumption" in capsys.readouterr().out
+    plan = build_plan(load_sweep("bermo-distill"), ["scale=paper"])
+    for card in recipe_cards(plan):
+        distilled = card.stage == "finetune" and card.variants != ("teacher",)
+        assumed = [n for n in card.notes if n.startswith("assumption: epochs")]
+        assert bool(assumed) == distilled, card.title
+        if distilled:  # Tables 8-10: MNLI 6, QQP and SQuAD 10
+            assert card.get("epochs") == {"mnli": 6, "qqp": 10, "squad1": 10}[card.title], card.title
+    text = (make_report("bermo-distill", ["scale=paper"], out=tmp_path) / "table.md").read_text()
+    assert "Epochs (assumption)" in text and "Table 11 gives no number of epochs" in text

@@ -52,8 +52,8 @@ def test_layerwise_lr_of_every_parameter_group_for_four_layers():
         ("convbert_small", "cls"),
         ("convbert_medium_small", "cls"),
         ("convbert_base", "cls"),
-        ("bert_small", "pooler"),  # BERT: pooler -> dropout -> linear
-        ("bert_base", "pooler"),
+        ("bert_small", "cls"),  # trained with ELECTRA's code: no pooler (model/modeling.py)
+        ("bert_base", "pooler"),  # BERT: pooler -> dropout -> linear
         ("chang_small", "pooler"),  # Chang et al.: HF BertForSequenceClassification
         ("chang_small_composite", "pooler"),
     ],

@@ -5,6 +5,8 @@ no null for a value the run uses."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -168,22 +170,28 @@ def test_the_report_keeps_each_tasks_best_grid_setting():
 
 # nulls a fine-tuning --cfg may show: optional settings whose null means "not used / not given"
 OPTIONAL_NULLS = {
-    "init_model",  # init=none only
     "tokenizer_path",  # default: the init model's
     "scalar_mix",  # null: as the init model has it (known only from the checkpoint)
     "classifier",  # null: the init model's head (by family, known only from the checkpoint)
     "name",
     "glue.path",  # glue.source=local|disk only
-    "squad.path",
-    "squad.max_len",  # SQuAD only: overrides of the protocol's windows (task.qa)
-    "squad.doc_stride",
     "distill.teacher",  # distillation off
     "task.max_train_samples",  # all rows
     "task.max_eval_samples",
-    "trainer.max_steps",  # pre-training's (the shared trainer group); fine-tuning runs epochs
-    "trainer.batch_size",  # pre-training's; fine-tuning: batch_size
     "logger.entity",  # W&B defaults
     "logger.group",
+}
+
+# what fine-tuning reads of its trainer node (conf/trainer/finetune.yaml): key -> (module, the read)
+TRAINER_READS = {
+    "accelerator": ("stages/finetune.py", "accelerator=cfg.trainer.accelerator"),
+    "precision": ("stages/finetune.py", "precision=cfg.trainer.precision"),
+    "log_every_n_steps": ("stages/finetune.py", "log_every_n_steps=cfg.trainer.log_every_n_steps"),
+    "num_workers": ("stages/finetune.py", "cfg.trainer.num_workers"),
+    "fused_adamw": ("stages/finetune.py", "cfg.trainer.fused_adamw"),
+    "nonfinite_patience": ("stages/task_module.py", "Health(cfg.trainer.nonfinite_patience"),
+    "requeue_signal": ("stages/task_module.py", "cfg.trainer.requeue_signal"),
+    "lock_wait": ("stages/task_module.py", "wait=cfg.trainer.lock_wait"),
 }
 
 
@@ -206,3 +214,28 @@ def test_cfg_prints_no_null_for_a_value_the_run_uses(protocol):
     assert set(_nulls(cfg)) <= OPTIONAL_NULLS, set(_nulls(cfg)) - OPTIONAL_NULLS
     assert cfg["protocol"] == protocol and cfg["lr"] and cfg["epochs"] and cfg["batch_size"]
     assert cfg["grid"] == (protocol == "convbert")  # scale=paper is the default
+
+
+def test_finetune_cfg_holds_only_keys_the_stage_reads():
+    """`convexp finetune glue task=rte init=<dir> --cfg` (issue 22, item 11): no pre-training key
+    (trainer.max_steps, trainer.batch_size, ...), no other task family's keys, no per-protocol
+    tables beside the values they resolved to, no init=none's model= beside an init checkpoint."""
+    import convexp
+
+    root = Path(convexp.__file__).parent
+    res = CliRunner().invoke(app, ["finetune", "glue", "task=rte", "init=X", "--cfg"])
+    assert res.exit_code == 0, res.output
+    cfg = yaml.safe_load(res.output)
+    assert set(cfg["trainer"]) == set(TRAINER_READS)
+    for key, (module, read) in TRAINER_READS.items():
+        assert read in (root / module).read_text(), (key, module)  # the stage does read it
+    assert "squad" not in cfg and "init_model" not in cfg and cfg["choices"]["trainer"] == "finetune"
+    assert set(cfg["task"]) == {"name", "max_len", "max_train_samples", "max_eval_samples"}
+    assert (cfg["epochs"], cfg["batch_size"], cfg["lr"]) == (10, 32, {"small": 3e-4, "base": 1e-4})
+    squad = yaml.safe_load(CliRunner().invoke(app, ["finetune", "squad", "init=X", "--cfg"]).output)
+    assert "glue" not in squad and "group_by_length" not in squad and squad["squad"]["source"] == "hub"
+    assert (squad["epochs"], squad["batch_size"]) == (2, 32)
+    # a key the stage does not have is refused (it would do nothing), as is model= beside init=<dir>
+    for extra, needle in (("trainer.max_steps=5", "trainer.max_steps"), ("model=bert_small", "init=none")):
+        res = CliRunner().invoke(app, ["finetune", "glue", "task=rte", "init=X", extra, "--cfg"])
+        assert res.exit_code == 2 and needle in res.output, res.output

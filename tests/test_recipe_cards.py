@@ -268,3 +268,84 @@ def test_dry_run_prints_one_card_per_recipe(capsys):
     assert "pre-training recipe convbert_small — variants: small\n" in out
     assert "steps 4,000,000" in out and "lr 3e-04" in out
     assert "fine-tuning recipe rte — variants: small, small_4m" in out
+
+
+# --- issue 22 (the last recipe deviations), items 5, 6, 7, 9 and 10: at scale=paper each value is the
+# source's, or the card says how it differs. Rows: (item, what is checked, its source).
+
+
+def _item5_continuation_only_for_the_rows_that_had_it():
+    from convexp.sweep.plan import build_plan
+
+    plan = build_plan(load_sweep("convbert-squad"), ["scale=paper", "seeds=[42]"])
+    continued = {k.split("/", 1)[1] for k in plan.nodes if k.startswith("continue/")}
+    assert continued == {"bert_base", "small", "small_4m", "medium_small", "medium_small_4m", "base"}
+    for variant in ("electra_small", "electra_base"):  # their SQuAD runs start from the pre-training itself
+        node = plan.nodes[f"finetune/{variant}/squad1/s42"]
+        assert node.deps == [f"pretrain/{variant}"], node.deps
+
+
+def _item6_bert_small_fine_tunes_with_electras_classifier():
+    from convexp.config import model_config
+
+    cfg = model_config("bert_small")
+    assert (cfg.pooler, cfg.classifier_head) == (False, "cls")
+    assert load_sweep("objective").pretrain == ("model=bert_small",)  # both of its rows: bert_small
+
+
+def _item7_cited_base_rows_are_marked():
+    sweep = load_sweep("convbert-components")
+    settings = sweep_settings(["scale=paper"])
+    for name in ("bert_base", "electra_base"):
+        v = sweep.variants[name]
+        [card] = pretrain_cards({name: pretrain_node(sweep, v, settings, [])[1]})
+        assert card.notes and card.notes[0].startswith("cited, re-run on another corpus"), name
+        assert "Wikipedia + BooksCorpus" in card.notes[0] and "(cited, re-run on another corpus)" in v.label
+    assert any("cited, re-run on another corpus" in n for n in sweep.report.notes)
+    small = sweep.variants["small_bnk_sdconv"]
+    assert not pretrain_cards({"s": pretrain_node(sweep, small, settings, [])[1]})[0].notes
+
+
+def _finetune_card(sweep: str, *args: str):
+    from convexp.sweep.cards import recipe_cards
+    from convexp.sweep.plan import build_plan
+
+    plan = build_plan(load_sweep(sweep), ["scale=paper", "tasks=[rte]", "seeds=[42]", *args])
+    return [c for c in recipe_cards(plan) if c.stage == "finetune"][0]
+
+
+def _item9_random_batches_at_paper():
+    for scale, grouped in (("paper", False), ("small", True), ("smoke", True)):
+        assert compose_stage("finetune", ["init=x", f"scale={scale}"]).group_by_length is grouped, scale
+    args = ("variants=[bert_small]",)
+    card = _finetune_card("convbert-components", *args)
+    assert "group_by_length" not in dict(card.rows) and not card.notes
+    opted = _finetune_card("convbert-components", *args, "finetune.group_by_length=true")
+    assert opted.get("group_by_length") is True and opted.notes[0].startswith("deviation: training batches")
+
+
+def _item10_changs_adam_epsilon_is_stated():
+    card = _finetune_card("key-based-conv", "variants=[composite]")
+    assert card.get("protocol") == "chang" and card.get("adam_epsilon") == 1e-8  # their run_glue.py's
+    assert any("Table 5 prints 1e-6" in n for n in card.notes)
+
+
+ISSUE_22 = [
+    (5, "the 512 continuation only for rows that had it",
+     "ConvBERT §4.3 / Table 4; ELECTRA configure_pretraining.py", _item5_continuation_only_for_the_rows_that_had_it),
+    (6, "BERT-Small: ELECTRA's classifier, no pooler",
+     "google-research/electra model/modeling.py (pooled_output = sequence_output[:, 0]), "
+     "finetune/classification/classification_tasks.py", _item6_bert_small_fine_tunes_with_electras_classifier),
+    (7, "cited base rows marked on the card and in the report",
+     "BERT §3.1, ELECTRA §3.1: Wikipedia + BooksCorpus", _item7_cited_base_rows_are_marked),
+    (9, "random training batches at scale=paper",
+     "ELECTRA finetune/ (shuffled tf.data), HF Trainer / run_glue.py and Sanh et al. (RandomSampler)",
+     _item9_random_batches_at_paper),
+    (10, "Chang et al.'s fine-tuning Adam ε stated",
+     "Chang et al. Table 5 (1e-6); their run_glue.py (HF Trainer's 1e-8)", _item10_changs_adam_epsilon_is_stated),
+]
+
+
+@pytest.mark.parametrize("item, what, source, check", ISSUE_22, ids=[f"item{r[0]}" for r in ISSUE_22])
+def test_issue_22_rows_at_paper_scale(item, what, source, check):
+    check()

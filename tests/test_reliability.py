@@ -669,7 +669,6 @@ def test_a_fine_tuning_validation_killed_in_flight_is_redone_once(tmp_path, pret
         "epochs=3",
         "batch_size=16",
         "task.max_len=48",
-        "trainer.deterministic=true",
     ]
     ref, out = tmp_path / "ref", tmp_path / "o"
     res = convexp(*args, outputs=ref, env=QUIET)

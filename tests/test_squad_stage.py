@@ -4,35 +4,13 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import convexp, kill_when, write_vocab
+from helpers import convexp, kill_when, official_json, write_vocab
 
 SMOKE = ["scale=smoke", "squad.synthetic_size=200", "epochs=1", "squad.max_len=96"]
 
 
 def squad_runs_in(outputs: Path) -> list[Path]:
     return sorted((outputs / "runs" / "finetune").glob("*squad*"))
-
-
-def official_json(path: Path, records: list[dict], version: str) -> None:
-    """Records (data/squad.py's format) as an official SQuAD file: one paragraph per record."""
-    paragraphs = [
-        {
-            "context": r["context"],
-            "qas": [
-                {
-                    "id": r["id"],
-                    "question": r["question"],
-                    "answers": [
-                        {"text": t, "answer_start": s}
-                        for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])
-                    ],
-                    **({"is_impossible": r["is_impossible"]} if version == "v2.0" else {}),
-                }
-            ],
-        }
-        for r in records
-    ]
-    path.write_text(json.dumps({"version": version, "data": [{"title": "t", "paragraphs": paragraphs}]}))
 
 
 def local_squad(root: Path, version: str = "v1.1", size: int = 120) -> Path:
@@ -345,7 +323,7 @@ def test_convbert_squad_sweep_runs_and_reports(tmp_path):
     assert {k for k, n in nodes.items() if n["status"] == "done"} == {
         f"{stage}/{v}{task}" for v in ("electra_small", "small") for stage, task in
         (("pretrain", ""), ("continue", ""), ("finetune", "/squad1/s42"), ("finetune", "/squad2/s42"))
-    }  # fmt: skip
+    } - {"continue/electra_small"}  # fmt: skip  (ELECTRA-small's row: official code, 128 throughout)
     res = convexp("report", "convbert-squad", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads((tmp_path / "reports" / "convbert-squad" / "report.json").read_text())

@@ -141,6 +141,9 @@ def adamw_with_linear_schedule(
 ):
     """AdamW (no weight decay on biases, LayerNorms and ScalarMix scalars) with linear warm-up
     to ``lr`` and linear decay to 0 at ``total_steps``; returns Lightning's optimiser dict.
+    Step s (0-based) runs at lr·s/warmup during the warm-up (the first update at 0, as Hugging
+    Face's ``get_linear_schedule_with_warmup`` and ELECTRA's ``min(1, global_step / warmup)``),
+    then lr·(total − s)/(total − warmup).
     ``fused``: PyTorch's fused kernel (``trainer.fused_adamw``; otherwise its default)."""
     groups = param_groups or [{"params": list(model.named_parameters()), "lr": lr}]
     flat = []
@@ -153,7 +156,7 @@ def adamw_with_linear_schedule(
 
     def factor(step: int) -> float:
         if step < warmup_steps:
-            return (step + 1) / max(1, warmup_steps)
+            return step / warmup_steps
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)

@@ -188,8 +188,9 @@ def probing_overrides(overrides: list[str]) -> list[str]:
 # Bumped when what a fine-tuning run computes changes without a config key saying so, so that no
 # earlier result is reused as if it were this one. 2: ELECTRA's layer-wise LR depths, the
 # classifier head of the model family ([CLS] -> dropout -> linear for ELECTRA/ConvBERT), BERMO's
-# per-layer mixing normalisation.
-FINETUNE_RECIPE = 2
+# per-layer mixing normalisation. 3: the learning-rate warm-up as Hugging Face's and ELECTRA's (step s at
+# s/warmup, the first update at 0; it ran one step ahead).
+FINETUNE_RECIPE = 3
 
 
 def finetune_run(
@@ -212,7 +213,7 @@ def finetune_run(
             "hp": hp,
             "init": init_slug,
             "from": start_slug,
-            "glue": OmegaConf.to_container(cfg.glue),
+            "glue": OmegaConf.to_container(cfg.glue) if "glue" in cfg else None,
             "max_len": cfg.task.max_len,
             "protocol": cfg.protocol,
             "precision": cfg.trainer.precision,
@@ -220,14 +221,7 @@ def finetune_run(
             "logger": OmegaConf.to_container(cfg.logger),
             "trainer": {
                 k: cfg.trainer[k]
-                for k in (
-                    "accelerator",
-                    "devices",
-                    "num_nodes",
-                    "strategy",
-                    "num_workers",
-                    "log_every_n_steps",
-                )
+                for k in ("accelerator", "num_workers", "log_every_n_steps")
             },
         }
     )

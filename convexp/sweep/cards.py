@@ -28,6 +28,7 @@ class Card:
     title: str
     variants: tuple[str, ...]
     rows: tuple[tuple[str, object], ...]
+    notes: tuple[str, ...] = ()  # deviations and assumptions of these values (pretrain_notes, finetune_notes)
 
     def get(self, setting: str):
         return dict(self.rows)[setting]
@@ -79,12 +80,59 @@ def pretrain_cards(cfgs: Mapping[str, DictConfig]) -> list[Card]:
     grouped: dict[tuple, list[str]] = {}
     for variant, cfg in cfgs.items():
         grouped.setdefault(pretrain_rows(cfg), []).append(variant)
-    return [Card("pretrain", str(dict(rows)["recipe"]), tuple(vs), rows) for rows, vs in grouped.items()]
+    return [
+        Card("pretrain", str(dict(rows)["recipe"]), tuple(vs), rows, pretrain_notes(dict(rows)))
+        for rows, vs in grouped.items()
+    ]
+
+
+# The rows ConvBERT's tables cite rather than re-run: recipe -> the corpus their numbers come from
+CITED_CORPUS = {
+    "bert_base": "Wikipedia + BooksCorpus (BERT §3.1; cited by ConvBERT's Tables 1 and 4)",
+    "electra_base": "Wikipedia + BooksCorpus (ELECTRA §3.1, its base model; cited by ConvBERT's Tables 1, 4)",
+}
+
+
+def pretrain_notes(rows: Mapping) -> tuple[str, ...]:
+    """What a pre-training card says besides its values: a cited row trained on another corpus."""
+    cited = CITED_CORPUS.get(rows["recipe"])
+    if cited is None or str(rows["corpus"]).startswith("synthetic"):
+        return ()
+    return (
+        f"cited, re-run on another corpus: the paper's numbers come from {cited}; here {rows['corpus']} "
+        "(ConvBERT's corpus; BooksCorpus is not openly distributed)",
+    )
+
+
+def finetune_notes(settings: Mapping, scale: str) -> tuple[str, ...]:
+    """What a fine-tuning card says besides its values (``settings``: its rows, a grid's values as a
+    ``Grid``): where a value at scale=paper is not the authors' code's, or rests on an assumption."""
+    notes = []
+    if scale == "paper" and settings.get("group_by_length"):
+        notes.append(
+            "deviation: training batches of rows of similar length (group_by_length=true, opted in); "
+            "the authors' code draws its batches at random"
+        )
+    if settings.get("protocol") == "chang" and settings.get("adam_epsilon") == 1e-8:
+        notes.append(
+            "adam_epsilon 1e-8 is Chang et al.'s code (run_glue.py: Hugging Face Trainer's default); "
+            "their Table 5 prints 1e-6"
+        )
+    distilled = settings.get("distill.teacher") and settings.get("pruning.method", "none") != "none"
+    if settings.get("protocol") == "bermo" and distilled:
+        notes.append(
+            f"assumption: epochs {settings.get('epochs')} — BERMO's Table 11 (distillation) gives none; "
+            "Tables 8-10's fine-pruning epochs of the task"
+        )
+    return tuple(notes)
 
 
 # run-config keys (rundirs.finetune_run; qa: SQuAD's head and windows) that set how a fine-tuning run
 # trains, besides its hp
-RUN_KEYS = ("protocol", "max_len", "qa", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier")
+RUN_KEYS = (
+    "protocol", "max_len", "qa", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier",
+    "group_by_length",
+)
 
 
 def finetune_settings(hp: Mapping, run_cfg: DictConfig | Mapping | None = None) -> dict:
@@ -109,7 +157,7 @@ def _flat(d: Mapping, prefix: str = "") -> list[tuple[str, object]]:
     return out
 
 
-def finetune_cards(nodes) -> list[Card]:
+def finetune_cards(nodes, scale: str = "paper") -> list[Card]:
     """One card per distinct fine-tuning recipe of the plan's fine-tuning nodes (``Node.hparams``:
     run id -> :func:`finetune_settings`); its title lists the tasks that use it."""
     from ..stages.rundirs import RECIPE_KEYS
@@ -131,9 +179,12 @@ def finetune_cards(nodes) -> list[Card]:
             variants.append(n.variant)
         if n.task not in tasks:
             tasks.append(n.task)
-    return [Card("finetune", ", ".join(tasks), tuple(vs), rows) for rows, (vs, tasks) in grouped.items()]
+    return [
+        Card("finetune", ", ".join(tasks), tuple(vs), rows, finetune_notes(dict(rows), scale))
+        for rows, (vs, tasks) in grouped.items()
+    ]
 
 
 def recipe_cards(plan) -> list[Card]:
     """Every card of a plan: pre-training recipes first, then fine-tuning."""
-    return pretrain_cards(plan.pretrain_cfgs) + finetune_cards(plan.order())
+    return pretrain_cards(plan.pretrain_cfgs) + finetune_cards(plan.order(), plan.settings.scale)

@@ -69,7 +69,8 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
             pretrain_cfgs[v.name] = cfg
             run = pre.runs[0]
             starts[v.name] = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, key, model_cfg)
-            if sweep.squad_continuation is not None and _squad_tasks(sweep, settings):
+            continues = sweep.squad_continuation is not None and v.squad_continuation  # the row had the phase
+            if continues and _squad_tasks(sweep, settings):
                 cont, squad_start = continuation_node(sweep, v, settings, pre, cfg, model_cfg)
                 # variants sharing a pre-training run share its continuation
                 ckey = by_run.setdefault(cont.runs[0].id, cont.key)

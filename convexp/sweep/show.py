@@ -79,6 +79,8 @@ def print_cards(cards: list[Card]) -> None:
         rows = [(k, v) for k, v in c.rows if k != "recipe"]
         console.print(head, markup=False, soft_wrap=True)
         console.print("  " + " · ".join(f"{k} {_value(v)}" for k, v in rows), markup=False, soft_wrap=True)
+        for note in c.notes:
+            console.print(f"  note: {note}", markup=False, soft_wrap=True)
 
 
 def print_plan(plan: Plan) -> None:

@@ -32,6 +32,7 @@ class Variant:
     paper: dict = dataclasses.field(default_factory=dict)
     teacher: str | None = None  # distil from this variant's fine-tuned run of the same task
     series: str | None = None  # the figure's series (a line) this variant belongs to
+    squad_continuation: bool = True  # false: the paper's row had no longer-sequence phase before SQuAD
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +138,10 @@ def load_sweep(name: str) -> Sweep:
         vwhere = f"{where}: variant {vname!r}"
         if not NAME.match(str(vname)):
             raise SweepError(f"{vwhere}: variant names may use letters, digits, _ . - only")
-        v = _mapping(v or {}, vwhere, {"label", "pretrain", "finetune", "x", "paper", "teacher", "series"})
+        keys = {"label", "pretrain", "finetune", "x", "paper", "teacher", "series", "squad_continuation"}
+        v = _mapping(v or {}, vwhere, keys)
+        if not isinstance(v.get("squad_continuation", True), bool):
+            raise SweepError(f"{vwhere}: squad_continuation is true or false (false: this row does not continue)")
         paper = _mapping(v.get("paper") or {}, f"{vwhere}: paper")
         variants[str(vname)] = Variant(
             name=str(vname),
@@ -148,6 +152,7 @@ def load_sweep(name: str) -> Sweep:
             paper={str(k): val for k, val in paper.items()},
             teacher=v.get("teacher"),
             series=None if v.get("series") is None else str(v["series"]),
+            squad_continuation=v.get("squad_continuation", True),
         )
     for v in variants.values():
         if v.teacher is not None and (v.teacher not in variants or v.teacher == v.name):
