@@ -192,6 +192,9 @@ TRAINER_READS = {
     "nonfinite_patience": ("stages/task_module.py", "Health(cfg.trainer.nonfinite_patience"),
     "requeue_signal": ("stages/task_module.py", "cfg.trainer.requeue_signal"),
     "lock_wait": ("stages/task_module.py", "wait=cfg.trainer.lock_wait"),
+    "threads": ("stages/accel.py", 'trainer_cfg.get("threads", "auto")'),  # set_threads(cfg.trainer)
+    "compile": ("stages/accel.py", "compile_mode(trainer_cfg.compile)"),  # prepare_encoders(..., cfg.trainer)
+    "gradient_checkpointing": ("stages/accel.py", "bool(trainer_cfg.gradient_checkpointing)"),
 }
 
 
