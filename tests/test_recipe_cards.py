@@ -268,3 +268,30 @@ def test_dry_run_prints_one_card_per_recipe(capsys):
     assert "pre-training recipe convbert_small — variants: small\n" in out
     assert "steps 4,000,000" in out and "lr 3e-04" in out
     assert "fine-tuning recipe rte — variants: small, small_4m" in out
+
+
+# --- fine-tuning cards: the data each task trains on ---------------------------------------------
+# (sweep, setting, {task: value at scale=paper}, source) rows of the fine-tuning cards; None: no row.
+FINETUNE_DATA_ROWS = [
+    # ELECTRA's double_unordered = True (google-research/electra configure_finetuning.py:76,
+    # yitu-opensource/ConvBert configure_finetuning.py:69): MRPC and STS train on both sentence
+    # orders (finetune/classification/classification_tasks.py, MRPC/STS _create_examples); the
+    # other tasks once, as given
+    ("convbert-sizes", "both_orders", {"mrpc": True, "stsb": True, "rte": None, "qqp": None},
+     "electra configure_finetuning.py:76"),
+    # ELECTRA's answerable classifier on every SQuAD version (configure_finetuning.py:84
+    # answerable_classifier = True; finetune/qa/qa_tasks.py: v1.1 labels all 0)
+    ("convbert-squad", "qa.answerable", {"squad1": True, "squad2": True}, "electra configure_finetuning.py:84"),
+]
+
+
+@pytest.mark.parametrize("sweep,setting,by_task,source", FINETUNE_DATA_ROWS)
+def test_finetune_cards_at_paper_scale_carry_the_data_settings_of_the_code(sweep, setting, by_task, source):
+    from convexp.sweep.plan import build_plan
+
+    variant = next(iter(load_sweep(sweep).variants))
+    args = ["scale=paper", f"variants=[{variant}]", f"tasks=[{','.join(by_task)}]", "seeds=[1]"]
+    plan = build_plan(load_sweep(sweep), args)
+    cards = {task: card for card in finetune_cards(plan.order()) for task in card.title.split(", ")}
+    for task, value in by_task.items():
+        assert dict(cards[task].rows).get(setting) == value, (setting, task, source)

@@ -45,6 +45,11 @@ def qa_settings(cfg: DictConfig) -> dict:
         if cfg.squad.get(key) is not None:
             qa[key] = int(cfg.squad[key])
     qa["version"] = str(cfg.task.version)
+    if qa["head"] == "electra" and not isinstance(qa.get("answerable"), bool):
+        raise UserError(
+            f"task.qa.{cfg.protocol}.answerable: give true (ELECTRA's answerable classifier, trained on "
+            "v1.1 and v2.0 alike) or false for the electra head"
+        )
     return qa
 
 

@@ -84,7 +84,9 @@ def pretrain_cards(cfgs: Mapping[str, DictConfig]) -> list[Card]:
 
 # run-config keys (rundirs.finetune_run; qa: SQuAD's head and windows) that set how a fine-tuning run
 # trains, besides its hp
-RUN_KEYS = ("protocol", "max_len", "qa", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier")
+RUN_KEYS = (
+    "protocol", "max_len", "both_orders", "qa", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier"
+)
 
 
 def finetune_settings(hp: Mapping, run_cfg: DictConfig | Mapping | None = None) -> dict:
