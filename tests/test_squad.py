@@ -165,6 +165,29 @@ def test_overlap_stride_mode_shares_tokens(tokenizer):
         squad_features([rec], tokenizer, max_len=4)
 
 
+@pytest.mark.parametrize("task", ["squad1", "squad2"])
+def test_bermo_windows_start_every_128_tokens_as_sanhs_script(tokenizer, task):
+    """Sanh et al.'s masked_run_squad.py (huggingface/block_movement_pruning) calls the legacy
+    transformers ``squad_convert_examples_to_features`` with doc_stride 128, max_seq_length 384,
+    max_query_length 64: windows start 128 context tokens apart (``len(spans) * doc_stride``), the
+    last one ending at the context's end, as in BERT's run_squad.py; not run_qa.py's 128-token overlap."""
+    from convexp.config import compose_stage
+    from convexp.stages.squad_runs import qa_settings
+
+    qa = qa_settings(compose_stage("finetune", ["init=x", f"task={task}", "protocol=bermo"]))
+    assert (qa["max_len"], qa["doc_stride"], qa["stride_mode"], qa["max_query_len"]) == (384, 128, "step", 64)
+    context = " ".join(f"w{i}" for i in range(700))
+    rec = _record("x", context, "which word comes first", impossible=True)
+    whole = [tuple(o) for o in tokenizer.backend.encode(context, add_special_tokens=False).offsets]
+    feats = squad_features([rec], tokenizer, **{k: qa[k] for k in ("max_len", "doc_stride", "max_query_len", "stride_mode")})
+    windows = [[o for o in f["offsets"] if o is not None] for f in feats]
+    starts = [whole.index(w[0]) for w in windows]
+    assert starts == [128 * k for k in range(len(windows))] and len(windows) > 2
+    room = len(windows[0])  # 384 - question - 3
+    assert all(len(w) == room for w in windows[:-1]) and windows[-1][-1] == whole[-1]
+    assert starts[-2] + room < len(whole)  # no window more than the legacy loop makes
+
+
 # ---------------------------------------------------------------------------- decoding
 
 

@@ -65,7 +65,7 @@ def test_protocol_settings_and_run_ids():
     assert (bert.run_cfg.qa["head"], bert.run_cfg.qa["max_len"], bert.run_cfg.qa["stride_mode"]) == (
         "bert",
         384,
-        "overlap",
+        "step",
     )
     assert (bert.hp["epochs"], bert.hp["batch_size"]) == (3, 16)
     # BERMO fine-pruning on SQuAD: 10 epochs, Tables 7-10's SQuAD column

@@ -17,7 +17,7 @@ from ..errors import UserError
 from .rundirs import GlueRun, finetune_run, hyperparameters
 
 SQUAD_TASKS = ("squad1", "squad2")  # conf/task/squad1.yaml (v1.1), squad2.yaml (v2.0)
-SQUAD_PROTOCOLS = ("convbert", "bermo")  # ELECTRA's QA recipe, BERMO's (HF run_qa / Sanh et al.)
+SQUAD_PROTOCOLS = ("convbert", "bermo")  # ELECTRA's QA recipe, BERMO's (Sanh et al.'s masked_run_squad.py)
 WINDOW_KEYS = ("max_len", "doc_stride")  # squad.<key>: overrides of the protocol's windows
 
 
