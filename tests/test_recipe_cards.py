@@ -29,6 +29,9 @@ class Ref:
     warmup_steps: int = 10_000
     adam_eps: float = 1e-6
     weight_decay: float = 0.01
+    # how examples are made: ELECTRA's build_pretraining_dataset.py (ConvBERT builds its data with
+    # it), BERT's packed blocks (a deviation: create_pretraining_data.py), Chang et al.'s pairs
+    examples: str = "electra"
 
 
 ELECTRA_MASKING = (0.15, 0.85, 0.0)  # google-research/electra pretrain_helpers.py:202 (tf.less(u, 0.85))
@@ -54,14 +57,15 @@ REFERENCE = {
     "electra_base": Ref(2e-4, 256, 766_000, ELECTRA_MASKING, 79, 1 / 3, seq_len=512),
     # BERT-Base (Devlin et al. §A.2): lr 1e-4, batch 256, 1M steps; create_pretraining_data.py: 80/10/10,
     # at most 20 predictions; optimization.py: eps 1e-6
-    "bert_base": Ref(1e-4, 256, 1_000_000, (0.15, 0.8, 0.1), 20, 1 / 3),  # (generator: objective=electra only)
+    "bert_base": Ref(1e-4, 256, 1_000_000, (0.15, 0.8, 0.1), 20, 1 / 3, examples="packed"),  # (generator: objective=electra only)
     # Chang et al. Table 4: small lr 3e-4, batch 128, 125k steps; base lr 1e-4, batch 256, 1M steps;
     # warm-up 10k, eps 1e-6, weight decay 0.01, mask proportion 0.15
-    "chang_small": Ref(3e-4, 128, 125_000, HF_MASKING, None, 0.25),  # (generator: objective=electra only)
-    "chang_base": Ref(1e-4, 256, 1_000_000, HF_MASKING, None, 1 / 3),
+    # examples: their line-by-line pair dataset (README --line_by_line), one sentence pair per example
+    "chang_small": Ref(3e-4, 128, 125_000, HF_MASKING, None, 0.25, examples="sentence_pairs"),  # (generator: objective=electra only)
+    "chang_base": Ref(1e-4, 256, 1_000_000, HF_MASKING, None, 1 / 3, examples="sentence_pairs"),
 }
 
-CHANG = "Salesforce/wikitext (wikitext-103-raw-v1)"  # Chang et al.: BookCorpus + WikiText-103 (BookCorpus is not open)
+CHANG = "bookcorpus/bookcorpus + Salesforce/wikitext (wikitext-103-raw-v1)"  # Chang et al. §4, appendix A.1
 OWT = "Skylion007/openwebtext"  # ConvBERT §4.1: OpenWebText
 # every sweep: {variant: (recipe, steps multiplier)} of its pre-training at scale=paper, and its
 # corpus; None: the sweep fine-tunes a released checkpoint at scale=paper (BERMO: bert-base-uncased)
@@ -147,6 +151,7 @@ def test_pretraining_cards_at_paper_scale_carry_the_papers_values(name):
             else:
                 assert "generator_fraction" not in got, where
             assert got["seq_len"] == ref.seq_len and got["corpus"] == corpus, where
+            assert got["examples"] == ref.examples, where
     # variants that share a recipe share its card
     assert len(cards) == len({tuple(sorted(dict(c.rows).items(), key=str)) for c in cards})
 
