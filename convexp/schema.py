@@ -163,6 +163,7 @@ class FinetuneSchema:
     grad_clip: Optional[float] = None
     scalar_mix_lr: Optional[float] = None
     intermediate: bool = False
+    both_orders: bool = False
     grid: bool = False
     grid_values: Dict[str, List[Any]] = field(default_factory=dict)
     group_by_length: bool = True  # GLUE/probing training batches of rows of similar length

@@ -347,6 +347,10 @@ PRINTED_METHOD = {
         "squad1": (500.0, 500.0, 1, 2, 1e-2, 0.0, 0.10),
     },
 }
+# SQuAD windows: Sanh et al.'s masked_run_squad.py (huggingface/block_movement_pruning, ShortNamer
+# defaults and argparse: max_seq_length 384, doc_stride 128, max_query_length 64) calls the legacy
+# transformers squad_convert_examples_to_features, where doc_stride is the step between window starts
+SANH_SQUAD_WINDOWS = {"max_len": 384, "doc_stride": 128, "stride_mode": "step", "max_query_len": 64}
 # Learning rate: Tables 6, 8, 9 print 3e-5 for every task; Tables 7, 10 and 11 print 3e-6 for QQP,
 # which convexp reads as a typo (3e-5 everywhere; stated in the sweeps' notes and reports).
 LR = 3e-5
@@ -376,6 +380,11 @@ def check_printed(node, method, bermo, epochs=None):
     assert (*got, p.final_threshold) == pytest.approx(
         (lam_bermo if bermo else lam_bert, w_i, w_f, score_lr, t_i, t_f)
     ), node.key
+    if node.task.startswith("squad"):
+        from convexp.stages.squad_runs import qa_settings
+
+        qa = qa_settings(cfg)
+        assert {k: qa[k] for k in SANH_SQUAD_WINDOWS} == SANH_SQUAD_WINDOWS, node.key
 
 
 def test_prune_methods_plan_runs_bermos_printed_settings():

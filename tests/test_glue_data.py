@@ -14,7 +14,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from convexp.data.encoding import collate, encode_example, tokenize_task, truncated_lengths
-from convexp.data.errors import TaskFileError, TaskLabelError, UnknownTaskError
+from convexp.data.errors import TaskError, TaskFileError, TaskLabelError, UnknownTaskError
 from convexp.data.loading import load_task, task_features
 from convexp.data.scores import compute_metrics, convbert_score, glue_average, score_columns, task_score
 from convexp.data.submissions import write_submission, zip_submission
@@ -250,6 +250,42 @@ def test_disk_source_round_trip(tmp_path):
     datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "saved" / "rte"))
     again = load_task("rte", {"source": "disk", "path": str(tmp_path / "saved")})
     assert {k: v[:] for k, v in again.items()} == {k: v[:] for k, v in splits.items()}
+
+
+@pytest.mark.parametrize("task", ["mrpc", "stsb"])
+def test_both_orders_holds_every_training_pair_twice_and_leaves_dev_as_it_is(glue_root, task):
+    """ELECTRA's double_unordered (classification_tasks.py, MRPC and STS _create_examples): under
+    protocol=convbert the training split holds each pair as (a, b) and as (b, a) with its label;
+    dev and test are the file's rows (ELECTRA doubles split == "train" only)."""
+    from omegaconf import OmegaConf
+
+    from convexp.config import compose_stage
+    from convexp.data.loading import prepare_task
+
+    source = OmegaConf.create({"source": "local", "path": str(glue_root)})
+    cfg = compose_stage("finetune", ["init=x", f"task={task}", "protocol=convbert"])
+    assert cfg.both_orders  # on in ConvBERT's (ELECTRA's) recipe, for the unordered tasks
+    _, once = prepare_task(cfg.task, source, both_orders=False)
+    _, twice = prepare_task(cfg.task, source, both_orders=cfg.both_orders)
+    a, b = GLUE_TASKS[task].text_fields
+    rows = lambda ds: sorted((r[a], r[b], r["label"], r["idx"]) for r in ds)  # noqa: E731
+    assert rows(twice["train"]) == sorted(rows(once["train"]) + [(y, x, l, i) for x, y, l, i in rows(once["train"])])
+    assert twice["train"].features == once["train"].features
+    for split in once:
+        if split != "train":
+            assert twice[split][:] == once[split][:]
+    for protocol in ("chang", "bermo"):  # each pair once, as given
+        assert not compose_stage("finetune", ["init=x", f"task={task}", f"protocol={protocol}"]).both_orders
+    assert not compose_stage("finetune", ["init=x", "task=rte", "protocol=convbert"]).both_orders  # ordered
+
+
+def test_both_orders_on_single_sentences_is_one_line():
+    from omegaconf import OmegaConf
+
+    from convexp.data.loading import prepare_task
+
+    with pytest.raises(TaskError, match="sst2 has single sentences.*both_orders=false"):
+        prepare_task(OmegaConf.create({"name": "sst2"}), {"source": "synthetic", "synthetic_size": 60}, True)
 
 
 # ---------------------------------------------------------------------------- errors

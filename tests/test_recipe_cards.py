@@ -29,6 +29,9 @@ class Ref:
     warmup_steps: int = 10_000
     adam_eps: float = 1e-6
     weight_decay: float = 0.01
+    # how examples are made: ELECTRA's build_pretraining_dataset.py (ConvBERT builds its data with
+    # it), BERT's packed blocks (a deviation: create_pretraining_data.py), Chang et al.'s pairs
+    examples: str = "electra"
 
 
 ELECTRA_MASKING = (0.15, 0.85, 0.0)  # google-research/electra pretrain_helpers.py:202 (tf.less(u, 0.85))
@@ -54,14 +57,15 @@ REFERENCE = {
     "electra_base": Ref(2e-4, 256, 766_000, ELECTRA_MASKING, 79, 1 / 3, seq_len=512),
     # BERT-Base (Devlin et al. §A.2): lr 1e-4, batch 256, 1M steps; create_pretraining_data.py: 80/10/10,
     # at most 20 predictions; optimization.py: eps 1e-6
-    "bert_base": Ref(1e-4, 256, 1_000_000, (0.15, 0.8, 0.1), 20, 1 / 3),  # (generator: objective=electra only)
+    "bert_base": Ref(1e-4, 256, 1_000_000, (0.15, 0.8, 0.1), 20, 1 / 3, examples="packed"),  # (generator: objective=electra only)
     # Chang et al. Table 4: small lr 3e-4, batch 128, 125k steps; base lr 1e-4, batch 256, 1M steps;
     # warm-up 10k, eps 1e-6, weight decay 0.01, mask proportion 0.15
-    "chang_small": Ref(3e-4, 128, 125_000, HF_MASKING, None, 0.25),  # (generator: objective=electra only)
-    "chang_base": Ref(1e-4, 256, 1_000_000, HF_MASKING, None, 1 / 3),
+    # examples: their line-by-line pair dataset (README --line_by_line), one sentence pair per example
+    "chang_small": Ref(3e-4, 128, 125_000, HF_MASKING, None, 0.25, examples="sentence_pairs"),  # (generator: objective=electra only)
+    "chang_base": Ref(1e-4, 256, 1_000_000, HF_MASKING, None, 1 / 3, examples="sentence_pairs"),
 }
 
-CHANG = "Salesforce/wikitext (wikitext-103-raw-v1)"  # Chang et al.: BookCorpus + WikiText-103 (BookCorpus is not open)
+CHANG = "bookcorpus/bookcorpus + Salesforce/wikitext (wikitext-103-raw-v1)"  # Chang et al. §4, appendix A.1
 OWT = "Skylion007/openwebtext"  # ConvBERT §4.1: OpenWebText
 # every sweep: {variant: (recipe, steps multiplier)} of its pre-training at scale=paper, and its
 # corpus; None: the sweep fine-tunes a released checkpoint at scale=paper (BERMO: bert-base-uncased)
@@ -147,6 +151,7 @@ def test_pretraining_cards_at_paper_scale_carry_the_papers_values(name):
             else:
                 assert "generator_fraction" not in got, where
             assert got["seq_len"] == ref.seq_len and got["corpus"] == corpus, where
+            assert got["examples"] == ref.examples, where
     # variants that share a recipe share its card
     assert len(cards) == len({tuple(sorted(dict(c.rows).items(), key=str)) for c in cards})
 
@@ -349,3 +354,30 @@ ISSUE_22 = [
 @pytest.mark.parametrize("item, what, source, check", ISSUE_22, ids=[f"item{r[0]}" for r in ISSUE_22])
 def test_issue_22_rows_at_paper_scale(item, what, source, check):
     check()
+
+
+# --- fine-tuning cards: the data each task trains on ---------------------------------------------
+# (sweep, setting, {task: value at scale=paper}, source) rows of the fine-tuning cards; None: no row.
+FINETUNE_DATA_ROWS = [
+    # ELECTRA's double_unordered = True (google-research/electra configure_finetuning.py:76,
+    # yitu-opensource/ConvBert configure_finetuning.py:69): MRPC and STS train on both sentence
+    # orders (finetune/classification/classification_tasks.py, MRPC/STS _create_examples); the
+    # other tasks once, as given
+    ("convbert-sizes", "both_orders", {"mrpc": True, "stsb": True, "rte": None, "qqp": None},
+     "electra configure_finetuning.py:76"),
+    # ELECTRA's answerable classifier on every SQuAD version (configure_finetuning.py:84
+    # answerable_classifier = True; finetune/qa/qa_tasks.py: v1.1 labels all 0)
+    ("convbert-squad", "qa.answerable", {"squad1": True, "squad2": True}, "electra configure_finetuning.py:84"),
+]
+
+
+@pytest.mark.parametrize("sweep,setting,by_task,source", FINETUNE_DATA_ROWS)
+def test_finetune_cards_at_paper_scale_carry_the_data_settings_of_the_code(sweep, setting, by_task, source):
+    from convexp.sweep.plan import build_plan
+
+    variant = next(iter(load_sweep(sweep).variants))
+    args = ["scale=paper", f"variants=[{variant}]", f"tasks=[{','.join(by_task)}]", "seeds=[1]"]
+    plan = build_plan(load_sweep(sweep), args)
+    cards = {task: card for card in finetune_cards(plan.order()) for task in card.title.split(", ")}
+    for task, value in by_task.items():
+        assert dict(cards[task].rows).get(setting) == value, (setting, task, source)

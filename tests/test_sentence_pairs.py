@@ -133,12 +133,64 @@ def test_chang_sweeps_use_sentence_pairs_at_every_scale(tmp_path, monkeypatch):
             cfg, model_cfg = first_pretrain(name, scale)
             assert cfg.data.examples == "sentence_pairs", (name, scale)
         packed, packed_model = first_pretrain("convbert-kernel-size", scale)
-        assert packed.data.examples == "packed"
+        assert packed.data.examples == "electra"  # ConvBERT's recipe: ELECTRA's examples
         steps_batch = cfg.trainer.max_steps * cfg.trainer.batch_size
-        # packed blocks hold seq_len tokens; Chang et al.'s pairs fewer (the corpus's mean)
+        # ELECTRA's examples are counted at seq_len tokens (as packed blocks); Chang et al.'s pairs
+        # fewer (the corpus's mean)
         packed_steps_batch = packed.trainer.max_steps * packed.trainer.batch_size
         assert pretrain_tokens(packed) == packed_steps_batch * packed.seq_len
         assert 0.2 * cfg.seq_len * steps_batch < pretrain_tokens(cfg) < 0.7 * cfg.seq_len * steps_batch
         # ... but padded to seq_len, as Chang et al.'s dataset pads them: the compute is the same
         as_packed = OmegaConf.merge(cfg, {"data": {"examples": "packed"}})
         assert pretrain_flops(cfg, model_cfg) == pretrain_flops(as_packed, model_cfg)
+
+
+def test_changs_corpus_is_bookcorpus_and_wikitext103_composed_through_datasets(tmp_path):
+    """Chang et al. §4 / appendix A.1: BookCorpus + WikiText-103. conf/data/bookcorpus_wikitext103.yaml
+    names the two hub datasets (data.parts); the same code path is run here on local stand-ins
+    (load_dataset reads a folder as it reads a hub repository): BookCorpus's one sentence per row
+    grouped into documents of rows_per_doc rows, then WikiText's rows, blank ones dropped."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from convexp.config import compose_stage
+    from convexp.data.corpus import load_corpus
+    from convexp.sweep.cards import corpus
+
+    cfg = compose_stage("pretrain", ["model=chang_small", "data=bookcorpus_wikitext103"])
+    assert [(p.path, p.name) for p in cfg.data.parts] == [
+        ("bookcorpus/bookcorpus", None), ("Salesforce/wikitext", "wikitext-103-raw-v1")
+    ]
+    assert corpus(cfg.data) == "bookcorpus/bookcorpus + Salesforce/wikitext (wikitext-103-raw-v1)"
+
+    book, wiki = tmp_path / "book", tmp_path / "wiki"
+    book.mkdir(), wiki.mkdir()
+    sentences = [f"b{i} says hello ." for i in range(10)]
+    (book / "train.jsonl").write_text("".join(json.dumps({"text": s}) + "\n" for s in sentences))
+    paragraphs = [" = w0 = ", "", "w1 is a paragraph . it has two sentences .", " "]
+    (wiki / "train.jsonl").write_text("".join(json.dumps({"line": p}) + "\n" for p in paragraphs))
+    parts = [
+        {**dict(cfg.data.parts[0]), "path": str(book), "rows_per_doc": 4},
+        {**dict(cfg.data.parts[1]), "path": str(wiki), "name": None, "text_field": "line"},
+    ]
+    data = {**OmegaConf.to_container(cfg.data), "parts": parts, "val_docs": 1}
+    docs = load_corpus(data)["text"]
+    assert docs == ["\n".join(sentences[0:4]), "\n".join(sentences[4:8]), "\n".join(sentences[8:10]),
+                    " = w0 = ", "w1 is a paragraph . it has two sentences ."]
+    # Chang et al.'s examples from it: consecutive BookCorpus sentences paired
+    tok = {"kind": "pretrained", "path": str(write_vocab(tmp_path / "vocab.txt", [
+        *[f"b{i}" for i in range(10)], "says", "hello", "=", "w0", "w1", "is", "a", "paragraph", "it", "has",
+        "two", "sentences", "."]))}
+    prepared = prepare_pretraining_data({**data, "examples": "sentence_pairs"}, tok, 16, tmp_path / "cache", 0)
+    first = prepared.tokenizer.decode(prepared.train[0]["input_ids"]).replace(".", " ").split()
+    assert first == ["b0", "says", "hello", "b1", "says", "hello"]
+    for bad, words in (
+        ({"parts": []}, ["data.parts", "non-empty"]),
+        ({"parts": [{"name": "x"}]}, ["data.parts[0]", "path"]),
+        ({"parts": [{"path": "x", "rows_per_doc": 0}]}, ["rows_per_doc=0"]),
+        ({"val_split": "validation"}, ["data.val_split", "data.val_docs"]),
+    ):
+        with pytest.raises(DataError) as e:
+            load_corpus({**data, **bad})
+        assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)

@@ -165,6 +165,29 @@ def test_overlap_stride_mode_shares_tokens(tokenizer):
         squad_features([rec], tokenizer, max_len=4)
 
 
+@pytest.mark.parametrize("task", ["squad1", "squad2"])
+def test_bermo_windows_start_every_128_tokens_as_sanhs_script(tokenizer, task):
+    """Sanh et al.'s masked_run_squad.py (huggingface/block_movement_pruning) calls the legacy
+    transformers ``squad_convert_examples_to_features`` with doc_stride 128, max_seq_length 384,
+    max_query_length 64: windows start 128 context tokens apart (``len(spans) * doc_stride``), the
+    last one ending at the context's end, as in BERT's run_squad.py; not run_qa.py's 128-token overlap."""
+    from convexp.config import compose_stage
+    from convexp.stages.squad_runs import qa_settings
+
+    qa = qa_settings(compose_stage("finetune", ["init=x", f"task={task}", "protocol=bermo"]))
+    assert (qa["max_len"], qa["doc_stride"], qa["stride_mode"], qa["max_query_len"]) == (384, 128, "step", 64)
+    context = " ".join(f"w{i}" for i in range(700))
+    rec = _record("x", context, "which word comes first", impossible=True)
+    whole = [tuple(o) for o in tokenizer.backend.encode(context, add_special_tokens=False).offsets]
+    feats = squad_features([rec], tokenizer, **{k: qa[k] for k in ("max_len", "doc_stride", "max_query_len", "stride_mode")})
+    windows = [[o for o in f["offsets"] if o is not None] for f in feats]
+    starts = [whole.index(w[0]) for w in windows]
+    assert starts == [128 * k for k in range(len(windows))] and len(windows) > 2
+    room = len(windows[0])  # 384 - question - 3
+    assert all(len(w) == room for w in windows[:-1]) and windows[-1][-1] == whole[-1]
+    assert starts[-2] + room < len(whole)  # no window more than the legacy loop makes
+
+
 # ---------------------------------------------------------------------------- decoding
 
 
@@ -403,6 +426,49 @@ def test_tiny_question_answerer_learns_synthetic_task(tokenizer, data, head):
             out.null_logit,
         )
     assert preds and all(p.text in recs[int(p.id.split("-")[1])]["context"] for p in preds.values())
+
+
+def test_v11_trains_electras_answerable_classifier_with_label_0(tokenizer):
+    """ELECTRA trains its answerable classifier on SQuAD 1.1 too (configure_finetuning.py:84
+    answerable_classifier = True for every QA task; qa_tasks.py: v1.1's is_impossible is False, so
+    every label is 0, sigmoid CE weighted 0.5); v1.1 decoding ignores its score (qa_metrics.py reads
+    it under v2 only)."""
+    from convexp.config import compose_stage
+    from convexp.stages.squad import build_qa_model
+    from convexp.stages.squad_eval import predict_spans
+    from convexp.stages.squad_runs import qa_settings
+
+    qa = qa_settings(compose_stage("finetune", ["init=x", "task=squad1"]))  # protocol=convbert
+    assert (qa["version"], qa["head"], qa["answerable"]) == ("v1.1", "electra", True)
+    v1 = synthetic_squad(40, seed=1, version="v1.1")["train"]
+    feats = squad_features(v1, tokenizer, max_len=64, doc_stride=32, max_query_len=16)
+    batch = collate_squad(feats[:16], tokenizer.pad_id)
+    assert not batch["is_impossible"].any()  # every label 0
+    torch.manual_seed(0)
+    model = build_qa_model(_cfg(tokenizer.vocab_size), qa)
+    keys = ("input_ids", "attention_mask", "token_type_ids", "context_mask", "start_positions", "end_positions")
+    inputs = {k: batch[k] for k in keys}
+    model.train()
+    out = model(**inputs, is_impossible=batch["is_impossible"])
+    span = model(**inputs).loss  # without labels: the span loss alone
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(out.null_logit, torch.zeros(16))
+    assert torch.allclose(out.loss, span + 0.5 * bce)
+    opt = torch.optim.SGD(model.head.answerable.parameters(), lr=0.5)
+    first = torch.sigmoid(out.null_logit).mean().item()
+    for _ in range(20):  # trained on label 0: the no-answer probability falls
+        opt.zero_grad()
+        model(**inputs, is_impossible=batch["is_impossible"]).loss.backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        assert torch.sigmoid(model(**inputs).null_logit).mean().item() < first / 2
+    # v1.1 predictions never read the no-answer score: a classifier pushed to "no answer" changes nothing
+    before = predict_spans(model, v1, feats, qa, tokenizer.pad_id)
+    with torch.no_grad():
+        model.head.answerable[-1].bias.fill_(1e4)
+    after = predict_spans(model, v1, feats, qa, tokenizer.pad_id)
+    assert {k: p.text for k, p in before.items()} == {k: p.text for k, p in after.items()}
+    assert all(p.text for p in after.values())
 
 
 def test_distillation_logits_give_sanh_span_distillation():

@@ -111,14 +111,14 @@ def test_protocol_settings_and_run_ids():
     [electra] = plan("task=squad2")
     assert electra.run_cfg.qa == {
         "head": "electra", "max_len": 512, "doc_stride": 128, "stride_mode": "step", "max_query_len": 64,
-        "n_best": 20, "max_answer_len": 30, "version": "v2.0",
+        "n_best": 20, "max_answer_len": 30, "answerable": True, "version": "v2.0",
     }  # fmt: skip
     assert (electra.hp["epochs"], electra.hp["batch_size"], electra.hp["layerwise_lr_decay"]) == (2, 32, 0.8)
     [bert] = plan("task=squad1", "protocol=bermo")
     assert (bert.run_cfg.qa["head"], bert.run_cfg.qa["max_len"], bert.run_cfg.qa["stride_mode"]) == (
         "bert",
         384,
-        "overlap",
+        "step",
     )
     assert (bert.hp["epochs"], bert.hp["batch_size"]) == (3, 16)
     # BERMO fine-pruning on SQuAD: 10 epochs, Tables 7-10's SQuAD column

@@ -13,7 +13,13 @@ Data config keys (``conf/data/*.yaml``; missing keys take the values of ``DATA_D
   max_docs      keep only the first max_docs documents (null: all)
   line_by_line  .txt files: one document per line; default false = one document per block of
                 lines separated by a blank line ("\\n\\n")
-  examples      packed | sentence_pairs: how pre-training examples are made (``packing.py``)
+  examples      packed | sentence_pairs | electra: how pre-training examples are made (``packing.py``)
+  parts         hub only, instead of path: a list of hub datasets read in turn and concatenated
+                into one corpus (``datasets.concatenate_datasets``; Chang et al.'s BookCorpus +
+                WikiText-103). Each part is {path, name, split, text_field, rows_per_doc}; a key
+                it leaves out takes the top-level value. ``rows_per_doc: N`` joins every N
+                consecutive rows (newline-separated) into one document, for a dataset of one
+                sentence per row and no document boundaries (BookCorpus); null: a row is a document
   cache, val_fraction, val_docs, val_split   used by ``pretraining.py`` (see there)
 
 Files: ``path`` is one file or a folder, searched recursively (hidden files skipped) for one
@@ -48,6 +54,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "max_docs": None,
     "line_by_line": False,
     "examples": "packed",
+    "parts": None,
     "cache": True,
     "val_fraction": 0.01,
     "val_docs": None,
@@ -95,12 +102,42 @@ def data_settings(cfg) -> dict:
         raise DataError(
             f"data.num_docs must be a positive number for the synthetic corpus, not {s['num_docs']!r}"
         )
-    if s["source"] in ("hub", "files") and not s["path"]:
+    if s["parts"] is not None:
+        _check_parts(s)
+    elif s["source"] in ("hub", "files") and not s["path"]:
         raise DataPathError(
             f"data.path is required for source {s['source']!r}; set data.path=<"
             + ("hub dataset name>" if s["source"] == "hub" else "file or folder>")
         )
     return s
+
+
+PART_KEYS = ("path", "name", "split", "text_field", "rows_per_doc")
+
+
+def _check_parts(s: dict) -> None:
+    """``data.parts``: hub datasets, each with a path and only part keys (one-line DataError)."""
+    parts = s["parts"]
+    if s["source"] != "hub" or not isinstance(parts, list) or not parts:
+        raise DataError(
+            "data.parts lists hub datasets to concatenate: give data.source=hub and a non-empty list, "
+            "e.g. data.parts=[{path: Salesforce/wikitext, name: wikitext-103-raw-v1}]"
+        )
+    if s["val_split"]:
+        raise DataError(
+            "data.val_split names one dataset's split; with data.parts hold out data.val_docs "
+            "(or data.val_fraction) documents instead"
+        )
+    for i, part in enumerate(parts):
+        unknown = sorted(set(part) - set(PART_KEYS)) if isinstance(part, dict) else ["(not a mapping)"]
+        if unknown or not part.get("path"):
+            raise DataError(
+                f"data.parts[{i}]: give a hub dataset as {{path: NAME, ...}} with keys "
+                f"{', '.join(PART_KEYS)}" + (f" (unknown: {', '.join(map(str, unknown))})" if unknown else "")
+            )
+        n = part.get("rows_per_doc")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise DataError(f"data.parts[{i}].rows_per_doc={n!r}: give a positive number of rows, or null")
 
 
 def find_data_files(path) -> tuple[str, list[str]]:
@@ -156,6 +193,8 @@ def load_corpus(cfg):
 
         ds = datasets.Dataset.from_dict({"text": synthetic_corpus(int(s["num_docs"]), int(s["seed"]))})
         ds, field = (ds.to_iterable_dataset() if s["streaming"] else ds), "text"
+    elif s["parts"] is not None:
+        ds, field = _load_parts(s), "text"
     elif s["source"] == "hub":
         ds, field = _load_hub(s), s["text_field"]
     else:
@@ -168,7 +207,7 @@ def load_corpus(cfg):
         n = int(s["max_docs"])
         ds = ds.take(n) if isinstance(ds, datasets.IterableDataset) else ds.select(range(min(n, len(ds))))
     if _is_empty(ds):
-        where = s["path"] if s["source"] != "synthetic" else "synthetic corpus"
+        where = (s["path"] or "data.parts") if s["source"] != "synthetic" else "synthetic corpus"
         raise EmptyCorpusError(
             f"corpus {where} has no non-blank document; check data.path and data.text_field"
         )
@@ -187,6 +226,23 @@ def _load_hub(s: dict):
             f"{type(e).__name__}: {cause}; check the names, go online (unset HF_DATASETS_OFFLINE/HF_HUB_OFFLINE) "
             f"or use data=files with a local copy"
         ) from e
+
+
+def _load_parts(s: dict):
+    """The hub datasets of ``data.parts``, each as a ``text`` column without blank rows (grouped
+    into documents of ``rows_per_doc`` rows), concatenated in order."""
+    import datasets
+
+    loaded = []
+    for part in s["parts"]:
+        p = {**s, **part}
+        ds = _text_column(_load_hub(p), p["text_field"], p["path"])
+        ds = ds.filter(lambda batch: [isinstance(t, str) and bool(t.strip()) for t in batch["text"]], batched=True)
+        n = part.get("rows_per_doc")
+        if n is not None:
+            ds = ds.map(lambda batch: {"text": ["\n".join(batch["text"])]}, batched=True, batch_size=int(n))
+        loaded.append(ds)
+    return datasets.concatenate_datasets(loaded)
 
 
 def _load_files(s: dict):

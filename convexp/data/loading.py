@@ -1,8 +1,11 @@
 """Loading a task's data: {split: datasets.Dataset} from the task's source.
 
-  prepare_task(task_cfg, source_cfg)  (Task, {split: Dataset}) of a composed fine-tuning config:
+  prepare_task(task_cfg, source_cfg, both_orders)
+                                      (Task, {split: Dataset}) of a composed fine-tuning config:
                                       a registered task or ``task=custom`` (``custom.py``), cut
-                                      to ``task.max_train_samples`` / ``task.max_eval_samples``
+                                      to ``task.max_train_samples`` / ``task.max_eval_samples``,
+                                      the training pairs in both orders when asked
+  in_both_orders(task, ds)            a pair split with every row twice: (a, b), then (b, a)
   task_data(task_cfg)                 the task keys that change a run's data (its run id)
   source_settings(source_cfg, task)   the ``glue:`` config node with defaults, validated
   load_task(task, source_cfg)         every split of a registered task (GLUE or SentEval probing)
@@ -67,12 +70,13 @@ def task_data(task_cfg) -> dict:
     return out
 
 
-def prepare_task(task_cfg, source_cfg) -> tuple[Task, dict]:
+def prepare_task(task_cfg, source_cfg, both_orders: bool = False) -> tuple[Task, dict]:
     """(Task, {split: datasets.Dataset}) of a composed fine-tuning config's ``task`` and ``glue``
     nodes. ``task=custom`` reads the user's files (and registers the task, with its label
     names, for ``get_task``); ``task.max_train_samples`` keeps the first N training rows and
     ``task.max_eval_samples`` the first N rows of each dev split (test splits are kept whole:
-    a submission needs every row)."""
+    a submission needs every row). ``both_orders`` (the recipe's, ELECTRA's ``double_unordered``)
+    then doubles the training split with every pair swapped; dev and test stay as they are."""
     limits = task_data(task_cfg)
     if task_cfg.name == custom.NAME:
         t, rows = custom.load_custom(task_cfg)
@@ -92,7 +96,24 @@ def prepare_task(task_cfg, source_cfg) -> tuple[Task, dict]:
         n = limits.get("max_train_samples" if split == "train" else "max_eval_samples")
         if n is not None and split in ("train", *t.dev_splits) and n < len(ds):
             splits[split] = ds.select(range(n))
+    if both_orders:
+        splits["train"] = in_both_orders(t, splits["train"])
     return t, splits
+
+
+def in_both_orders(t: Task, ds):
+    """The rows of a sentence-pair split, then the same rows with the two sentences swapped
+    (ELECTRA's ``double_unordered``: classification_tasks.py, MRPC and STS ``_create_examples``).
+    The swapped rows keep their label and ``idx``."""
+    import datasets
+
+    if not t.is_pair:
+        raise TaskError(
+            f"both_orders=true: {t.name} has single sentences, nothing to swap; give both_orders=false"
+        )
+    a, b = t.text_fields
+    swapped = ds.rename_columns({a: b, b: a}).select_columns(list(ds.column_names))
+    return datasets.concatenate_datasets([ds, swapped])
 
 
 def source_settings(source_cfg, task: Task | None = None) -> dict:

@@ -1,4 +1,5 @@
-"""Pre-training examples from tokenized documents (pure Python): packed blocks or sentence pairs.
+"""Pre-training examples from tokenized documents (pure Python): packed blocks, sentence pairs or
+ELECTRA's examples.
 
 ``data.examples`` picks how examples are made (``EXAMPLES``):
 
@@ -39,6 +40,26 @@ formed within a document (their file pairs consecutive lines across document bou
 and a document's odd last sentence is an example of its own, ``[CLS] A [SEP]`` (their file
 pairs it with the next document's first sentence; their iterable dataset allows "one or two
 sentences" per example).
+
+electra (``electra_examples``): ELECTRA's examples, as its ``build_pretraining_dataset.py``
+(``ExampleBuilder``, google-research/electra; ConvBERT's data is built with the same file) makes
+them from documents given as lines (the units its builder reads: the text lines of a corpus file,
+blank ones skipped; on OpenWebText a line is a paragraph, on a one-sentence-per-line corpus a
+sentence). Lines accumulate until they hold at least the *target length* of tokens (seq_len, see
+below) or the document ends; then they become one example and the next example starts empty:
+
+  1. With probability 0.1 the example is a single segment (its first-segment target is 100,000),
+     else the first segment's target is (target − 3) // 2.
+  2. Each line in turn goes to segment A if A is empty, or if A plus the line stays under A's
+     target, or — while B is still empty and A is under its target — with probability 1/2;
+     otherwise to B. (So a short line after B has started can still join A.)
+  3. A is cut to seq_len − 2 tokens, B to seq_len − len(A) − 3 (an empty B: no B); the tokens cut
+     off are dropped, as are a line's tokens beyond them: nothing carries to the next example.
+  4. The next example's target is seq_len, or with probability 0.05 a uniform integer in
+     [5, seq_len] (an example may still exceed its target: the last line counts whole).
+
+An example never holds two documents' tokens, and A/B split only at line boundaries. Rows:
+``[CLS] A [SEP] B [SEP]`` (types 0 / 1) or ``[CLS] A [SEP]``, padded to seq_len; no pair label.
 """
 
 from __future__ import annotations
@@ -48,7 +69,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 PAIR_FORMATS = ("pairs", "nsp", "sop", "single")
-EXAMPLES = ("packed", "sentence_pairs")
+EXAMPLES = ("packed", "sentence_pairs", "electra")
+# ELECTRA's build_pretraining_dataset.py (ExampleBuilder._create_example)
+ELECTRA_SINGLE_SEGMENT = 0.1  # probability of a one-segment example (first-segment target 100,000)
+ELECTRA_SHORT_TARGET = 0.05  # probability that the next example's target is randint(5, seq_len)
+ELECTRA_MIN_TARGET = 5
 
 
 @dataclass(frozen=True)
@@ -142,6 +167,50 @@ def sentence_pairs(docs: Iterable[list[list[int]]], seq_len: int, specials: Spec
                 "token_type_ids": [0] * seq_len,
                 "attention_mask": [1] * len(ids) + [0] * pad,
             }
+
+
+def electra_examples(
+    docs: Iterable[list[list[int]]], seq_len: int, specials: SpecialIds, rng: random.Random
+) -> Iterator[dict]:
+    """Yield ELECTRA's examples (see the module docstring) of documents given as lists of lines
+    (token ids without special tokens; lines without tokens are skipped)."""
+    if seq_len < min_seq_len("pairs"):
+        raise ValueError(f"seq_len {seq_len} is too short for ELECTRA's examples")
+    target = seq_len
+    for doc in docs:
+        lines: list[list[int]] = []
+        length = 0
+        for ids in doc:
+            if not ids:
+                continue
+            lines.append(ids)
+            length += len(ids)
+            if length >= target:
+                yield _electra_row(lines, target, seq_len, specials, rng)
+                target, lines, length = _electra_target(seq_len, rng), [], 0
+        if lines:  # the document ends the example
+            yield _electra_row(lines, target, seq_len, specials, rng)
+            target = _electra_target(seq_len, rng)
+
+
+def _electra_row(lines: list[list[int]], target: int, seq_len: int, sp: SpecialIds, rng: random.Random) -> dict:
+    """One example of the accumulated lines: segments A and B (steps 1-3 of the module docstring)."""
+    a_target = 100_000 if rng.random() < ELECTRA_SINGLE_SEGMENT else (target - 3) // 2
+    a: list[int] = []
+    b: list[int] = []
+    for line in lines:
+        if not a or len(a) + len(line) < a_target or (not b and len(a) < a_target and rng.random() < 0.5):
+            a += line
+        else:
+            b += line
+    a = a[: seq_len - 2]
+    b = b[: max(0, seq_len - len(a) - 3)]
+    return _row(a, b or None, None, seq_len, sp)
+
+
+def _electra_target(seq_len: int, rng: random.Random) -> int:
+    """The next example's target length (step 4 of the module docstring)."""
+    return rng.randint(ELECTRA_MIN_TARGET, seq_len) if rng.random() < ELECTRA_SHORT_TARGET else seq_len
 
 
 def _random_span(

@@ -14,10 +14,12 @@ returns a :class:`PretrainingData` with
              tokens per training example, specials included; streaming: of the validation
              examples), vocab_size, seq_len, pair_format, examples, cached, cache_path, streaming
 
-``data.examples`` (``packing.EXAMPLES``): ``packed`` blocks that fill seq_len, or Chang et al.'s
+``data.examples`` (``packing.EXAMPLES``): ``packed`` blocks that fill seq_len, Chang et al.'s
 ``sentence_pairs`` (documents split into sentences by ``sentences.py``, one pair per example,
-padded to seq_len; needs ``pair_format="pairs"``: no NSP/SOP label). Both give the same columns
-and row length, so the stage reads them the same way.
+padded to seq_len) or ELECTRA's ``electra`` examples (documents read as their non-blank lines,
+as ELECTRA's builder reads its files; padded to seq_len); the last two need
+``pair_format="pairs"``: no NSP/SOP label. All give the same columns and row length, so the stage
+reads them the same way.
 
 Column types: input_ids int32, token_type_ids/attention_mask/pair_label int8, each a
 fixed-length list; ``collate`` stacks rows into int64 tensors.
@@ -62,8 +64,16 @@ import numpy as np
 from ..atomic import atomic_dir, config_hash
 from .corpus import corpus_fingerprint, data_settings, load_corpus
 from .errors import DataError, EmptyCorpusError
-from .packing import EXAMPLES, PAIR_FORMATS, SpecialIds, min_seq_len, pack_blocks, sentence_pairs
-from .sentences import split_sentences
+from .packing import (
+    EXAMPLES,
+    PAIR_FORMATS,
+    SpecialIds,
+    electra_examples,
+    min_seq_len,
+    pack_blocks,
+    sentence_pairs,
+)
+from .sentences import split_lines, split_sentences
 from .synthetic import entropy_from_counts
 from .tokenizer import Tokenizer, build_tokenizer, tokenizer_settings
 
@@ -99,10 +109,10 @@ def prepare_pretraining_data(
     examples = d["examples"]
     if examples not in EXAMPLES:
         raise DataError(f"unknown data.examples {examples!r}; choose one of: {', '.join(EXAMPLES)}")
-    if examples == "sentence_pairs" and pair_format != "pairs":
+    if examples != "packed" and pair_format != "pairs":
         raise DataError(
-            f"data.examples=sentence_pairs has no {pair_format} label (Chang et al.: MLM only); "
-            "use objective.pair_format=pairs or data.examples=packed"
+            f"data.examples={examples} has no {pair_format} label (Chang et al.'s and ELECTRA's "
+            "examples: none); use objective.pair_format=pairs or data.examples=packed"
         )
     layout = (pair_format, examples)
     cache_dir = Path(cache_dir) if d["cache"] else None
@@ -214,10 +224,13 @@ def _token_docs(batches: Iterator[list[str]], tokenizer: Tokenizer, counts: _Tok
         yield from ids
 
 
-def _sentence_docs(batches: Iterator[list[str]], tokenizer: Tokenizer, counts: _TokenCounts | None = None):
-    """Each document as the token ids of its sentences (no specials), optionally counted."""
+def _unit_docs(
+    batches: Iterator[list[str]], tokenizer: Tokenizer, units, counts: _TokenCounts | None = None
+):
+    """Each document as the token ids of its units (no specials), optionally counted: sentences
+    (``split_sentences``) or lines (``split_lines``)."""
     for texts in batches:
-        split = [split_sentences(t) for t in texts]
+        split = [units(t) for t in texts]
         ids = iter(tokenizer.encode_batch([s for doc in split for s in doc]))
         docs = [[next(ids) for _ in doc] for doc in split]
         if counts is not None:
@@ -226,11 +239,14 @@ def _sentence_docs(batches: Iterator[list[str]], tokenizer: Tokenizer, counts: _
 
 
 def _examples(texts, tokenizer: Tokenizer, seq_len: int, layout: tuple[str, str], seed: int, counts=None):
-    """The rows of a text Dataset/IterableDataset: packed blocks or sentence pairs."""
+    """The rows of a text Dataset/IterableDataset: packed blocks, sentence pairs or ELECTRA's examples."""
     pair_format, examples = layout
     if examples == "sentence_pairs":
-        docs = _sentence_docs(_text_batches(texts), tokenizer, counts)
+        docs = _unit_docs(_text_batches(texts), tokenizer, split_sentences, counts)
         return sentence_pairs(docs, seq_len, _specials(tokenizer))
+    if examples == "electra":
+        docs = _unit_docs(_text_batches(texts), tokenizer, split_lines, counts)
+        return electra_examples(docs, seq_len, _specials(tokenizer), random.Random(seed))
     docs = _token_docs(_text_batches(texts), tokenizer, counts)
     return pack_blocks(docs, seq_len, pair_format, _specials(tokenizer), random.Random(seed))
 

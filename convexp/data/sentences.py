@@ -1,4 +1,6 @@
-"""Sentence splitting for sentence-pair pre-training examples (Chang et al., see ``packing.py``).
+"""Splitting documents into the units pre-training examples are made of (see ``packing.py``):
+sentences for Chang et al.'s sentence pairs (``split_sentences``), lines for ELECTRA's examples
+(``split_lines``).
 
 Chang et al. pre-train on a text file with one sentence per line (mlpc-ucsd/BERT_Convolutions
 ``LineByLineTextDataset``); our corpora hold documents, so each document is split into
@@ -38,6 +40,12 @@ def split_sentences(text: str) -> list[str]:
             start = m.end()
         out.append(line[start:])
     return [s.strip() for s in out if s.strip()]
+
+
+def split_lines(text: str) -> list[str]:
+    """The non-blank lines of ``text``, stripped: the units ELECTRA's ``build_pretraining_dataset.py``
+    reads (``line.strip()``; blank lines skipped within a document, as its OpenWebText build does)."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def _abbreviation(before: str) -> bool:

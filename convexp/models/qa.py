@@ -7,9 +7,10 @@
   1000 (ELECTRA's ``logits += 1000 · (answer_mask − 1)``); end logits are *joint*: token j's end
   logit is dense(GELU(dense([h_start ; h_j]))) → 1 (hidden 512 in ELECTRA), where h_start is the
   gold start's vector in training and, at inference, each of a beam of the k best starts (k = 20),
-  each keeping its k best ends. loss = (CE(start) + CE(end | gold start)) / 2. For SQuAD 2.0 an
-  answerable classifier reads [h_CLS ; Σ_j softmax(start)_j · h_j] → dense-GELU → 1: the
-  *no-answer* logit (ELECTRA trains it on ``is_impossible``), sigmoid CE added with weight 0.5.
+  each keeping its k best ends. loss = (CE(start) + CE(end | gold start)) / 2. The answerable
+  classifier reads [h_CLS ; Σ_j softmax(start)_j · h_j] → dense-GELU → 1: the *no-answer* logit
+  (ELECTRA trains it on the question's ``is_impossible``, on SQuAD 1.1 too, where every label is
+  0), sigmoid CE added with weight 0.5; only v2.0's decoding reads it.
 
 ``QuestionAnswerer`` wraps convexp's :class:`Encoder` with either head. Its output carries the
 start and end logits over the tokens ([B, L]; for the joint head the end logits are conditioned
@@ -132,7 +133,7 @@ class JointSpanHead(nn.Module):
         context_mask: torch.Tensor,  # [B, L], 1 = context token
         start_positions: torch.Tensor | None = None,  # [B]
         end_positions: torch.Tensor | None = None,  # [B]
-        is_impossible: torch.Tensor | None = None,  # [B], 1 = no answer (v2.0)
+        is_impossible: torch.Tensor | None = None,  # [B], 1 = no answer (v1.1: all 0)
     ) -> QAOutput:
         B, L, _ = features.shape
         answer_mask = context_mask.to(features.dtype).clone()

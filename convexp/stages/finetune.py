@@ -370,7 +370,7 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
         if not todo:
             continue  # data is loaded only for tasks with work left
         tcfg = task_config(cfg, task_cfgs, name)
-        task, raw = prepare_task(tcfg.task, tcfg.glue)
+        task, raw = prepare_task(tcfg.task, tcfg.glue, tcfg.both_orders)
         splits = tokenize_task(
             task, raw, init.tokenizer, tcfg.task.max_len, Path(cfg.outputs) / "cache" / "glue"
         )

@@ -238,6 +238,8 @@ def finetune_run(
         run_cfg.scalar_mix = bool(mix)
         if mix:  # the normalisation changes what the mix computes
             run_cfg.scalar_mix_norm = cfg.get("scalar_mix_norm", "per_layer")
+    if cfg.get("both_orders"):  # the training pairs in both orders (off: older ids stay)
+        run_cfg.both_orders = True
     if cfg.get("classifier"):  # a head other than the init model's
         run_cfg.classifier = cfg.classifier
     for k, v in (extra or {}).items():

@@ -53,12 +53,10 @@ COLUMNS = (
 
 
 def build_qa_model(model_cfg: ModelConfig, qa: dict) -> QuestionAnswerer:
-    """The protocol's question answerer: ELECTRA's joint head (beam = n_best; the answerable
-    classifier for v2.0) or BERT's independent head."""
+    """The protocol's question answerer: ELECTRA's joint head (beam = n_best; with the answerable
+    classifier when ``qa["answerable"]``, ELECTRA's on v1.1 and v2.0 alike) or BERT's independent head."""
     if qa["head"] == "electra":
-        return QuestionAnswerer(
-            model_cfg, "electra", beam_size=qa["n_best"], answerable=qa["version"] == "v2.0"
-        )
+        return QuestionAnswerer(model_cfg, "electra", beam_size=qa["n_best"], answerable=qa["answerable"])
     return QuestionAnswerer(model_cfg, qa["head"])
 
 

@@ -17,7 +17,7 @@ from ..errors import UserError
 from .rundirs import GlueRun, finetune_run, hyperparameters
 
 SQUAD_TASKS = ("squad1", "squad2")  # conf/task/squad1.yaml (v1.1), squad2.yaml (v2.0)
-SQUAD_PROTOCOLS = ("convbert", "bermo")  # ELECTRA's QA recipe, BERMO's (HF run_qa / Sanh et al.)
+SQUAD_PROTOCOLS = ("convbert", "bermo")  # ELECTRA's QA recipe, BERMO's (Sanh et al.'s masked_run_squad.py)
 WINDOW_KEYS = ("max_len", "doc_stride")  # squad.<key>: overrides of the protocol's windows
 
 
@@ -45,6 +45,11 @@ def qa_settings(cfg: DictConfig) -> dict:
         if cfg.squad.get(key) is not None:
             qa[key] = int(cfg.squad[key])
     qa["version"] = str(cfg.task.version)
+    if qa["head"] == "electra" and not isinstance(qa.get("answerable"), bool):
+        raise UserError(
+            f"task.qa.{cfg.protocol}.answerable: give true (ELECTRA's answerable classifier, trained on "
+            "v1.1 and v2.0 alike) or false for the electra head"
+        )
     return qa
 
 

@@ -56,12 +56,16 @@ def pretrain_rows(cfg: DictConfig) -> tuple[tuple[str, object], ...]:
     ]
     if obj.name == "electra":
         rows.append(("generator_fraction", obj.generator_fraction))
-    rows += [("seq_len", cfg.seq_len), ("corpus", corpus(cfg.data)), ("tokenizer", tokenizer(cfg.tokenizer))]
+    rows += [("seq_len", cfg.seq_len), ("corpus", corpus(cfg.data)), ("examples", cfg.data.examples)]
+    rows.append(("tokenizer", tokenizer(cfg.tokenizer)))
     return tuple(rows)
 
 
 def corpus(data: DictConfig) -> str:
-    """The pre-training corpus as a user names it: the hub dataset, the files, or synthetic."""
+    """The pre-training corpus as a user names it: the hub dataset (its parts, joined by " + "), the
+    files, or synthetic."""
+    if data.get("parts"):
+        return " + ".join(corpus(part) for part in data.parts)
     name = data.get("path") or data.source
     return f"{name} ({data.name})" if data.get("name") else str(name)
 
@@ -130,7 +134,7 @@ def finetune_notes(settings: Mapping, scale: str) -> tuple[str, ...]:
 # run-config keys (rundirs.finetune_run; qa: SQuAD's head and windows) that set how a fine-tuning run
 # trains, besides its hp
 RUN_KEYS = (
-    "protocol", "max_len", "qa", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier",
+    "protocol", "max_len", "both_orders", "qa", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier",
     "group_by_length",
 )
 

@@ -27,20 +27,21 @@ SQUAD_TRAIN = {"squad1": 87599, "squad2": 130319}  # training questions of train
 SENTENCE_PAIR_TOKENS = {
     # measured: scale=smoke's corpus (20,000 docs), its WordPiece of 2,000 tokens, seq_len 64: 36.9
     "synthetic": 36.9,
-    # Chang et al.'s own corpus, derived (not measured): §4's 31M sentence pairs from BookCorpus
-    # (~800M words, Devlin et al. 2019) + WikiText-103 (103M tokens, Merity et al. 2017) = ~29
-    # words a pair, x ~1.3 pieces a word (an assumption, typical of 30k English vocabularies) + 3
-    # specials = ~41. WikiText-103 alone (BookCorpus is not openly available) has longer
-    # sentences than BookCorpus, so its pairs are likely longer: the run's measured value is the
-    # one to trust.
+    # Chang et al.'s own corpus (conf/data/bookcorpus_wikitext103.yaml), derived (not measured): §4's
+    # 31M sentence pairs from BookCorpus (~800M words, Devlin et al. 2019) + WikiText-103 (103M
+    # tokens, Merity et al. 2017) = ~29 words a pair, x ~1.3 pieces a word (an assumption, typical
+    # of 30k English vocabularies) + 3 specials = ~41; the run's measured value is the one to trust.
+    "bookcorpus_wikitext103": 41.0,
+    # WikiText-103 alone: the same estimate (its sentences are likely longer than BookCorpus's)
     "wikitext103": 41.0,
 }
 
 
 def example_tokens(cfg: DictConfig) -> float:
-    """Non-padding tokens of one pre-training example: seq_len for packed blocks; for sentence
-    pairs the corpus's mean (``SENTENCE_PAIR_TOKENS``; an unlisted corpus takes wikitext103's),
-    never more than seq_len."""
+    """Non-padding tokens of one pre-training example: seq_len for packed blocks and for ELECTRA's
+    examples (an upper bound: a document's last example and the 5% with a shorter target are
+    shorter); for sentence pairs the corpus's mean (``SENTENCE_PAIR_TOKENS``; an unlisted corpus
+    takes wikitext103's), never more than seq_len."""
     if cfg.data.get("examples", "packed") != "sentence_pairs":
         return float(cfg.seq_len)
     mean = SENTENCE_PAIR_TOKENS.get(cfg.choices.data, SENTENCE_PAIR_TOKENS["wikitext103"])
