@@ -105,11 +105,54 @@ def print_plan(plan: Plan) -> None:
     elif not todo:
         parts.append("nothing to do")
     console.print("; ".join(parts))
+    if plan.settings.launcher.name == "submitit" or plan.settings.launcher.get("gpus"):
+        print_makespan(plan, [n for n in plan.order() if n.state != "cached"])
     console.print(
         f"launcher: {plan.settings.launcher.name}; first command: {plan.order()[0].command}",
         markup=False,
         soft_wrap=True,
     )
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.0f} h" if h >= 10 else f"{h:.2g} h"
+
+
+def print_makespan(plan: Plan, todo: list) -> None:
+    """GPU-hours per stage and the wall-clock of ``todo`` on launcher.gpus GPUs, with SLURM
+    dependencies and in waves (sweep/schedule.py)."""
+    from .schedule import job_hours, makespan, throughput
+
+    tp = throughput(plan.settings)
+    console = _console()
+    hours = {n.key: job_hours(n, tp, plan.width(n)) for n in todo}
+    m = makespan(todo, hours, tp)
+    per_job = f"{tp.gpus_per_job} GPU{'s' if tp.gpus_per_job > 1 else ''} a job"
+    console.print(f"time on the cluster ({tp.source}; {per_job}):", markup=False)
+    rates = {}
+    for n in todo:  # tokens/s of each pre-training recipe at that rate
+        cfg = plan.pretrain_cfgs.get(n.variant) if n.stage == "pretrain" else None
+        if cfg is not None and hours[n.key]:
+            tokens = cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.seq_len
+            rates.setdefault(cfg.model.get("name") or n.variant, tokens / (hours[n.key] * 3600) / tp.gpus_per_job)
+    if rates:
+        console.print("  tokens/s a GPU: " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items()), markup=False)
+    total = sum(m.gpu_hours.values())
+    stages = " · ".join(f"{k} {_hours(v)}" for k, v in m.gpu_hours.items())
+    console.print(f"  GPU-hours: {stages} · total {_hours(total)}", markup=False)
+    if tp.gpus is None:
+        console.print(f"  wall-clock: set launcher.gpus=N (critical path {_hours(m.critical)} with unlimited GPUs)")
+    else:
+        saved = m.waves - m.dependencies
+        console.print(
+            f"  wall-clock on {tp.gpus} GPUs: {_hours(m.dependencies)} with dependencies (SLURM afterok) vs "
+            f"{_hours(m.waves)} in waves: {_hours(saved)} saved ({m.dependencies / 24:.1f} vs {m.waves / 24:.1f} days); "
+            f"critical path {_hours(m.critical)}",
+            markup=False,
+            soft_wrap=True,
+        )
+    if m.unknown:
+        console.print(f"  {m.unknown} jobs of unknown compute count as 0 h", markup=False)
 
 
 def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:
