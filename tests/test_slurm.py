@@ -76,3 +76,159 @@ def test_dry_run_prints_gpu_hours_and_the_wall_clock_both_ways(tmp_path):
     res = convexp("ablate", *args[:-2], "launcher.device=k80", "--dry-run", outputs=tmp_path / "out")
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "launcher.device='k80' is not known" in res.stderr
+
+
+# ----------------------------------------------------------------------------- the SLURM stand-in
+
+
+@pytest.fixture
+def slurm(tmp_path):
+    """The fake SLURM's environment (one job at a time: the machine has 2 cores); stopped after."""
+    import fakeslurm
+
+    env = fakeslurm.install(tmp_path / "bin", tmp_path / "slurm", slots=1, minute_s=2, kill_wait=3)
+    yield env
+    fakeslurm.shutdown(tmp_path / "slurm")
+
+
+def _sh(env: dict, *cmd: str) -> str:
+    import os
+    import subprocess
+
+    return subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+
+
+def _wait(env: dict, ids: list[str], timeout: float = 60) -> dict[str, str]:
+    """Wait until no job of ``ids`` is pending or running; their states."""
+    import time
+
+    deadline = time.time() + timeout
+    while True:
+        rows = [ln.split("|") for ln in _sh(env, "sacct", "-n", "--parsable2", "-o", "JobID,State", "-j", ",".join(ids)).splitlines()]
+        states = dict(rows)
+        if not {"PENDING", "RUNNING"} & set(states.values()) or time.time() > deadline:
+            return states
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_fake_slurm_honours_afterok_time_limits_signals_cancel_and_requeue(slurm, tmp_path):
+    def script(name: str, body: str) -> str:
+        path = tmp_path / f"{name}.sh"
+        path.write_text(f"#!/bin/bash\n#SBATCH --job-name={name} --output={tmp_path}/{name}-%j.out\n{body}\n")
+        return str(path)
+
+    slurm = {**slurm, "FAKESLURM_SLOTS": "8"}  # sleeping jobs: all at once
+
+    def submit(*args: str) -> str:
+        return _sh(slurm, "sbatch", "--parsable", *args).strip()
+
+    ok = submit(script("ok", "echo ran"))
+    bad = submit(script("bad", "exit 3"))
+    after_ok = submit(f"--dependency=afterok:{ok}", script("after_ok", "echo after"))
+    after_bad = submit(f"--dependency=afterok:{bad}", script("after_bad", "echo never"))
+    killed = submit(f"--dependency=afterok:{bad}", "--kill-on-invalid-dep=yes", script("killed", "echo never"))
+    # 1 "minute" = 2 s: warned (USR2 to the srun task) 1 s before the limit, then TIMEOUT
+    trap = "trap 'echo warned; exit 0' USR2; while true; do sleep 0.1; done"
+    timed = submit("--time=1", "--signal=USR2@1", script("timed", f"srun bash -c \"{trap}\""))
+    slow = submit("--time=1", script("slow", "sleep 30"))
+    states = _wait(slurm, [ok, bad, after_ok, killed, timed, slow])
+    assert states[ok] == states[after_ok] == "COMPLETED" and states[bad] == "FAILED"
+    assert states[killed] == "CANCELLED" and states[timed] == "COMPLETED" and states[slow] == "TIMEOUT"
+    assert "warned" in (tmp_path / f"timed-{timed}.out").read_text()
+    assert _sh(slurm, "squeue", "-h", "-j", after_bad, "-o", "%i|%T|%r").split() == [f"{after_bad}|PENDING|DependencyNeverSatisfied"]
+    # an array whose task requeues itself once runs its script again; scancel ends a pending job
+    body = 'echo "run $SLURM_RESTART_COUNT"; [ "$SLURM_RESTART_COUNT" = 0 ] && [ "$SLURM_ARRAY_TASK_ID" = 1 ] && scontrol requeue "${SLURM_ARRAY_JOB_ID}_1"; exit 0'
+    array = submit("--array=0-1", script("arr", body))
+    _sh(slurm, "scancel", after_bad)
+    states = _wait(slurm, [array, after_bad])
+    assert states == {f"{array}_0": "COMPLETED", f"{array}_1": "COMPLETED", after_bad: "CANCELLED"}
+    assert "Restarts=1" in _sh(slurm, "scontrol", "show", "job", f"{array}_1")
+    assert (tmp_path / f"arr-{int(array) + 1}.out").read_text().split("\n")[:2] == ["run 0", "run 1"]
+
+
+def _status(args: list[str], outputs, env: dict) -> dict[str, str]:
+    """``convexp ablate SWEEP --status``: node -> its detail line (state first)."""
+    res = convexp("ablate", args[0], "--status", outputs=outputs, env=env)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rows = dict(line.strip().split("  ", 1) for line in res.stdout.splitlines() if line.startswith("  "))
+    return {k: v.strip() for k, v in rows.items()}, res.stdout
+
+
+@pytest.mark.slow
+def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dependants(slurm, tmp_path):
+    """Two variants through launcher=submitit on the stand-in: the driver exits right after
+    submitting; a pre-training array task warned of pre-emption (USR2) requeues and resumes to the
+    result of an uninterrupted run; the other variant's pre-training fails and blocks only its own
+    fine-tuning; --status tells the truth at each point; running ablate again submits only what is
+    missing, never what is queued."""
+    import json
+    import subprocess
+    import time
+
+    from helpers import SHRINK, ledger, statuses
+
+    missing = tmp_path / "no-such-corpus.txt"
+    sweep = write_sweep(tmp_path / "s.yaml", {"a": {}, "b": {"pretrain": ["data=files", f"data.path={missing}"]}})
+    steps = ["pretrain.trainer.max_steps=200", "pretrain.trainer.checkpoint_every_n_steps=20", "pretrain.trainer.val_every_n_steps=100"]
+    args = [str(sweep), *SHRINK, *steps, "launcher=submitit", "launcher.timeout_min=30"]
+    out = tmp_path / "out"
+    env = {**slurm, "WANDB_MODE": "disabled"}
+    started = time.time()
+    res = convexp("ablate", *args, outputs=out, env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    jobs = {k: n["job"] for k, n in ledger(out, "s")["nodes"].items()}
+    assert set(statuses(out, "s").values()) == {"submitted"} and all(jobs.values())
+    assert "submitted 2 jobs" in res.stdout and f"after {jobs['pretrain/a']}: finetune/a/rte/s42" in res.stdout
+    assert not list(out.glob("runs/*/*/metrics.json"))  # returned before any run finished
+
+    rows, _ = _status(args, out, env)
+    assert rows["finetune/a/rte/s42"].startswith("pending on pretrain/a (job ")
+    assert rows["finetune/b/rte/s42"].startswith("pending on pretrain/b (job ")
+    # again while everything is queued: nothing is submitted twice
+    res = convexp("ablate", *args, outputs=out, env=env)
+    assert res.returncode == 0 and "submitted 1" not in res.stdout and "submitted 2" not in res.stdout, res.stdout
+    assert {k: n["job"] for k, n in ledger(out, "s")["nodes"].items()} == jobs
+
+    # pre-empt pretrain/a (an array task) once it has a checkpoint: submitit's USR2 to the job's step
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
+        time.sleep(0.05)
+    subprocess.run(["scancel", "--signal=USR2", jobs["pretrain/a"]], env={**__import__("os").environ, **slurm}, check=True)
+    while time.time() < deadline:
+        rows, text = _status(args, out, env)
+        if not any(r.startswith(("pending", "queued", "running")) for r in rows.values()):  # fmt: skip
+            break
+        time.sleep(2)
+    assert rows["pretrain/a"] == "done; requeued 1 time", text
+    assert rows["finetune/a/rte/s42"] == "done", text
+    assert rows["pretrain/b"].startswith("failed: ") and f"no such file or folder: {missing}" in rows["pretrain/b"], text
+    assert rows["finetune/b/rte/s42"] == "blocked by pretrain/b", text
+    assert "GPU-hours:" in text and "nothing left to run" in text
+    assert statuses(out, "s") == {
+        "pretrain/a": "done", "finetune/a/rte/s42": "done", "pretrain/b": "failed", "finetune/b/rte/s42": "blocked"
+    }  # fmt: skip
+    [run] = [p for p in out.glob("runs/pretrain/*") if (p / "metrics.json").exists()]
+    s = json.loads((run / "status.json").read_text())
+    assert [a["status"] for a in s["attempts"]] == ["interrupted", "finished"], s
+    assert "requeued by the job runner" in s["attempts"][0]["error"]
+    # the same result as an uninterrupted run of the node's command
+    node = ledger(out, "s")["nodes"]["pretrain/a"]
+    over = [o for o in node["command"].split()[2:] if not o.startswith("outputs=")]
+    ref = convexp("pretrain", *[o.strip("'") for o in over], "trainer.requeue_signal=null", outputs=tmp_path / "ref", env=env)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    [reference] = (tmp_path / "ref" / "runs" / "pretrain").glob("*")
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
+    assert reference.name == run.name and b["steps"] == 200
+    assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+
+    # again after the failure, following the jobs: only what is missing is submitted (b's two nodes)
+    res = convexp("ablate", *args, "launcher.poll_s=1", "--follow", outputs=out, env=env)
+    assert res.returncode == 1, res.stdout[-3000:]
+    submitted = [ln for ln in res.stdout.splitlines() if ln.startswith("submitted")]
+    assert len(submitted) == 2 and submitted[0].endswith(": pretrain/b") and submitted[1].endswith(": finetune/b/rte/s42")
+    assert "pretrain/b: failed: " in res.stdout and "finetune/b/rte/s42: blocked by pretrain/b" in res.stdout
+    assert statuses(out, "s") == {
+        "pretrain/a": "cached", "finetune/a/rte/s42": "cached", "pretrain/b": "failed", "finetune/b/rte/s42": "blocked"
+    }  # fmt: skip
+    assert time.time() - started < 900

@@ -155,6 +155,31 @@ def print_makespan(plan: Plan, todo: list) -> None:
         console.print(f"  {m.unknown} jobs of unknown compute count as 0 h", markup=False)
 
 
+def print_status(plan: Plan) -> None:
+    """``--status``: each node's state, the GPU-hours spent and left, and the estimated finish."""
+    import time
+
+    from .status import sweep_progress
+
+    p = sweep_progress(plan)
+    console = _console()
+    console.print(f"sweep {plan.sweep.name} at {time.strftime('%Y-%m-%d %H:%M')}:", markup=False)
+    width = max(map(len, p.states), default=0)
+    counts: dict[str, int] = {}
+    for st in p.states.values():
+        counts[st.state] = counts.get(st.state, 0) + 1
+        console.print(f"  {st.key:<{width}}  {st.line}", markup=False, soft_wrap=True)
+    console.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())), markup=False)
+    gpus = f"on {p.tp.gpus} GPUs" if p.tp.gpus else "with every job running at once (set launcher.gpus=N)"
+    line = f"GPU-hours: {p.spent_gpu_h:.3g} spent, ≈ {p.left_gpu_h:.3g} left ({p.tp.source})"
+    if p.finish_h is not None:
+        end = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() + p.finish_h * 3600))
+        line += f"; estimated finish {end} (in {p.finish_h:.3g} h {gpus})"
+    else:
+        line += "; nothing left to run"
+    console.print(line, markup=False, soft_wrap=True)
+
+
 def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:
     """The end-of-sweep summary; returns the number of nodes that failed or diverged."""
     counts: dict[str, int] = {}
@@ -165,6 +190,8 @@ def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:
     failed = {k: o for k, o in outcomes.items() if o.status in ("failed", "diverged", "held", "blocked")}
     for k, o in failed.items():
         console.print(f"  {o.status}: {k}: {o.error}" + (f" (log: {o.log})" if o.log else ""), markup=False)
-    if not failed:
+    if any(o.status == "submitted" for o in outcomes.values()):
+        console.print(f"submitted to SLURM; where it stands: convexp ablate {plan.sweep.name} --status", markup=False)
+    elif not failed:
         console.print(f"report: convexp report {plan.sweep.name}")
     return sum(o.status in ("failed", "diverged") for o in outcomes.values())
