@@ -232,3 +232,53 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
         "pretrain/a": "cached", "finetune/a/rte/s42": "cached", "pretrain/b": "failed", "finetune/b/rte/s42": "blocked"
     }  # fmt: skip
     assert time.time() - started < 900
+
+
+# ----------------------------------------------------------------------------- multi-node pre-training
+
+PROBE = """
+import json, sys
+import pytorch_lightning as pl
+from convexp.config import compose_stage
+from convexp.stages.common import per_device_batch
+
+cfg = compose_stage("pretrain", sys.argv[2:])
+t = cfg.trainer
+trainer = pl.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, strategy=t.strategy,
+                     logger=False, enable_checkpointing=False)
+env = trainer.strategy.cluster_environment
+print(json.dumps({"env": type(env).__name__, "global_rank": trainer.global_rank, "world_size": trainer.world_size,
+                  "local_rank": trainer.local_rank, "node_rank": trainer.node_rank, "main_address": env.main_address,
+                  "batch": t.batch_size, "per_device": per_device_batch(t.batch_size, t)}))
+"""
+
+
+@pytest.mark.slow
+def test_readme_multi_node_pretraining_script_gives_each_task_its_rank_and_batch(slurm, tmp_path):
+    """The README's sbatch script on 2 nodes x 2 tasks (CPU): the environment Lightning derives in
+    each srun task (ranks, world size) and the per-device batch of the paper-scale global batch."""
+    import json
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    [script] = [b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "#SBATCH" in b and "srun convexp pretrain" in b]
+    small = (
+        script.replace("--nodes=4", "--nodes=2")
+        .replace("--ntasks-per-node=8", "--ntasks-per-node=2")
+        .replace("trainer.devices=8", "trainer.devices=2")
+        .replace("trainer.num_nodes=4", "trainer.num_nodes=2")
+        .replace("trainer.accelerator=gpu", "trainer.accelerator=cpu")
+        .replace("trainer.precision=bf16-mixed", "trainer.precision=32-true")
+        .replace("srun convexp pretrain", f"srun --output={tmp_path}/task-%t.out python {tmp_path}/probe.py pretrain")
+    )
+    assert small.count("=2") >= 4 and "probe.py" in small  # the README's script still has these settings
+    (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "pretrain.sh").write_text(small)
+    job = _sh(slurm, "sbatch", "--parsable", f"--output={tmp_path}/job.out", str(tmp_path / "pretrain.sh")).strip()
+    assert _wait(slurm, [job], timeout=300) == {job: "COMPLETED"}, (tmp_path / "job.out").read_text()[-3000:]
+    tasks = [json.loads((tmp_path / f"task-{t}.out").read_text().strip().splitlines()[-1]) for t in range(4)]
+    assert [(t["global_rank"], t["local_rank"], t["node_rank"]) for t in tasks] == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    assert {t["env"] for t in tasks} == {"SLURMEnvironment"} and {t["world_size"] for t in tasks} == {4}
+    assert {t["main_address"] for t in tasks} == {"fake0"}  # the first node of SLURM_NODELIST
+    assert {(t["batch"], t["per_device"]) for t in tasks} == {(256, 64)}  # ConvBERT-base's 256, over 4 GPUs
