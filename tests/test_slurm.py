@@ -282,3 +282,13 @@ def test_readme_multi_node_pretraining_script_gives_each_task_its_rank_and_batch
     assert {t["env"] for t in tasks} == {"SLURMEnvironment"} and {t["world_size"] for t in tasks} == {4}
     assert {t["main_address"] for t in tasks} == {"fake0"}  # the first node of SLURM_NODELIST
     assert {(t["batch"], t["per_device"]) for t in tasks} == {(256, 64)}  # ConvBERT-base's 256, over 4 GPUs
+
+
+def test_status_and_follow_need_a_submitted_sweep_on_slurm(tmp_path):
+    sweep = write_sweep(tmp_path / "never.yaml", {"a": {}})
+    res = convexp("ablate", str(sweep), "--status", outputs=tmp_path / "out")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "sweep never has not been run here yet (no ledger)" in res.stderr
+    res = convexp("ablate", str(sweep), "scale=smoke", "--follow", outputs=tmp_path / "out")
+    assert res.returncode == 2 and "--status and --follow watch SLURM jobs: use launcher=submitit" in res.stderr
+    assert not (tmp_path / "out").exists()
