@@ -19,9 +19,9 @@ from omegaconf import DictConfig
 
 from ..record import warn_if_other_version
 from ..runs import error_line
+from . import slurm
 from .execute import Ledger, Outcome, blocked_by, failure, ready, run_node, settled
 from .nodes import Node
-from . import slurm
 from .plan import Plan
 from .spec import SweepError
 
