@@ -145,7 +145,7 @@ def print_makespan(plan: Plan, todo: list) -> None:
     else:
         saved = m.waves - m.dependencies
         console.print(
-            f"  wall-clock on {tp.gpus} GPUs: {_hours(m.dependencies)} with dependencies (SLURM afterok) vs "
+            f"  wall-clock on {tp.gpus} GPU{'s' if tp.gpus > 1 else ''}: {_hours(m.dependencies)} with dependencies (SLURM afterok) vs "
             f"{_hours(m.waves)} in waves: {_hours(saved)} saved ({m.dependencies / 24:.1f} vs {m.waves / 24:.1f} days); "
             f"critical path {_hours(m.critical)}",
             markup=False,
