@@ -170,7 +170,7 @@ def print_status(plan: Plan) -> None:
         counts[st.state] = counts.get(st.state, 0) + 1
         console.print(f"  {st.key:<{width}}  {st.line}", markup=False, soft_wrap=True)
     console.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())), markup=False)
-    gpus = f"on {p.tp.gpus} GPUs" if p.tp.gpus else "with every job running at once (set launcher.gpus=N)"
+    gpus = f"on {p.tp.gpus} GPU{'s' if p.tp.gpus > 1 else ''}" if p.tp.gpus else "with every job running at once (set launcher.gpus=N)"
     line = f"GPU-hours: {p.spent_gpu_h:.3g} spent, ≈ {p.left_gpu_h:.3g} left ({p.tp.source})"
     if p.finish_h is not None:
         end = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() + p.finish_h * 3600))
