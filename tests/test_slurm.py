@@ -78,6 +78,68 @@ def test_dry_run_prints_gpu_hours_and_the_wall_clock_both_ways(tmp_path):
     assert "launcher.device='k80' is not known" in res.stderr
 
 
+# ----------------------------------------------------------------------------- --status
+
+
+def test_status_reads_each_node_from_the_ledger_the_run_store_and_slurm(tmp_path):
+    """Each state --status names, from a ledger, run directories and what squeue/sacct say."""
+    import json
+    import types
+
+    from convexp.runs import Run
+    from convexp.sweep.nodes import Node
+    from convexp.sweep.slurm import Job
+    from convexp.sweep.status import node_states
+
+    def run(name: str, status: str | None, attempts=()) -> Run:
+        r = Run(tmp_path / name)
+        r.dir.mkdir()
+        if status:
+            record = {"status": status, "attempts": list(attempts)}
+            record |= {"error": "ValueError: bad corpus"} if status == "failed" else {}
+            (r.dir / "status.json").write_text(json.dumps(record))
+        if status == "finished":
+            (r.dir / "metrics.json").write_text('{"val_loss": 1.0}')
+        return r
+
+    a = {"started": "2026-01-01T00:00:00", "ended": "2026-01-01T01:00:00", "status": "interrupted"}
+    b = {"started": "2026-01-01T01:00:00", "ended": "2026-01-01T03:00:00", "status": "finished"}
+    nodes = [
+        Node("pretrain/a", "pretrain", "a", [], [run("pa", "finished", [a, b])]),
+        Node("finetune/a/rte", "finetune", "a", [], [run("fa", "running")], ["pretrain/a"]),
+        Node("finetune/a/mrpc", "finetune", "a", [], [run("fm", None)], ["pretrain/a"]),
+        Node("pretrain/b", "pretrain", "b", [], [run("pb", "failed")]),
+        Node("finetune/b/rte", "finetune", "b", [], [run("fb", None)], ["pretrain/b"]),
+        Node("pretrain/c", "pretrain", "c", [], [run("pc", None)]),
+        Node("finetune/c/rte", "finetune", "c", [], [run("fc", None)], ["pretrain/c"]),
+        Node("finetune/c/mrpc", "finetune", "c", [], [run("fcm", None)], ["pretrain/c"]),
+    ]
+    jobs = {
+        "1_0": Job("1_0", "COMPLETED"),
+        "2_0": Job("2_0", "RUNNING", elapsed=3 * 3600),
+        "2_1": Job("2_1", "CANCELLED"),
+        "1_1": Job("1_1", "FAILED"),
+        "3": Job("3", "PENDING", "DependencyNeverSatisfied"),
+        "1_2": Job("1_2", "PENDING", "Resources"),
+        "4_0": Job("4_0", "PENDING", "Dependency"),
+    }
+    keys = ["1_0", "2_0", "2_1", "1_1", "3", "1_2", "4_0", None]
+    recorded = {n.key: {"job": k, "status": "submitted"} for n, k in zip(nodes, keys)}
+    plan = types.SimpleNamespace(order=lambda: nodes)
+    states = node_states(plan, recorded, jobs, now=0.0)
+    assert {k: s.line for k, s in states.items()} == {
+        "pretrain/a": "done; requeued 1 time",
+        "finetune/a/rte": "running for 3.0 h (job 2_0)",
+        "finetune/a/mrpc": "cancelled (job 2_1); convexp ablate submits it again",
+        "pretrain/b": "failed: ValueError: bad corpus (job 1_1: FAILED)",
+        "finetune/b/rte": "blocked by pretrain/b",
+        "pretrain/c": "queued (Resources; job 1_2)",
+        "finetune/c/rte": "pending on pretrain/c (job 4_0)",
+        "finetune/c/mrpc": "not submitted (convexp ablate submits it)",
+    }
+    assert states["pretrain/a"].spent_s == 3 * 3600  # both attempts
+
+
 # ----------------------------------------------------------------------------- the SLURM stand-in
 
 
