@@ -145,10 +145,11 @@ def test_status_reads_each_node_from_the_ledger_the_run_store_and_slurm(tmp_path
 
 @pytest.fixture
 def slurm(tmp_path):
-    """The fake SLURM's environment (one job at a time: the machine has 2 cores); stopped after."""
+    """The fake SLURM's environment (one job at a time: the machine has 2 cores); stopped after. Its
+    minutes are real: submitit warns a job 90 s before its time limit, which must lie ahead."""
     import fakeslurm
 
-    env = fakeslurm.install(tmp_path / "bin", tmp_path / "slurm", slots=1, minute_s=2, kill_wait=3)
+    env = fakeslurm.install(tmp_path / "bin", tmp_path / "slurm", slots=1, kill_wait=3)  # minutes of 60 s
     yield env
     fakeslurm.shutdown(tmp_path / "slurm")
 
@@ -180,7 +181,7 @@ def test_fake_slurm_honours_afterok_time_limits_signals_cancel_and_requeue(slurm
         path.write_text(f"#!/bin/bash\n#SBATCH --job-name={name} --output={tmp_path}/{name}-%j.out\n{body}\n")
         return str(path)
 
-    slurm = {**slurm, "FAKESLURM_SLOTS": "8"}  # sleeping jobs: all at once
+    slurm = {**slurm, "FAKESLURM_SLOTS": "8", "FAKESLURM_MINUTE_S": "2"}  # sleeping jobs at once; minutes of 2 s
 
     def submit(*args: str) -> str:
         return _sh(slurm, "sbatch", "--parsable", *args).strip()
