@@ -210,12 +210,22 @@ def ablate(
     wandb_sweep: bool = typer.Option(
         False, "--wandb-sweep", help="Write a W&B sweep file (a grid over the runs: one per agent job) instead of running."
     ),
+    status: bool = typer.Option(
+        False, "--status", help="SLURM: where the submitted sweep stands (states, GPU-hours, estimated finish)."
+    ),
+    follow: bool = typer.Option(
+        False, "--follow", help="SLURM: after submitting, watch the jobs and print each node's outcome."
+    ),
 ) -> None:
     """Run a named sweep: pre-train every variant, fine-tune each; finished runs are reused."""
-    from .sweep.launchers import run_plan
+    import os
+
+    from .sweep.execute import last_args
+    from .sweep.launchers import on_slurm, run_plan
     from .sweep.plan import build_plan
-    from .sweep.show import print_outcomes, print_plan, print_sweeps
+    from .sweep.show import print_outcomes, print_plan, print_status, print_sweeps
     from .sweep.spec import load_sweep
+    from .sweep.status import follow as follow_jobs
     from .sweep.wandb_sweep import write_wandb_sweep
 
     if list_sweeps:
@@ -223,7 +233,17 @@ def ablate(
         return
     if not name:
         _fail("give a sweep name (convexp ablate --list shows them)")
-    plan = build_plan(load_sweep(name), overrides or [])
+    sweep = load_sweep(name)
+    if status and not overrides:  # the last `convexp ablate NAME`'s arguments
+        overrides = last_args(Path(os.environ.get("CONVEXP_OUTPUTS", "outputs")), sweep.name)
+        if overrides is None:
+            _fail(f"sweep {sweep.name} has not been run here yet (no ledger); run `convexp ablate {name} ...` first")
+    plan = build_plan(sweep, overrides or [])
+    if (status or follow) and not on_slurm(plan.settings.launcher):
+        _fail("--status and --follow watch SLURM jobs: use launcher=submitit on a SLURM cluster (srun on PATH)")
+    if status:
+        print_status(plan)
+        return
     if dry_run:
         print_plan(plan)
         return
@@ -233,7 +253,10 @@ def ablate(
             f"wrote {path}\nstart it with `wandb sweep {path}`, then run `wandb agent <sweep id>` on each machine"
         )
         return
-    failed = print_outcomes(plan, run_plan(plan))
+    outcomes = run_plan(plan)
+    if follow:
+        outcomes = follow_jobs(plan, float(plan.settings.launcher.poll_s))
+    failed = print_outcomes(plan, outcomes)
     if failed:
         raise typer.Exit(1)
 

@@ -20,9 +20,13 @@ Data flows one way through the modules:
     plan.py         the whole graph: every selected variant's nodes in dependency order
     compute.py      training FLOPs and parameter counts (the --dry-run estimate, the report)
     cards.py        recipe cards: the settings of each distinct pre-training / fine-tuning recipe
-    launchers.py    walk the graph here, in N worker processes, or on SLURM (submitit); or run one node
+    schedule.py     time on a cluster: GPU-hours, wall-clock on N GPUs with dependencies vs waves
+    launchers.py    walk the graph here or in N worker processes; on SLURM submit it all at once
+                    (afterok dependencies); or run one node
     execute.py      run one node; the outcomes and the ledger (outputs/sweeps/NAME/last.json)
     node_job.py     one node as a submitit job: requeued at its time limit, it resumes the run
+    slurm.py        SLURM's view of the jobs (squeue, sacct) and scancel
+    status.py       --status and --follow: each node's state, GPU-hours, the estimated finish
     wandb_sweep.py  the same sweep as a W&B sweep file (a grid over the nodes: one node per agent job)
     show.py         the tables: --list, --dry-run and the end-of-sweep summary
 """

@@ -35,10 +35,11 @@ def run_node(stage: str, overrides: list[str]) -> None:
 
 @dataclasses.dataclass
 class Outcome:
-    status: str  # done | cached | failed | diverged | held | blocked
+    status: str  # done | cached | failed | diverged | held | blocked | submitted (a SLURM job runs it)
     seconds: float = 0.0
     error: str | None = None
     log: str | None = None
+    job: str | None = None  # its SLURM job (N or, for an array task, N_T)
 
 
 def settled(node: Node) -> Outcome | None:
@@ -72,6 +73,11 @@ class Ledger:
         self.outcomes: dict[str, Outcome] = {}
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S")
         self.invocation = invocation_record()
+        self.previous = read_ledger(plan)  # the ledger this one replaces
+
+    def jobs(self) -> dict[str, str]:
+        """Node -> the SLURM job the previous invocation submitted for it."""
+        return {k: n["job"] for k, n in self.previous.items() if n.get("job")}
 
     def record(self, key: str, outcome: Outcome) -> None:
         self.outcomes[key] = outcome
@@ -96,6 +102,16 @@ class Ledger:
                 },
             },
         )
+
+
+def read_ledger(plan: Plan) -> dict[str, dict]:
+    """The nodes of the sweep's last ledger that are the same nodes in ``plan`` (same runs)."""
+    data = Run(plan.home).read_json("last.json") or {}
+    return {
+        k: n
+        for k, n in data.get("nodes", {}).items()
+        if k in plan.nodes and n.get("runs") == [str(r.dir) for r in plan.nodes[k].runs]
+    }
 
 
 def last_args(outputs: Path, name: str) -> list[str] | None:

@@ -3,11 +3,14 @@ run one node of it (a W&B sweep agent's job).
 
 All walk the same dependency graph with the same rules: a node runs once its dependencies are
 done or cached; a node whose dependency failed is blocked; a failure never stops the others.
+On SLURM the graph is handed to SLURM itself: every node is submitted at once with ``afterok`` on
+its dependencies' jobs, and the command returns (`submit_plan`).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import traceback
 from pathlib import Path
@@ -16,6 +19,7 @@ from omegaconf import DictConfig
 
 from ..record import warn_if_other_version
 from ..runs import error_line
+from . import slurm
 from .execute import Ledger, Outcome, blocked_by, failure, ready, run_node, settled
 from .nodes import Node
 from .plan import Plan
@@ -24,18 +28,21 @@ from .spec import SweepError
 
 def run_plan(plan: Plan) -> dict[str, Outcome]:
     """Run every node that has work left with the configured launcher (``launcher=node``: one
-    node); returns the outcomes."""
+    node; on SLURM: submit them, ``submitted``); returns the outcomes."""
     launcher = plan.settings.launcher
     if launcher.name == "node":
         return {launcher.key: run_one(plan, launcher.key, float(launcher.wait_s))}
     if launcher.name == "submitit":
         require_submitit()
     ledger = Ledger(plan)
+    queued = queued_jobs(ledger) if on_slurm(launcher) else {}
     for key, node in plan.nodes.items():
         if node.done:
             ledger.outcomes[key] = Outcome("cached")
             for run in node.runs:
                 warn_if_other_version(run)
+        elif key in queued:  # never submitted twice (its run's lock is held by that job, too)
+            ledger.outcomes[key] = Outcome("submitted", log=ledger.previous[key].get("log"), job=queued[key])
         elif settled(node):
             ledger.outcomes[key] = settled(node)
     ledger.save()
@@ -43,6 +50,8 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
         run_sequential(plan, ledger)
     elif launcher.name == "local":
         run_pool(plan, ledger, int(launcher.workers))
+    elif launcher.name == "submitit" and on_slurm(launcher):
+        submit_plan(plan, ledger, launcher)
     elif launcher.name == "submitit":
         run_submitit(plan, ledger, launcher)
     else:
@@ -205,12 +214,20 @@ def require_submitit() -> None:
         raise SweepError('launcher=submitit needs submitit: pip install "convexp[slurm]"')
 
 
+def on_slurm(cfg: DictConfig) -> bool:
+    """launcher=submitit on SLURM: ``launcher.cluster=slurm``, or unset where ``srun`` exists (as
+    submitit decides)."""
+    return cfg.name == "submitit" and (cfg.cluster == "slurm" or (cfg.cluster is None and bool(shutil.which("srun"))))
+
+
 def make_executor(plan: Plan, cfg: DictConfig):
     """A submitit executor from conf/launcher/submitit.yaml (cluster=local runs it here)."""
     import submitit
 
     folder = Path(cfg.folder) if cfg.folder else plan.home / "submitit"
-    executor = submitit.AutoExecutor(folder=str(folder / "%j"), cluster=cfg.cluster)
+    executor = submitit.AutoExecutor(
+        folder=str(folder / "%j"), cluster=cfg.cluster, slurm_max_num_timeout=int(cfg.max_requeues)
+    )
     params = dict(
         name=f"convexp-{plan.sweep.name}",
         timeout_min=int(cfg.timeout_min),
@@ -227,6 +244,57 @@ def make_executor(plan: Plan, cfg: DictConfig):
         params["slurm_additional_parameters"] = dict(cfg.additional)
     executor.update_parameters(**params)
     return executor
+
+
+def queued_jobs(ledger: Ledger) -> dict[str, str]:
+    """Node -> its job from the previous submission that SLURM still has queued or running. A job
+    left waiting on a dependency that failed (DependencyNeverSatisfied) is cancelled: its node is
+    blocked, or submitted again when its dependency is."""
+    previous = ledger.jobs()
+    known = slurm.jobs(list(previous.values()))
+    dead = [j for j in previous.values() if j in known and known[j].active and known[j].reason == slurm.NEVER]
+    slurm.cancel(dead)
+    return {k: j for k, j in previous.items() if j in known and known[j].active and j not in dead}
+
+
+def submit_plan(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
+    """Submit every node with work left at once, each job with ``--dependency=afterok:`` on its
+    dependencies' jobs (nodes with the same dependencies form one job array), record the job ids
+    in the ledger and return: SLURM starts each job when its own dependencies have finished, and
+    cancels the jobs whose dependency failed (``--kill-on-invalid-dep=yes``)."""
+    from .node_job import NodeJob
+
+    executor = make_executor(plan, cfg)
+    ids = {k: o.job for k, o in ledger.outcomes.items() if o.job}
+    pending = [n for n in plan.order() if n.key not in ledger.outcomes]
+    while pending:
+        groups: dict[tuple[str, ...], list[Node]] = {}
+        for node in list(pending):
+            dep = blocked_by(node, ledger.outcomes)
+            if dep:
+                pending.remove(node)
+                _block(ledger, node, dep)
+            elif all(d in ledger.outcomes for d in node.deps):  # each cached, done or submitted
+                pending.remove(node)
+                groups.setdefault(tuple(ids[d] for d in node.deps if d in ids), []).append(node)
+        if not groups:
+            break
+        for after, nodes in groups.items():
+            extra = {**dict(cfg.additional), "requeue": True}
+            if after:
+                extra |= {"dependency": "afterok:" + ":".join(after), "kill-on-invalid-dep": "yes"}
+            executor.update_parameters(slurm_additional_parameters=extra)
+            jobs = executor.map_array(NodeJob(), [n.stage for n in nodes], [n.overrides for n in nodes])
+            for node, job in zip(nodes, jobs):
+                ids[node.key] = job.job_id
+                ledger.outcomes[node.key] = Outcome("submitted", log=str(job.paths.stderr), job=job.job_id)
+            print(
+                f"submitted {len(jobs)} job{'s' if len(jobs) > 1 else ''} ({jobs[0].job_id.split('_')[0]})"
+                + (f" after {', '.join(after)}" if after else "")
+                + ": " + ", ".join(n.key for n in nodes),
+                flush=True,
+            )
+        ledger.save()
 
 
 def run_submitit(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:

@@ -37,6 +37,10 @@ class Plan:
         """outputs/sweeps/NAME: the sweep's ledger, logs and launcher files."""
         return self.outputs / "sweeps" / self.sweep.name
 
+    def width(self, node: Node) -> int:
+        """The hidden size of the model a node trains."""
+        return self.starts[node.variant].width
+
     def order(self) -> list[Node]:
         """Nodes in dependency order (the plan is built in that order)."""
         return list(self.nodes.values())

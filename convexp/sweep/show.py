@@ -122,11 +122,80 @@ def print_plan(plan: Plan) -> None:
     elif not todo:
         parts.append("nothing to do")
     console.print("; ".join(parts))
+    if plan.settings.launcher.name == "submitit" or plan.settings.launcher.get("gpus"):
+        print_makespan(plan, [n for n in plan.order() if n.state != "cached"])
     console.print(
         f"launcher: {plan.settings.launcher.name}; first command: {plan.order()[0].command}",
         markup=False,
         soft_wrap=True,
     )
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.0f} h" if h >= 10 else f"{h:.2g} h"
+
+
+def print_makespan(plan: Plan, todo: list) -> None:
+    """GPU-hours per stage and the wall-clock of ``todo`` on launcher.gpus GPUs, with SLURM
+    dependencies and in waves (sweep/schedule.py)."""
+    from .schedule import job_hours, makespan, throughput
+
+    tp = throughput(plan.settings)
+    console = _console()
+    hours = {n.key: job_hours(n, tp, plan.width(n)) for n in todo}
+    m = makespan(todo, hours, tp)
+    per_job = f"{tp.gpus_per_job} GPU{'s' if tp.gpus_per_job > 1 else ''} a job"
+    console.print(f"time on the cluster ({tp.source}; {per_job}):", markup=False)
+    rates = {}
+    for n in todo:  # tokens/s of each pre-training recipe at that rate
+        cfg = plan.pretrain_cfgs.get(n.variant) if n.stage == "pretrain" else None
+        if cfg is not None and hours[n.key]:
+            tokens = cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.seq_len
+            rates.setdefault(cfg.model.get("name") or n.variant, tokens / (hours[n.key] * 3600) / tp.gpus_per_job)
+    if rates:
+        console.print("  tokens/s a GPU: " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items()), markup=False)
+    total = sum(m.gpu_hours.values())
+    stages = " · ".join(f"{k} {_hours(v)}" for k, v in m.gpu_hours.items())
+    console.print(f"  GPU-hours: {stages} · total {_hours(total)}", markup=False)
+    if tp.gpus is None:
+        console.print(f"  wall-clock: set launcher.gpus=N (critical path {_hours(m.critical)} with unlimited GPUs)")
+    else:
+        saved = m.waves - m.dependencies  # FIFO starts are not optimal: waves can win by a little
+        gain = f"{_hours(saved)} saved" if saved >= 0 else f"{_hours(-saved)} lost"
+        console.print(
+            f"  wall-clock on {tp.gpus} GPU{'s' if tp.gpus > 1 else ''}: {_hours(m.dependencies)} with dependencies (SLURM afterok) vs "
+            f"{_hours(m.waves)} in waves: {gain} ({m.dependencies / 24:.1f} vs {m.waves / 24:.1f} days); "
+            f"critical path {_hours(m.critical)}",
+            markup=False,
+            soft_wrap=True,
+        )
+    if m.unknown:
+        console.print(f"  {m.unknown} jobs of unknown compute count as 0 h", markup=False)
+
+
+def print_status(plan: Plan) -> None:
+    """``--status``: each node's state, the GPU-hours spent and left, and the estimated finish."""
+    import time
+
+    from .status import sweep_progress
+
+    p = sweep_progress(plan)
+    console = _console()
+    console.print(f"sweep {plan.sweep.name} at {time.strftime('%Y-%m-%d %H:%M')}:", markup=False)
+    width = max(map(len, p.states), default=0)
+    counts: dict[str, int] = {}
+    for st in p.states.values():
+        counts[st.state] = counts.get(st.state, 0) + 1
+        console.print(f"  {st.key:<{width}}  {st.line}", markup=False, soft_wrap=True)
+    console.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())), markup=False)
+    gpus = f"on {p.tp.gpus} GPU{'s' if p.tp.gpus > 1 else ''}" if p.tp.gpus else "with every job running at once (set launcher.gpus=N)"
+    line = f"GPU-hours: {p.spent_gpu_h:.3g} spent, ≈ {p.left_gpu_h:.3g} left ({p.tp.source})"
+    if p.finish_h is not None:
+        end = time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() + p.finish_h * 3600))
+        line += f"; estimated finish {end} (in {p.finish_h:.3g} h {gpus})"
+    else:
+        line += "; nothing left to run"
+    console.print(line, markup=False, soft_wrap=True)
 
 
 def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:
@@ -139,6 +208,8 @@ def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:
     failed = {k: o for k, o in outcomes.items() if o.status in ("failed", "diverged", "held", "blocked")}
     for k, o in failed.items():
         console.print(f"  {o.status}: {k}: {o.error}" + (f" (log: {o.log})" if o.log else ""), markup=False)
-    if not failed:
+    if any(o.status == "submitted" for o in outcomes.values()):
+        console.print(f"submitted to SLURM; where it stands: convexp ablate {plan.sweep.name} --status", markup=False)
+    elif not failed:
         console.print(f"report: convexp report {plan.sweep.name}")
     return sum(o.status in ("failed", "diverged") for o in outcomes.values())

@@ -1,0 +1,357 @@
+"""Sweeps on SLURM: the time estimate of --dry-run (GPU-hours, wall-clock with dependencies vs
+waves), and, against the SLURM stand-in (tests/fakeslurm.py), every node submitted at once with
+afterok dependencies, --status, requeue on pre-emption, a failure blocking only its dependants, and
+the environment a multi-node pre-training gets."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from helpers import convexp, write_sweep
+
+# ----------------------------------------------------------------------------- the time estimate
+
+
+def _node(key: str, tflop: float, deps=()):
+    from convexp.sweep.nodes import Node
+
+    return Node(key, key.split("/")[0], key.split("/")[1], [], [], list(deps), flops=tflop * 1e12)
+
+
+def test_dependencies_let_a_fast_variant_fine_tune_while_a_slow_one_pre_trains():
+    """a pre-trains 10 h, b 2 h; b's fine-tuning takes 8 h, a's 1 h, on 3 GPUs at 1 TFLOP/s.
+    With dependencies b's fine-tuning runs beside a's pre-training (11 h); in waves it waits for a
+    (10 h, then 8 h)."""
+    from convexp.sweep.schedule import job_hours, makespan, throughput
+
+    h = 3600  # TFLOP at 1 TFLOP/s = 1 h
+    nodes = [
+        _node("pretrain/a", 10 * h),
+        _node("pretrain/b", 2 * h),
+        _node("finetune/a/rte", 1 * h, ["pretrain/a"]),
+        _node("finetune/b/rte", 8 * h, ["pretrain/b"]),
+    ]
+    settings = OmegaConf.create({"tflops": 100, "launcher": {"gpus": 3, "tflops": 1, "nodes": 1, "gpus_per_node": 1}})
+    tp = throughput(settings)
+    hours = {n.key: job_hours(n, tp, 256) for n in nodes}
+    assert hours == {"pretrain/a": 10, "pretrain/b": 2, "finetune/a/rte": 1, "finetune/b/rte": 8}
+    m = makespan(nodes, hours, tp)
+    assert m.gpu_hours == {"pretrain": 12, "finetune": 9}
+    assert (m.dependencies, m.waves, m.critical) == (11, 18, 11)
+    one = makespan(nodes, hours, throughput(OmegaConf.merge(settings, {"launcher": {"gpus": 1}})))
+    assert (one.dependencies, one.waves) == (21, 21)  # one GPU: nothing runs beside anything
+    # a job on 2 nodes x 4 GPUs takes an eighth of the time and holds 8 GPUs
+    wide = throughput(OmegaConf.merge(settings, {"launcher": {"gpus": 16, "nodes": 2, "gpus_per_node": 4}}))
+    assert job_hours(nodes[0], wide, 256) == 10 / 8 and wide.slots == 2
+
+
+def test_device_throughput_and_bad_launcher_settings():
+    from convexp.sweep.schedule import MFU, PEAK_TFLOPS, throughput
+    from convexp.sweep.spec import SweepError
+
+    base = {"tflops": 100, "launcher": {"nodes": 1, "gpus_per_node": 1, "gpus": 8, "tflops": None}}
+    tp = throughput(OmegaConf.create({**base, "launcher": {**base["launcher"], "device": "h100"}}))
+    assert tp.rate(256) == PEAK_TFLOPS["h100"] * MFU[0][1] and tp.rate(768) == PEAK_TFLOPS["h100"] * MFU[1][1]
+    assert throughput(OmegaConf.create(base)).rate(768) == 100  # the sweep's tflops
+    for bad, message in [
+        ({"device": "tpu"}, "launcher.device='tpu' is not known; use one of v100, a100, h100"),
+        ({"gpus": 0}, "launcher.gpus=0: give a positive number"),
+        ({"tflops": -1}, "launcher.tflops=-1: give a positive number"),
+        ({"gpus": 2, "gpus_per_node": 4}, "launcher.gpus=2 is fewer than one job's 4 GPUs"),
+    ]:
+        with pytest.raises(SweepError, match=message):
+            throughput(OmegaConf.create({**base, "launcher": {**base["launcher"], **bad}}))
+
+
+def test_dry_run_prints_gpu_hours_and_the_wall_clock_both_ways(tmp_path):
+    sweep = write_sweep(tmp_path / "two.yaml", {"a": {}, "b": {"pretrain": ["model=convbert_small"]}})
+    args = [str(sweep), "scale=smoke", "launcher=submitit", "launcher.gpus=2", "launcher.device=a100", "--dry-run"]
+    res = convexp("ablate", *args, outputs=tmp_path / "out")
+    assert res.returncode == 0, res.stderr
+    assert "time on the cluster (a100: 312 TFLOP/s peak x MFU 3.3% / 19.2%" in res.stdout
+    assert "GPU-hours: pretrain" in res.stdout and "finetune" in res.stdout
+    assert "wall-clock on 2 GPUs:" in res.stdout and "with dependencies (SLURM afterok) vs" in res.stdout
+    assert not (tmp_path / "out" / "runs").exists()
+    res = convexp("ablate", *args[:-2], "launcher.device=k80", "--dry-run", outputs=tmp_path / "out")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "launcher.device='k80' is not known" in res.stderr
+
+
+# ----------------------------------------------------------------------------- --status
+
+
+def test_status_reads_each_node_from_the_ledger_the_run_store_and_slurm(tmp_path):
+    """Each state --status names, from a ledger, run directories and what squeue/sacct say."""
+    import json
+    import types
+
+    from convexp.runs import Run
+    from convexp.sweep.nodes import Node
+    from convexp.sweep.slurm import Job
+    from convexp.sweep.status import node_states
+
+    def run(name: str, status: str | None, attempts=()) -> Run:
+        r = Run(tmp_path / name)
+        r.dir.mkdir()
+        if status:
+            record = {"status": status, "attempts": list(attempts)}
+            record |= {"error": "ValueError: bad corpus"} if status == "failed" else {}
+            (r.dir / "status.json").write_text(json.dumps(record))
+        if status == "finished":
+            (r.dir / "metrics.json").write_text('{"val_loss": 1.0}')
+        return r
+
+    a = {"started": "2026-01-01T00:00:00", "ended": "2026-01-01T01:00:00", "status": "interrupted"}
+    b = {"started": "2026-01-01T01:00:00", "ended": "2026-01-01T03:00:00", "status": "finished"}
+    nodes = [
+        Node("pretrain/a", "pretrain", "a", [], [run("pa", "finished", [a, b])]),
+        Node("finetune/a/rte", "finetune", "a", [], [run("fa", "running")], ["pretrain/a"]),
+        Node("finetune/a/mrpc", "finetune", "a", [], [run("fm", None)], ["pretrain/a"]),
+        Node("pretrain/b", "pretrain", "b", [], [run("pb", "failed")]),
+        Node("finetune/b/rte", "finetune", "b", [], [run("fb", None)], ["pretrain/b"]),
+        Node("pretrain/c", "pretrain", "c", [], [run("pc", None)]),
+        Node("finetune/c/rte", "finetune", "c", [], [run("fc", None)], ["pretrain/c"]),
+        Node("finetune/c/mrpc", "finetune", "c", [], [run("fcm", None)], ["pretrain/c"]),
+    ]
+    jobs = {
+        "1_0": Job("1_0", "COMPLETED"),
+        "2_0": Job("2_0", "RUNNING", elapsed=3 * 3600),
+        "2_1": Job("2_1", "CANCELLED"),
+        "1_1": Job("1_1", "FAILED"),
+        "3": Job("3", "PENDING", "DependencyNeverSatisfied"),
+        "1_2": Job("1_2", "PENDING", "Resources"),
+        "4_0": Job("4_0", "PENDING", "Dependency"),
+    }
+    keys = ["1_0", "2_0", "2_1", "1_1", "3", "1_2", "4_0", None]
+    recorded = {n.key: {"job": k, "status": "submitted"} for n, k in zip(nodes, keys)}
+    plan = types.SimpleNamespace(order=lambda: nodes)
+    states = node_states(plan, recorded, jobs, now=0.0)
+    assert {k: s.line for k, s in states.items()} == {
+        "pretrain/a": "done; requeued 1 time",
+        "finetune/a/rte": "running for 3.0 h (job 2_0)",
+        "finetune/a/mrpc": "cancelled (job 2_1); convexp ablate submits it again",
+        "pretrain/b": "failed: ValueError: bad corpus (job 1_1: FAILED)",
+        "finetune/b/rte": "blocked by pretrain/b",
+        "pretrain/c": "queued (Resources; job 1_2)",
+        "finetune/c/rte": "pending on pretrain/c (job 4_0)",
+        "finetune/c/mrpc": "not submitted (convexp ablate submits it)",
+    }
+    assert states["pretrain/a"].spent_s == 3 * 3600  # both attempts
+
+
+# ----------------------------------------------------------------------------- the SLURM stand-in
+
+
+@pytest.fixture
+def slurm(tmp_path):
+    """The fake SLURM's environment (one job at a time: the machine has 2 cores); stopped after. Its
+    minutes are real: submitit warns a job 90 s before its time limit, which must lie ahead."""
+    import fakeslurm
+
+    env = fakeslurm.install(tmp_path / "bin", tmp_path / "slurm", slots=1, kill_wait=3)  # minutes of 60 s
+    yield env
+    fakeslurm.shutdown(tmp_path / "slurm")
+
+
+def _sh(env: dict, *cmd: str) -> str:
+    import os
+    import subprocess
+
+    return subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+
+
+def _wait(env: dict, ids: list[str], timeout: float = 60) -> dict[str, str]:
+    """Wait until no job of ``ids`` is pending or running; their states."""
+    import time
+
+    deadline = time.time() + timeout
+    while True:
+        rows = [ln.split("|") for ln in _sh(env, "sacct", "-n", "--parsable2", "-o", "JobID,State", "-j", ",".join(ids)).splitlines()]
+        states = dict(rows)
+        if not {"PENDING", "RUNNING"} & set(states.values()) or time.time() > deadline:
+            return states
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_fake_slurm_honours_afterok_time_limits_signals_cancel_and_requeue(slurm, tmp_path):
+    def script(name: str, body: str) -> str:
+        path = tmp_path / f"{name}.sh"
+        path.write_text(f"#!/bin/bash\n#SBATCH --job-name={name} --output={tmp_path}/{name}-%j.out\n{body}\n")
+        return str(path)
+
+    slurm = {**slurm, "FAKESLURM_SLOTS": "8", "FAKESLURM_MINUTE_S": "2"}  # sleeping jobs at once; minutes of 2 s
+
+    def submit(*args: str) -> str:
+        return _sh(slurm, "sbatch", "--parsable", *args).strip()
+
+    ok = submit(script("ok", "echo ran"))
+    bad = submit(script("bad", "exit 3"))
+    after_ok = submit(f"--dependency=afterok:{ok}", script("after_ok", "echo after"))
+    after_bad = submit(f"--dependency=afterok:{bad}", script("after_bad", "echo never"))
+    killed = submit(f"--dependency=afterok:{bad}", "--kill-on-invalid-dep=yes", script("killed", "echo never"))
+    # 1 "minute" = 2 s: warned (USR2 to the srun task) 1 s before the limit, then TIMEOUT
+    trap = "trap 'echo warned; exit 0' USR2; while true; do sleep 0.1; done"
+    timed = submit("--time=1", "--signal=USR2@1", script("timed", f"srun bash -c \"{trap}\""))
+    slow = submit("--time=1", script("slow", "sleep 30"))
+    states = _wait(slurm, [ok, bad, after_ok, killed, timed, slow])
+    assert states[ok] == states[after_ok] == "COMPLETED" and states[bad] == "FAILED"
+    assert states[killed] == "CANCELLED" and states[timed] == "COMPLETED" and states[slow] == "TIMEOUT"
+    assert "warned" in (tmp_path / f"timed-{timed}.out").read_text()
+    assert _sh(slurm, "squeue", "-h", "-j", after_bad, "-o", "%i|%T|%r").split() == [f"{after_bad}|PENDING|DependencyNeverSatisfied"]
+    # an array whose task requeues itself once runs its script again; scancel ends a pending job
+    body = 'echo "run $SLURM_RESTART_COUNT"; [ "$SLURM_RESTART_COUNT" = 0 ] && [ "$SLURM_ARRAY_TASK_ID" = 1 ] && scontrol requeue "${SLURM_ARRAY_JOB_ID}_1"; exit 0'
+    array = submit("--array=0-1", script("arr", body))
+    _sh(slurm, "scancel", after_bad)
+    states = _wait(slurm, [array, after_bad])
+    assert states == {f"{array}_0": "COMPLETED", f"{array}_1": "COMPLETED", after_bad: "CANCELLED"}
+    assert "Restarts=1" in _sh(slurm, "scontrol", "show", "job", f"{array}_1")
+    assert (tmp_path / f"arr-{int(array) + 1}.out").read_text().split("\n")[:2] == ["run 0", "run 1"]
+
+
+def _status(args: list[str], outputs, env: dict) -> dict[str, str]:
+    """``convexp ablate SWEEP --status``: node -> its detail line (state first)."""
+    res = convexp("ablate", args[0], "--status", outputs=outputs, env=env)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rows = dict(line.strip().split("  ", 1) for line in res.stdout.splitlines() if line.startswith("  "))
+    return {k: v.strip() for k, v in rows.items()}, res.stdout
+
+
+@pytest.mark.slow
+def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dependants(slurm, tmp_path):
+    """Two variants through launcher=submitit on the stand-in: the driver exits right after
+    submitting; a pre-training array task warned of pre-emption (USR2) requeues and resumes to the
+    result of an uninterrupted run; the other variant's pre-training fails and blocks only its own
+    fine-tuning; --status tells the truth at each point; running ablate again submits only what is
+    missing, never what is queued."""
+    import json
+    import subprocess
+    import time
+
+    from helpers import SHRINK, ledger, statuses
+
+    missing = tmp_path / "no-such-corpus.txt"
+    sweep = write_sweep(tmp_path / "s.yaml", {"a": {}, "b": {"pretrain": ["data=files", f"data.path={missing}"]}})
+    steps = ["pretrain.trainer.max_steps=200", "pretrain.trainer.checkpoint_every_n_steps=20", "pretrain.trainer.val_every_n_steps=100"]
+    args = [str(sweep), *SHRINK, *steps, "launcher=submitit", "launcher.timeout_min=30"]
+    out = tmp_path / "out"
+    env = {**slurm, "WANDB_MODE": "disabled"}
+    started = time.time()
+    res = convexp("ablate", *args, outputs=out, env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    jobs = {k: n["job"] for k, n in ledger(out, "s")["nodes"].items()}
+    assert set(statuses(out, "s").values()) == {"submitted"} and all(jobs.values())
+    assert "submitted 2 jobs" in res.stdout and f"after {jobs['pretrain/a']}: finetune/a/rte/s42" in res.stdout
+    assert not list(out.glob("runs/*/*/metrics.json"))  # returned before any run finished
+
+    rows, _ = _status(args, out, env)
+    assert rows["finetune/a/rte/s42"].startswith("pending on pretrain/a (job ")
+    assert rows["finetune/b/rte/s42"].startswith("pending on pretrain/b (job ")
+    # again while everything is queued: nothing is submitted twice
+    res = convexp("ablate", *args, outputs=out, env=env)
+    assert res.returncode == 0 and "submitted 1" not in res.stdout and "submitted 2" not in res.stdout, res.stdout
+    assert {k: n["job"] for k, n in ledger(out, "s")["nodes"].items()} == jobs
+
+    # pre-empt pretrain/a (an array task) once it has a checkpoint: submitit's USR2 to the job's step
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(out.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
+        time.sleep(0.05)
+    subprocess.run(["scancel", "--signal=USR2", jobs["pretrain/a"]], env={**__import__("os").environ, **slurm}, check=True)
+    while time.time() < deadline:
+        rows, text = _status(args, out, env)
+        if not any(r.startswith(("pending", "queued", "running")) for r in rows.values()):  # fmt: skip
+            break
+        time.sleep(2)
+    assert rows["pretrain/a"] == "done; requeued 1 time", text
+    assert rows["finetune/a/rte/s42"] == "done", text
+    assert rows["pretrain/b"].startswith("failed: ") and f"no such file or folder: {missing}" in rows["pretrain/b"], text
+    assert rows["finetune/b/rte/s42"] == "blocked by pretrain/b", text
+    assert "GPU-hours:" in text and "nothing left to run" in text
+    assert statuses(out, "s") == {
+        "pretrain/a": "done", "finetune/a/rte/s42": "done", "pretrain/b": "failed", "finetune/b/rte/s42": "blocked"
+    }  # fmt: skip
+    [run] = [p for p in out.glob("runs/pretrain/*") if (p / "metrics.json").exists()]
+    s = json.loads((run / "status.json").read_text())
+    assert [a["status"] for a in s["attempts"]] == ["interrupted", "finished"], s
+    assert "requeued by the job runner" in s["attempts"][0]["error"]
+    # the same result as an uninterrupted run of the node's command
+    node = ledger(out, "s")["nodes"]["pretrain/a"]
+    over = [o for o in node["command"].split()[2:] if not o.startswith("outputs=")]
+    ref = convexp("pretrain", *[o.strip("'") for o in over], "trainer.requeue_signal=null", outputs=tmp_path / "ref", env=env)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    [reference] = (tmp_path / "ref" / "runs" / "pretrain").glob("*")
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
+    assert reference.name == run.name and b["steps"] == 200
+    assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+
+    # again after the failure, following the jobs: only what is missing is submitted (b's two nodes)
+    res = convexp("ablate", *args, "launcher.poll_s=1", "--follow", outputs=out, env=env)
+    assert res.returncode == 1, res.stdout[-3000:]
+    submitted = [ln for ln in res.stdout.splitlines() if ln.startswith("submitted")]
+    assert len(submitted) == 2 and submitted[0].endswith(": pretrain/b") and submitted[1].endswith(": finetune/b/rte/s42")
+    assert "pretrain/b: failed: " in res.stdout and "finetune/b/rte/s42: blocked by pretrain/b" in res.stdout
+    assert statuses(out, "s") == {
+        "pretrain/a": "cached", "finetune/a/rte/s42": "cached", "pretrain/b": "failed", "finetune/b/rte/s42": "blocked"
+    }  # fmt: skip
+    assert time.time() - started < 900
+
+
+# ----------------------------------------------------------------------------- multi-node pre-training
+
+PROBE = """
+import json, sys
+import pytorch_lightning as pl
+from convexp.config import compose_stage
+from convexp.stages.common import per_device_batch
+
+cfg = compose_stage("pretrain", sys.argv[2:])
+t = cfg.trainer
+trainer = pl.Trainer(accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, strategy=t.strategy,
+                     logger=False, enable_checkpointing=False)
+env = trainer.strategy.cluster_environment
+print(json.dumps({"env": type(env).__name__, "global_rank": trainer.global_rank, "world_size": trainer.world_size,
+                  "local_rank": trainer.local_rank, "node_rank": trainer.node_rank, "main_address": env.main_address,
+                  "batch": t.batch_size, "per_device": per_device_batch(t.batch_size, t)}))
+"""
+
+
+@pytest.mark.slow
+def test_readme_multi_node_pretraining_script_gives_each_task_its_rank_and_batch(slurm, tmp_path):
+    """The README's sbatch script on 2 nodes x 2 tasks (CPU): the environment Lightning derives in
+    each srun task (ranks, world size) and the per-device batch of the paper-scale global batch."""
+    import json
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    [script] = [b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "#SBATCH" in b and "srun convexp pretrain" in b]
+    small = (
+        script.replace("--nodes=4", "--nodes=2")
+        .replace("--ntasks-per-node=8", "--ntasks-per-node=2")
+        .replace("trainer.devices=8", "trainer.devices=2")
+        .replace("trainer.num_nodes=4", "trainer.num_nodes=2")
+        .replace("trainer.accelerator=gpu", "trainer.accelerator=cpu")
+        .replace("trainer.precision=bf16-mixed", "trainer.precision=32-true")
+        .replace("srun convexp pretrain", f"srun --output={tmp_path}/task-%t.out python {tmp_path}/probe.py pretrain")
+    )
+    assert small.count("=2") >= 4 and "probe.py" in small  # the README's script still has these settings
+    (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "pretrain.sh").write_text(small)
+    job = _sh(slurm, "sbatch", "--parsable", f"--output={tmp_path}/job.out", str(tmp_path / "pretrain.sh")).strip()
+    assert _wait(slurm, [job], timeout=300) == {job: "COMPLETED"}, (tmp_path / "job.out").read_text()[-3000:]
+    tasks = [json.loads((tmp_path / f"task-{t}.out").read_text().strip().splitlines()[-1]) for t in range(4)]
+    assert [(t["global_rank"], t["local_rank"], t["node_rank"]) for t in tasks] == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    assert {t["env"] for t in tasks} == {"SLURMEnvironment"} and {t["world_size"] for t in tasks} == {4}
+    assert {t["main_address"] for t in tasks} == {"fake0"}  # the first node of SLURM_NODELIST
+    assert {(t["batch"], t["per_device"]) for t in tasks} == {(256, 64)}  # ConvBERT-base's 256, over 4 GPUs
+
+
+def test_status_and_follow_need_a_submitted_sweep_on_slurm(tmp_path):
+    sweep = write_sweep(tmp_path / "never.yaml", {"a": {}})
+    res = convexp("ablate", str(sweep), "--status", outputs=tmp_path / "out")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "sweep never has not been run here yet (no ledger)" in res.stderr
+    res = convexp("ablate", str(sweep), "scale=smoke", "--follow", outputs=tmp_path / "out")
+    assert res.returncode == 2 and "--status and --follow watch SLURM jobs: use launcher=submitit" in res.stderr
+    assert not (tmp_path / "out").exists()
