@@ -109,3 +109,26 @@ def test_bench_prints_each_row_as_it_is_measured():
     _print("title", rows(), {"ms": ".1f"}, out, "blocks")
     assert "length 128, ms 0.0" not in seen[0] and "length 128, ms 0.0" in seen[1] and "length 256" in seen[2]
     assert buf.getvalue().index("length 384, ms 3.0") < buf.getvalue().index("title")  # then the table
+
+
+def test_dry_run_on_a_cpu_estimates_time_from_a_measured_step(tmp_path, monkeypatch):
+    import torch
+    from typer.testing import CliRunner
+
+    import convexp.sweep.show as show
+    from convexp.cli import app
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(show, "measured_flops", lambda cfg: 2e10)  # what the step would measure
+    res = CliRunner().invoke(app, ["ablate", "key-based-conv", "scale=smoke", f"outputs={tmp_path}", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "on this CPU (a rough estimate: 20 GFLOP/s measured" in " ".join(res.output.split())
+
+
+def test_measured_cpu_rate_is_a_plausible_flop_rate():
+    from convexp.config import compose_stage
+    from convexp.sweep.cpu_rate import measured_flops, runs_on_cpu
+
+    cfg = compose_stage("pretrain", ["scale=smoke", "model.num_layers=1", "trainer.batch_size=4", "seq_len=16"])
+    assert runs_on_cpu(cfg)
+    assert 1e7 < measured_flops(cfg, steps=1) < 1e13  # a CPU: more than 10 MFLOP/s, less than 10 TFLOP/s

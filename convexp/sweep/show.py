@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .cards import Card, Grid, recipe_cards
 from .compute import pretrain_tokens
+from .cpu_rate import measured_flops, runs_on_cpu
 from .execute import Outcome
 from .plan import Plan
 from .spec import load_sweep
@@ -108,7 +109,14 @@ def print_plan(plan: Plan) -> None:
     n_runs = sum(len(n.runs) for n in plan.order())
     if n_runs != len(plan.nodes):  # ConvBERT's grid: a fine-tuning node runs every setting
         parts.append(f"{n_runs} run directories (a fine-tuning node with a grid runs every setting; its FLOPs count them all)")
-    if todo:
+    cpu = next(iter(plan.pretrain_cfgs.values()), None)
+    if todo and cpu is not None and runs_on_cpu(cpu):  # no stated rate fits a CPU: measure this one
+        rate = measured_flops(cpu)
+        parts.append(
+            f"to do: {_flops(todo)} training FLOPs ≈ {_minutes(todo / rate / 60)} on this CPU (a rough "
+            f"estimate: {rate / 1e9:.3g} GFLOP/s measured over 3 training steps of {cpu.model.name} now)"
+        )
+    elif todo:
         hours = todo / (plan.settings.tflops * 1e12) / 3600
         parts.append(
             f"to do: {_flops(todo)} training FLOPs ≈ {hours:.3g} h at {plan.settings.tflops} TFLOP/s "
@@ -129,6 +137,10 @@ def print_plan(plan: Plan) -> None:
         markup=False,
         soft_wrap=True,
     )
+
+
+def _minutes(m: float) -> str:
+    return f"{m:.0f} min" if m < 120 else _hours(m / 60)
 
 
 def _hours(h: float) -> str:

@@ -1,0 +1,53 @@
+"""The --dry-run time estimate of a sweep that runs on this machine's CPU, from a short measured step.
+
+A GPU plan's time comes from a stated rate (``tflops=``, ``launcher.device``). A CPU user has no
+such number, so the dry run measures one: a few masked-LM training steps (forward, backward, fused
+AdamW) of the plan's first pre-training model at its own batch and length, on this machine, now.
+The FLOPs of those steps (the same count as the plan's) over their wall time is the rate the whole
+plan's FLOPs are divided by. Fine-tuning steps are shorter and pad less than the count assumes, so
+the estimate is rough (within ~2x); it is said so where it is printed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from omegaconf import DictConfig
+
+
+def runs_on_cpu(cfg: DictConfig) -> bool:
+    """Whether a composed stage config trains on the CPU here (``cpu``, or ``auto`` without CUDA)."""
+    import torch
+
+    accelerator = str(cfg.trainer.accelerator)
+    return accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+
+
+def measured_flops(cfg: DictConfig, steps: int = 3) -> float:
+    """Training FLOP/s of this CPU on the model, batch and length of a composed pre-training config
+    (one warm-up step, then ``steps`` timed)."""
+    import torch
+
+    from ..config import to_model_config
+    from ..models import MaskedLM
+    from .compute import _flops_per_token
+
+    model_cfg = to_model_config(cfg.model)
+    batch, length = int(cfg.trainer.batch_size), int(cfg.seq_len)
+    torch.manual_seed(0)
+    model = MaskedLM(model_cfg)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    ids = torch.randint(5, model_cfg.vocab_size, (batch, length))
+    labels = torch.where(torch.rand(batch, length) < 0.15, ids, torch.full_like(ids, -100))
+
+    def step() -> None:
+        model(ids, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    seconds = (time.perf_counter() - start) / steps
+    return _flops_per_token(model_cfg, length) * batch * length / seconds
