@@ -3,6 +3,7 @@ differences against the baseline, the seeds needed, their CSV / JSON / W&B copie
 
 import csv
 import json
+import re
 import statistics
 
 import pytest
@@ -16,7 +17,7 @@ from convexp.cli import app
 from convexp.report import stats
 from convexp.report.build import make_report
 from convexp.sweep.plan import build_plan
-from convexp.sweep.spec import load_sweep
+from convexp.sweep.spec import SweepError, load_sweep
 
 ARGS = ["scale=paper", "seeds=[1,2,3,4,5]", "finetune.grid=false"]
 SHIFT = 2.0  # the better variant's gain on RTE; MRPC: none
@@ -154,3 +155,29 @@ def test_the_wandb_report_run_holds_the_statistics(store, monkeypatch):
     assert (info["group"], info["job_type"]) == ("toy", "report")
     assert info["summary"]["statistics"] == json.loads(json.dumps(report["statistics"]))
     assert info["summary"]["statistics"]["differences"]["better"]["rte"]["significant_holm"]
+
+
+@pytest.mark.parametrize(
+    "variant_keys, report_keys, message",
+    [
+        ({"paper_se": {"rte": 0.5}}, {}, "paper_se.rte must be the standard error (a number ≥ 0) of a number"),
+        ({"paper": {"rte": 66.0}, "paper_se": {"rte": -1}}, {}, "paper_se.rte must be the standard error"),
+        ({}, {"baseline": "nope"}, "report.baseline names unknown variant 'nope'; choose one of: a"),
+        ({}, {"detect": 0}, "report.detect must be a positive number of points, e.g. 0.5, not 0"),
+    ],
+)
+def test_sweep_files_state_baseline_detect_and_paper_se(tmp_path, variant_keys, report_keys, message):
+    path = write_sweep(tmp_path / "s.yaml", {"a": {"pretrain": ["model=bert_small"], **variant_keys}})
+    d = yaml.safe_load(path.read_text())
+    d["report"].update(report_keys)
+    path.write_text(yaml.safe_dump(d))
+    with pytest.raises(SweepError, match=re.escape(message)):
+        load_sweep(str(path))
+
+
+def test_chang_sweeps_carry_table_6_standard_errors():
+    """Table 6 prints mean ± s.e. over ten runs: the ± of every task and GLUE are the verdicts' paper noise."""
+    sweep = load_sweep("key-based-conv")
+    assert sweep.variants["composite"].paper_se["cola"] == 0.7
+    assert sweep.variants["composite_key"].paper_se["rte"] == 0.4
+    assert all(set(v.paper_se) == set(v.paper) - {"params"} for v in sweep.variants.values())

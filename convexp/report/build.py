@@ -144,24 +144,23 @@ def make_report(
     out.mkdir(parents=True, exist_ok=True)
     title = f"{sweep.name}: {sweep.title}"
     lines = _header_lines(plan, rows, finetune, missing)
-    verdicts = {v: {c: a.text() for (v2, c), a in dec.verdicts.items() if v2 == v} for v, _ in dec.verdicts} if dec else {}
-    text = {
-        "md": lambda: tables.to_markdown(rows, columns, title, lines, verdicts)
-        + ("\n".join(["", *decide.verdict_lines(dec, rows, _paper_se(plan)), *decide.markdown(dec, rows)]) + "\n"
-           if dec else ""),
-        "csv": lambda: tables.to_csv(rows, columns),
-        "latex": lambda: tables.to_latex(
-            rows, columns, title, {v: {c: decide.tex(t) for c, t in cs.items()} for v, cs in verdicts.items()}
-        )
-        + (decide.latex(dec, rows) if dec else ""),
-    }[fmt]()  # fmt: skip
+    if fmt == "md":  # the verdicts beside the paper's numbers; the decisions' lines and tables under it
+        text = tables.to_markdown(rows, columns, title, lines, decide.verdict_cells(dec) if dec else {})
+        text += "".join(f"\n{x}" for x in decide.below_table(dec, rows, _paper_se(plan))) if dec else ""
+    elif fmt == "latex":
+        text = tables.to_latex(rows, columns, title, decide.verdict_cells(dec, decide.tex) if dec else {})
+        text += decide.latex(dec, rows) if dec else ""
+    else:
+        text = tables.to_csv(rows, columns)
     atomic_write(out / FORMATS[fmt], text)
     if dec:
         atomic_write(out / "statistics.csv", decide.to_csv(dec))
     written = _figures(plan, spec, rows, dec, out) if figures else []
     analyses = {}
     # the sweep's default analyses cover the variants that were run; --analyze names must exist
-    wanted = analyze if analyze is not None else [v for v in spec.analyze if v in plan.pretrain_cfgs and figures]
+    wanted = analyze
+    if wanted is None:
+        wanted = [v for v in spec.analyze if v in plan.pretrain_cfgs] if figures else []
     for variant in wanted:
         analyses[variant] = _analyze(plan, variant, out)
     labels = {r.variant: r.label for r in rows}
@@ -218,7 +217,8 @@ def _report_args(args: list[str] | None) -> tuple[list[str] | None, dict]:
 
 
 def _paper_se(plan: Plan) -> dict[str, dict[str, float]]:
-    return {v: dict(plan.sweep.variants[v].paper_se) for v in plan.variants if plan.sweep.variants[v].paper_se}
+    variants = plan.sweep.variants
+    return {v: dict(variants[v].paper_se) for v in plan.variants if variants[v].paper_se}
 
 
 def _decisions(plan: Plan, spec, rows: list, columns: list[str]) -> decide.Decisions:
@@ -269,7 +269,7 @@ def _log_to_wandb(plan: Plan, report: dict, out: Path) -> None:
         config={"sweep": plan.sweep.name, "args": report["args"]},
     )
     try:
-        run.summary.update({"rows": report["rows"], "statistics": report["statistics"], "missing": report["missing"]})
+        run.summary.update({k: report[k] for k in ("rows", "statistics", "missing")})
         images = {Path(f).stem: wandb.Image(f) for f in report["figures"]}
         if images:
             run.log(images)

@@ -31,7 +31,7 @@ class Decisions:
     holm: dict[tuple[str, str], float] = field(default_factory=dict)  # the family's adjusted p-values
     verdicts: dict[tuple[str, str], stats.Agreement] = field(default_factory=dict)
     paired: bool = True  # the design seeds_needed assumes: every comparison paired
-    spread: dict[str, float | None] = field(default_factory=dict)  # column -> s.d. of one seed (or difference)
+    spread: dict[str, float | None] = field(default_factory=dict)  # column -> s.d. of a seed (or difference)
     needed: dict[str, int | None] = field(default_factory=dict)
 
     def significant(self, key: tuple[str, str]) -> bool:
@@ -71,7 +71,8 @@ def decide(
             if r is base:
                 continue
             mine, theirs = seeds, base.seeds.get(c, {})
-            paired = set(mine) == set(theirs) and pretrain_seeds.get(r.variant) == pretrain_seeds.get(base.variant)
+            same_start = pretrain_seeds.get(r.variant) == pretrain_seeds.get(base.variant)
+            paired = set(mine) == set(theirs) and same_start
             dec.paired &= paired
             order = sorted(mine) if paired else []
             a = [mine[s] for s in order] if paired else list(mine.values())
@@ -116,7 +117,7 @@ def verdict_lines(dec: Decisions, rows: list[Row], paper_se: dict) -> list[str]:
     few = len(dec.verdicts) - decided
     with_se = [r.label for r in rows if paper_se.get(r.variant)]
     noise = (
-        "our standard error and the paper's printed ± (rows: " + ", ".join(with_se) + "); ours alone elsewhere"
+        f"our standard error and the paper's printed ± (rows: {', '.join(with_se)}); ours alone elsewhere"
         if with_se
         else "our standard error alone (the paper prints no ± for these numbers)"
     )
@@ -158,8 +159,10 @@ def sections(dec: Decisions, rows: list[Row]) -> list[Section]:
         table = []
         for r in others:
             ds = [dec.differences.get((r.variant, c)) for c in dec.columns]
-            table.append([r.label, "Δ", *(diff_text(d) + dec.mark((r.variant, c)) for d, c in zip(ds, dec.columns))])
-            table.append(["", "seeds", *("" if d is None else "paired" if d.paired else "unpaired" for d in ds)])
+            marks = [dec.mark((r.variant, c)) for c in dec.columns]
+            table.append([r.label, "Δ", *(diff_text(d) + m for d, m in zip(ds, marks))])
+            pairing = ["" if d is None else "paired" if d.paired else "unpaired" for d in ds]
+            table.append(["", "seeds", *pairing])
         text = (
             f"Mean over seeds of the variant minus the baseline's, in points, with a 95% interval from "
             f"a bootstrap over seeds ({design}; {stats.REPS:,} resamples; ± t × bootstrap standard "
@@ -183,10 +186,16 @@ def sections(dec: Decisions, rows: list[Row]) -> list[Section]:
     return out
 
 
+def below_table(dec: Decisions, rows: list[Row], paper_se: dict) -> list[str]:
+    """The markdown under the report's table: the verdicts' legend and summary, then the sections."""
+    return [*verdict_lines(dec, rows, paper_se), *markdown(dec, rows)]
+
+
 def markdown(dec: Decisions, rows: list[Row]) -> list[str]:
     out: list[str] = []
     for s in sections(dec, rows):
-        out += ["", f"### {s.title}", "", *s.text, "", "| " + " | ".join(s.head) + " |", "|" + "---|" * len(s.head)]
+        out += ["", f"### {s.title}", "", *s.text, ""]
+        out += ["| " + " | ".join(s.head) + " |", "|" + "---|" * len(s.head)]
         out += ["| " + " | ".join(row) + " |" for row in s.rows]
         out += [line for a in s.after for line in ("", a)]
     return out
@@ -214,7 +223,13 @@ def _needed(n: int | None) -> str:
 
 # ----------------------------------------------------------------------------- LaTeX
 
-_SYMBOLS = {"✓": r"\checkmark{}", "↓": r"$\downarrow$", "↑": r"$\uparrow$", "†": r"\dag{}", "Δ": r"$\Delta$"}
+_SYMBOLS = {
+    "✓": r"\checkmark{}",
+    "↓": r"$\downarrow$",
+    "↑": r"$\uparrow$",
+    "†": r"\dag{}",
+    "Δ": r"$\Delta$",
+}
 
 
 def tex(s: str) -> str:
@@ -260,7 +275,8 @@ def to_json(dec: Decisions, labels: dict[str, str]) -> dict:
         }  # fmt: skip
 
     def verdict(a: stats.Agreement):
-        return {"verdict": a.verdict, "text": a.phrase(), "gap": a.gap, "margin": a.margin, "paper_se": a.paper_se}
+        return {"verdict": a.verdict, "text": a.phrase(), "gap": a.gap, "margin": a.margin,
+                "paper_se": a.paper_se}  # fmt: skip
 
     return {
         "baseline": dec.baseline,
@@ -268,8 +284,8 @@ def to_json(dec: Decisions, labels: dict[str, str]) -> dict:
         "level": stats.LEVEL,
         "bootstrap_resamples": stats.REPS,
         "min_seeds": stats.MIN_SEEDS,
-        "differences": {v: {c: diff((v, c)) for (v2, c) in dec.differences if v2 == v} for v, _ in dec.differences},
-        "verdicts": {v: {c: verdict(a) for (v2, c), a in dec.verdicts.items() if v2 == v} for v, _ in dec.verdicts},
+        "differences": _by_variant({k: diff(k) for k in dec.differences}),
+        "verdicts": _by_variant({k: verdict(a) for k, a in dec.verdicts.items()}),
         "seeds_needed": {
             "detect": dec.detect,
             "power": stats.POWER,
@@ -278,6 +294,19 @@ def to_json(dec: Decisions, labels: dict[str, str]) -> dict:
             "seeds": dec.needed,
         },
     }
+
+
+def _by_variant(cells: dict[tuple[str, str], object]) -> dict[str, dict[str, object]]:
+    """{(variant, column): x} -> {variant: {column: x}}."""
+    out: dict[str, dict[str, object]] = {}
+    for (v, c), x in cells.items():
+        out.setdefault(v, {})[c] = x
+    return out
+
+
+def verdict_cells(dec: Decisions, fmt=lambda s: s) -> dict[str, dict[str, str]]:
+    """{variant: {column: the verdict's cell}} for the table's "vs paper" rows (``fmt``: e.g. tex)."""
+    return _by_variant({k: fmt(a.text()) for k, a in dec.verdicts.items()})
 
 
 def to_csv(dec: Decisions) -> str:
@@ -298,7 +327,9 @@ def to_csv(dec: Decisions) -> str:
         )  # fmt: skip
     for (v, c), a in dec.verdicts.items():
         low, high = (a.gap - a.margin, a.gap + a.margin) if a.gap is not None else (None, None)
-        w.writerow(["vs_paper", v, None, c, a.gap, low, high, None, None, a.text(), None, None, a.phrase(), None])
+        w.writerow(
+            ["vs_paper", v, None, c, a.gap, low, high, None, None, a.text(), None, None, a.phrase(), None]
+        )
     for c in dec.columns:
         w.writerow(
             ["seeds_needed", None, None, c, dec.needed.get(c), None, None, None, None, None, dec.paired, None,

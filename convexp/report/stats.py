@@ -40,7 +40,8 @@ POWER = 0.8  # seeds_needed's default power
 
 def t_cdf(x: float, df: float) -> float:
     """P(T ≤ x) for Student's t with ``df`` > 0 degrees of freedom. With t = √df·tan θ the density
-    becomes c·cos^(df−1) θ on [0, π/2), integrated by Simpson's rule (error < 1e-9 for df ≥ 2, 1e-6 below)."""
+    becomes c·cos^(df−1) θ on [0, π/2), integrated by Simpson's rule (error < 1e-9 for df ≥ 2,
+    1e-6 below)."""
     if math.isinf(x):
         return 1.0 if x > 0 else 0.0
     theta = math.atan(abs(x) / math.sqrt(df))
@@ -121,7 +122,8 @@ def difference(
         df = n - 1.0
     else:
         na, nb = len(a), len(b)
-        boot = a[rng.integers(0, na, (reps, na))].mean(axis=1) - b[rng.integers(0, nb, (reps, nb))].mean(axis=1)
+        boot = a[rng.integers(0, na, (reps, na))].mean(axis=1)
+        boot -= b[rng.integers(0, nb, (reps, nb))].mean(axis=1)
         va, vb = a.var(ddof=1) / na, b.var(ddof=1) / nb  # each side's squared standard error
         plug_in = a.var(ddof=0) / na + b.var(ddof=0) / nb  # what the bootstrap estimates
         se = float(boot.std(ddof=1)) * (math.sqrt((va + vb) / plug_in) if plug_in > 0 else 1.0)
@@ -176,7 +178,9 @@ class Agreement:
 
     def text(self) -> str:
         """The table's cell: ✓, ↓ 1.8, ↑ 0.9 or ?."""
-        return {"within": "✓", "below": f"↓ {-self.gap:.1f}", "above": f"↑ {self.gap:.1f}"}.get(self.verdict, "?")
+        if self.verdict in ("below", "above"):
+            return f"{'↓' if self.gap < 0 else '↑'} {abs(self.gap):.1f}"
+        return "✓" if self.verdict == "within" else "?"
 
     def phrase(self) -> str:
         """In words: ``✓ within noise``, ``↓ 1.8 below (beyond noise)``, ``? too few seeds``."""
@@ -207,7 +211,8 @@ def agreement(
 def power(n: int, delta: float, sd: float, paired: bool, level: float = LEVEL) -> float:
     """The approximate power of the comparison with ``n`` seeds per variant to detect a true
     difference ``delta`` when one seed's score (paired: one seed's difference) has spread ``sd``:
-    Φ(δ/se − t) + Φ(−δ/se − t), se = sd/√n paired or sd·√(2/n) unpaired, t at n−1 or 2n−2 df."""
+    Φ(δ/se − t) + Φ(−δ/se − t), se = sd/√n paired or sd·√(2/n) unpaired, t at n − 1 or 2n − 2
+    degrees of freedom."""
     se = sd / math.sqrt(n) if paired else sd * math.sqrt(2 / n)
     if se == 0:
         return 1.0

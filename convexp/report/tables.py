@@ -283,7 +283,8 @@ def to_markdown(
                 "| " + " | ".join(["", "paper", *(_paper_text(r.paper.get(c), c) for c in columns)]) + " |"
             )
         if (beside or {}).get(r.variant):
-            out.append("| " + " | ".join(["", "vs paper", *(beside[r.variant].get(c, "") for c in columns)]) + " |")
+            cells = [beside[r.variant].get(c, "") for c in columns]
+            out.append("| " + " | ".join(["", "vs paper", *cells]) + " |")
     return "\n".join(out) + "\n"
 
 

@@ -148,7 +148,7 @@ def load_sweep(name: str) -> Sweep:
         for k, se in paper_se.items():
             if not isinstance(paper.get(k), (int, float)) or not isinstance(se, (int, float)) or se < 0:
                 raise SweepError(
-                    f"{vwhere}: paper_se.{k} must be a standard error (a number ≥ 0) of a number in `paper:`"
+                    f"{vwhere}: paper_se.{k} must be the standard error (a number ≥ 0) of a number in `paper:`"
                 )
         variants[str(vname)] = Variant(
             name=str(vname),
@@ -306,7 +306,8 @@ def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, 
             raise SweepError(f"{where}: report column {c!r} needs a `finetune:` stage")
     if r.baseline is not None and r.baseline not in variants:
         raise SweepError(
-            f"{where}: report.baseline names unknown variant {r.baseline!r}; choose one of: {', '.join(variants)}"
+            f"{where}: report.baseline names unknown variant {r.baseline!r}; choose one of: "
+            + ", ".join(variants)
         )
     check_detect(r.detect, f"{where}: report.detect")
     for a in r.analyze:
