@@ -86,7 +86,7 @@ def decide(
         groups = spreads.get(c) if dec.paired else [list(r.seeds.get(c, {}).values()) for r in rows]
         sd = stats.pooled_sd(groups or [])
         dec.spread[c] = sd
-        dec.needed[c] = stats.seeds_needed(detect, sd, dec.paired) if sd is not None else None
+        dec.needed[c] = stats.seeds_needed(detect, sd, dec.paired) if sd else None
     family = [k for k, d in dec.differences.items() if d is not None and k[1] != "glue"]
     dec.holm = dict(zip(family, stats.holm([dec.differences[k].p for k in family])))
     return dec
@@ -116,11 +116,12 @@ def verdict_lines(dec: Decisions, rows: list[Row], paper_se: dict) -> list[str]:
     decided = sum(counts.values())
     few = len(dec.verdicts) - decided
     with_se = [r.label for r in rows if paper_se.get(r.variant)]
-    noise = (
-        f"our standard error and the paper's printed ± (rows: {', '.join(with_se)}); ours alone elsewhere"
-        if with_se
-        else "our standard error alone (the paper prints no ± for these numbers)"
-    )
+    if with_se and len(with_se) == sum(bool(r.paper) for r in rows):
+        noise = "our standard error and the paper's printed ±"
+    elif with_se:
+        noise = f"our standard error and the paper's printed ± (rows: {', '.join(with_se)}); ours alone elsewhere"
+    else:
+        noise = "our standard error alone (the paper prints no ± for these numbers)"
     summary = (
         f"Reproduced {counts['within']} of {decided} cells within noise"
         + (f" ({counts['below']} below, {counts['above']} above it)" if decided > counts["within"] else "")
@@ -180,7 +181,7 @@ def sections(dec: Decisions, rows: list[Row]) -> list[Section]:
         )
         table = [
             ["spread (s.d., points)", *(_sd(dec.spread.get(c)) for c in dec.columns)],
-            ["seeds needed", *(_needed(dec.needed.get(c)) for c in dec.columns)],
+            ["seeds needed", *(_needed(dec.needed.get(c), dec.spread.get(c)) for c in dec.columns)],
         ]
         out.append(Section(f"Seeds needed to detect {dec.detect:g} points", [text], ["", *heads], table))
     return out
@@ -217,7 +218,10 @@ def _sd(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
 
-def _needed(n: int | None) -> str:
+def _needed(n: int | None, sd: float | None) -> str:
+    """The seeds-needed cell: – without a spread (one seed, or every seed the same score)."""
+    if not sd:
+        return "–"
     return "> 10,000" if n is None else str(n)
 
 
