@@ -155,3 +155,20 @@ def test_decide_gives_verdicts_only_where_the_paper_prints_a_number_beside_a_ful
     assert set(dec.verdicts) == {("base", "rte")} and dec.verdicts["base", "rte"].paper_se
     assert dec.columns == ["rte", "glue"] and not dec.differences
     assert dec.spread["rte"] == pytest.approx(1.0) and dec.needed["rte"] == stats.seeds_needed(0.5, 1.0, False)
+
+
+def test_only_scores_are_compared_and_only_against_numbers_on_our_split():
+    from convexp.report.tables import variant_row
+    from convexp.sweep.spec import Variant
+
+    runs = [
+        {"task": "rte", "seed": s, "run": f"r{s}", "hp": {}, "score": 60.0 + s, "remaining_weights": 10.0,
+         "dev": {"validation": {"accuracy": 60.0 + s}}}
+        for s in (1, 2, 3)
+    ]  # fmt: skip
+    columns = ["rte", "rte.accuracy", "rte.remaining_weights"]
+    row = variant_row(Variant("v", "V", paper={"rte": 70.0}), "chang", "mean", columns, None, runs)
+    assert row.seeds == {"rte": {1: 61.0, 2: 62.0, 3: 63.0}, "rte.accuracy": {1: 61.0, 2: 62.0, 3: 63.0}}
+    assert row.ours["rte.remaining_weights"].value == 10.0  # shown, not compared
+    assert decide([row], columns, "mean", None, 0.5, {"v": 1}, {}).verdicts["v", "rte"].verdict == "below"
+    assert not decide([row], columns, "mean", None, 0.5, {"v": 1}, {}, versus_paper=False).verdicts

@@ -228,7 +228,10 @@ def _decisions(plan: Plan, spec, rows: list, columns: list[str]) -> decide.Decis
         v: plan.pretrain_cfgs[v].get("seed") if v in plan.pretrain_cfgs else plan.starts[v].init
         for v in plan.variants
     }
-    return decide.decide(rows, columns, spec.aggregate, spec.baseline, spec.detect, starts, _paper_se(plan))
+    same_split = spec.paper_split in (None, spec.split)  # no verdicts of our dev scores against test numbers
+    return decide.decide(
+        rows, columns, spec.aggregate, spec.baseline, spec.detect, starts, _paper_se(plan), same_split
+    )
 
 
 def _figures(plan: Plan, spec, rows: list, dec, out: Path) -> list[str]:
@@ -304,7 +307,11 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) ->
         + f"; {spec.style} scoring.",
     ]
     if spec.paper_split and any(v.paper for v in sweep.variants.values()):
-        lines.append(f"Paper: {spec.paper_split} numbers as printed.")
+        other = spec.paper_split != spec.split
+        lines.append(
+            f"Paper: {spec.paper_split} numbers as printed"
+            + (f" (ours are {spec.split} scores: no verdicts against them)." if other else ".")
+        )
     start = next(iter(plan.starts.values()))
     if start.node is None:
         lines.append(f"Every variant fine-tunes the checkpoint {start.init} (no pre-training).")

@@ -51,10 +51,12 @@ def decide(
     detect: float,
     pretrain_seeds: dict[str, object],
     paper_se: dict[str, dict[str, float]],
+    versus_paper: bool = True,
 ) -> Decisions:
     """``baseline``: a variant of ``rows`` (None: the first row); ``pretrain_seeds``: variant -> its
     pre-training seed (or checkpoint): seeds pair only between variants that share it;
-    ``paper_se``: variant -> {column: the paper's printed standard error}."""
+    ``paper_se``: variant -> {column: the paper's printed standard error}; ``versus_paper``: whether
+    our numbers and the paper's are on the same split (else no verdicts)."""
     by_name = {r.variant: r for r in rows}
     base = by_name.get(baseline) or rows[0]
     note = "" if baseline in (None, base.variant) else f"the sweep's baseline {baseline!r} was not run"
@@ -65,7 +67,7 @@ def decide(
         for r in rows:
             seeds = r.seeds.get(c, {})
             paper = r.paper.get(c)
-            if comparable(r, c) and seeds:
+            if versus_paper and comparable(r, c) and seeds:
                 se = paper_se.get(r.variant, {}).get(c)
                 dec.verdicts[r.variant, c] = stats.agreement(list(seeds.values()), float(paper), how, se)
             if r is base:
@@ -119,7 +121,8 @@ def verdict_lines(dec: Decisions, rows: list[Row], paper_se: dict) -> list[str]:
     if with_se and len(with_se) == sum(bool(r.paper) for r in rows):
         noise = "our standard error and the paper's printed ±"
     elif with_se:
-        noise = f"our standard error and the paper's printed ± (rows: {', '.join(with_se)}); ours alone elsewhere"
+        rows_se = ", ".join(with_se)
+        noise = f"our standard error and the paper's printed ± (rows: {rows_se}); ours alone elsewhere"
     else:
         noise = "our standard error alone (the paper prints no ± for these numbers)"
     summary = (

@@ -69,6 +69,7 @@ METRICS = {
     "best_exact": "EM (best thr.)",
     "best_f1": "F1 (best thr.)",
 }
+RUN_FACTS = ("remaining_weights", "wall_time_s", "examples_per_s", "eval_time_s")  # TASK.KEY, not scores
 PROBING_GROUPS = {**{g: tuple(ts) for g, ts in GROUPS.items()}, "probing": tuple(PROBING_ORDER)}
 
 
@@ -153,7 +154,7 @@ def run_values(m: dict, style: str, split: str = "dev") -> dict[str, float]:
         names = [column, task] if i == 0 and column != task else [column]
         for name in names:
             out.update({f"{name}.{k}": float(v) for k, v in metrics.items()})
-    for k in ("remaining_weights", "wall_time_s", "examples_per_s", "eval_time_s"):
+    for k in RUN_FACTS:
         if isinstance(m.get(k), (int, float)):
             out[f"{task}.{k}"] = float(m[k])
     return out
@@ -218,7 +219,8 @@ def variant_row(
             ours[col] = seed_cells.get(col, Cell(None))
         else:
             ours[col] = aggregate(per_column.get(col, []), how)
-            by_seed[col] = {s: vs[col] for s, vs in per_seed.items() if col in vs}
+            if col.rsplit(".", 1)[-1] not in RUN_FACTS:  # a score: its seeds are compared
+                by_seed[col] = {s: vs[col] for s, vs in per_seed.items() if col in vs}
     by_seed = {c: v for c, v in by_seed.items() if v}
     return Row(variant.name, variant.label, ours, dict(variant.paper), ids, by_seed)
 
