@@ -265,18 +265,25 @@ def ablate(
 def report(
     name: str = typer.Argument(..., help="The sweep (as given to convexp ablate)."),
     overrides: Optional[List[str]] = typer.Argument(
-        None, help="The sweep's arguments (default: those of the last `convexp ablate NAME`)."
+        None,
+        help="The sweep's arguments (default: those of the last `convexp ablate NAME`); "
+        "report.baseline=VARIANT and report.detect=POINTS set the comparisons' baseline and the "
+        "difference the seeds-needed table is for.",
     ),
     fmt: str = typer.Option("md", "--format", help="md | csv | latex"),
     source: str = typer.Option("local", "--source", help="local (the run store) | wandb (the W&B API)"),
     analyze: Optional[List[str]] = typer.Option(
         None, "--analyze", help="Variant whose attention maps and kernels to plot (default: the sweep's)."
     ),
+    no_figures: bool = typer.Option(
+        False, "--no-figures", help="Write no figures (and run the sweep's default analyses only if named)."
+    ),
 ) -> None:
-    """Turn a sweep's runs into the paper's table (ours beside the paper's numbers) and figures."""
+    """Turn a sweep's runs into the paper's table (ours beside the paper's numbers, with verdicts),
+    the differences between variants, the seeds needed, and figures."""
     from .report.build import make_report
 
-    make_report(name, overrides or None, fmt, source, analyze)
+    make_report(name, overrides or None, fmt, source, analyze, figures=not no_figures)
 
 
 @app.command()

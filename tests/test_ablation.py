@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from wandb_records import run_info
+from wandb_records import api_serving, run_info
 
 from helpers import QUIET, SHRINK, convexp, ledger, statuses, write_sweep
 
@@ -230,22 +230,11 @@ def test_convbert_sweep_end_to_end_report_matches_run_store(tmp_path, monkeypatc
 
     # --source wandb: the same runs, found by id through the W&B API (a stand-in serving the
     # summaries the runs logged), give the same report
-    class Remote:
-        state = "finished"
-
-        def __init__(self, run_id):
-            [d] = tmp_path.glob(f"runs/*/{run_id}")
-            self.summary = {"result": json.loads((d / "metrics.json").read_text())}
-
-    class Api:
-        def run(self, path):
-            return Remote(path.rsplit("/", 1)[1])
-
     import wandb
 
     from convexp.report.build import make_report
 
-    monkeypatch.setattr(wandb, "Api", Api)
+    monkeypatch.setattr(wandb, "Api", api_serving(tmp_path))
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path))
     out = make_report("convbert-conv-type", source="wandb", out=tmp_path / "from-wandb")
     assert json.loads((out / "report.json").read_text())["rows"] == report["rows"]

@@ -7,6 +7,7 @@ with ``source="wandb"``, from the W&B runs of the same ids (their summary's ``re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -16,8 +17,8 @@ from ..errors import UserError
 from ..sweep.compute import parameters
 from ..sweep.execute import last_args
 from ..sweep.plan import Plan, build_plan
-from ..sweep.spec import load_sweep
-from . import tables
+from ..sweep.spec import check_detect, load_sweep
+from . import decide, tables
 from .flops import NOTE as FLOPS_NOTE
 from .flops import table3_flops
 
@@ -103,19 +104,27 @@ def make_report(
     source: str = "local",
     analyze: list[str] | None = None,
     out: Path | None = None,
+    figures: bool = True,
 ) -> Path:
-    """Write outputs/reports/NAME/ and print the table; returns the directory."""
+    """Write outputs/reports/NAME/ and print the table; returns the directory. ``args``: the sweep's
+    arguments (None: the last ``convexp ablate NAME``'s) and ``report.baseline=`` / ``report.detect=``."""
     if fmt not in FORMATS:
         raise ReportError(f"unknown format {fmt!r}; use md, csv or latex")
     if source not in ("local", "wandb"):
         raise ReportError(f"unknown source {source!r}; use local or wandb")
     sweep = load_sweep(name)
+    args, own = _report_args(args)
     if args is None:  # the last `convexp ablate NAME`'s arguments
         args = last_args(Path(os.environ.get("CONVEXP_OUTPUTS", "outputs")), sweep.name) or []
+    spec = dataclasses.replace(sweep.report, **own)
+    if spec.baseline is not None and spec.baseline not in sweep.variants:
+        raise ReportError(
+            f"report.baseline={spec.baseline} is not a variant of {sweep.name}; choose one of: "
+            + ", ".join(sweep.variants)
+        )
     plan = build_plan(sweep, args)
     read = wandb_reader(plan) if source == "wandb" else local_result
     pretrain, finetune, missing = collect(plan, read)
-    spec = sweep.report
     columns = _columns(plan)
     rows = [
         tables.variant_row(
@@ -130,26 +139,31 @@ def make_report(
         )
         for v in plan.variants
     ]
+    dec = _decisions(plan, spec, rows, columns) if any(r.seeds for r in rows) else None
     out = Path(out) if out else plan.outputs / "reports" / sweep.name
     out.mkdir(parents=True, exist_ok=True)
     title = f"{sweep.name}: {sweep.title}"
     lines = _header_lines(plan, rows, finetune, missing)
-    text = {
-        "md": lambda: tables.to_markdown(rows, columns, title, lines),
-        "csv": lambda: tables.to_csv(rows, columns),
-        "latex": lambda: tables.to_latex(rows, columns, title),
-    }[fmt]()
+    if fmt == "md":  # the verdicts beside the paper's numbers; the decisions' lines and tables under it
+        text = tables.to_markdown(rows, columns, title, lines, decide.verdict_cells(dec) if dec else {})
+        text += "".join(f"\n{x}" for x in decide.below_table(dec, rows, _paper_se(plan))) if dec else ""
+    elif fmt == "latex":
+        text = tables.to_latex(rows, columns, title, decide.verdict_cells(dec, decide.tex) if dec else {})
+        text += decide.latex(dec, rows) if dec else ""
+    else:
+        text = tables.to_csv(rows, columns)
     atomic_write(out / FORMATS[fmt], text)
-    figures = []
-    if spec.figure:
-        from .figures import curve
-
-        figures.append(str(curve(sweep, rows, out / "figure.png")))
+    if dec:
+        atomic_write(out / "statistics.csv", decide.to_csv(dec))
+    written = _figures(plan, spec, rows, dec, out) if figures else []
     analyses = {}
     # the sweep's default analyses cover the variants that were run; --analyze names must exist
-    wanted = analyze if analyze is not None else [v for v in spec.analyze if v in plan.pretrain_cfgs]
+    wanted = analyze
+    if wanted is None:
+        wanted = [v for v in spec.analyze if v in plan.pretrain_cfgs] if figures else []
     for variant in wanted:
         analyses[variant] = _analyze(plan, variant, out)
+    labels = {r.variant: r.label for r in rows}
     report = {
         "sweep": sweep.name,
         "source": sweep.source,
@@ -160,18 +174,110 @@ def make_report(
         "paper_split": spec.paper_split,
         "columns": columns,
         "rows": tables.to_json(rows, columns),
+        "statistics": decide.to_json(dec, labels) if dec else None,
         "missing": missing,
-        "figures": figures,
+        "figures": written,
         "analysis": analyses,
     }
     atomic_write(out / "report.json", json.dumps(report, indent=2, default=str) + "\n")
+    if source == "wandb":
+        _log_to_wandb(plan, report, out)
     print(text if fmt != "md" else text.replace("## ", "", 1))
-    for f in figures:
+    for f in written:
         print(f"figure: {f}")
     for v, a in analyses.items():
         print(f"analysis of {v}: " + (", ".join(a["files"]) if "files" in a else a.get("error", "")))
     print(f"report: {out}")
     return out
+
+
+def _report_args(args: list[str] | None) -> tuple[list[str] | None, dict]:
+    """The sweep's arguments (None when only report settings were given: the last ablate's) and
+    the report settings among them: ``report.baseline=VARIANT``, ``report.detect=POINTS``."""
+    if args is None:
+        return None, {}
+    own, rest = {}, []
+    for a in args:
+        key, _, value = a.partition("=")
+        if not key.startswith("report."):
+            rest.append(a)
+        elif key == "report.baseline" and value:
+            own["baseline"] = value
+        elif key == "report.detect":
+            try:
+                own["detect"] = float(value)
+            except ValueError:
+                own["detect"] = value
+            check_detect(own["detect"], "report.detect")
+        else:
+            raise ReportError(
+                f"unknown report setting {a!r}; use report.baseline=VARIANT or report.detect=POINTS"
+            )
+    return (None if own and not rest else rest), own
+
+
+def _paper_se(plan: Plan) -> dict[str, dict[str, float]]:
+    variants = plan.sweep.variants
+    return {v: dict(variants[v].paper_se) for v in plan.variants if variants[v].paper_se}
+
+
+def _decisions(plan: Plan, spec, rows: list, columns: list[str]) -> decide.Decisions:
+    """Differences against the baseline, verdicts against the paper, seeds needed (``decide.py``).
+    Seeds pair between variants fine-tuned from the same pre-training seed (or the same checkpoint)."""
+    starts = {
+        v: plan.pretrain_cfgs[v].get("seed") if v in plan.pretrain_cfgs else plan.starts[v].init
+        for v in plan.variants
+    }
+    same_split = spec.paper_split in (None, spec.split)  # no verdicts of our dev scores against test numbers
+    return decide.decide(
+        rows, columns, spec.aggregate, spec.baseline, spec.detect, starts, _paper_se(plan), same_split
+    )
+
+
+def _figures(plan: Plan, spec, rows: list, dec, out: Path) -> list[str]:
+    """The sweep's own figure (``figure.png``), every seed's score per variant (``seeds.png``) and
+    the forest plot of the differences (``differences.png``)."""
+    from . import figures
+
+    written = []
+    if spec.figure:
+        written.append(str(figures.curve(plan.sweep, rows, out / "figure.png")))
+    if dec is not None:
+        title = f"{plan.sweep.name} (scale={plan.settings.scale}): {plan.sweep.title}"
+        written.append(str(figures.seed_scores(dec, rows, spec.split, title, out / "seeds.png")))
+        if any(d is not None for d in dec.differences.values()):
+            written.append(str(figures.differences(dec, rows, title, out / "differences.png")))
+    return written
+
+
+def _log_to_wandb(plan: Plan, report: dict, out: Path) -> None:
+    """The report as a W&B run of the sweep's group (job type ``report``): its statistics in the
+    summary, the figures as images."""
+    import wandb
+
+    from ..stages.common import wandb_mode
+
+    cfg = plan.logger
+    mode = wandb_mode(cfg)
+    if mode == "disabled":
+        return
+    run = wandb.init(
+        project=cfg.project,
+        entity=cfg.entity,
+        group=plan.sweep.name,
+        job_type="report",
+        name=f"report-{plan.sweep.name}",
+        dir=str(out),
+        mode=mode,
+        config={"sweep": plan.sweep.name, "args": report["args"]},
+    )
+    try:
+        run.summary.update({k: report[k] for k in ("rows", "statistics", "missing")})
+        images = {Path(f).stem: wandb.Image(f) for f in report["figures"]}
+        if images:
+            run.log(images)
+    finally:
+        run.finish()
 
 
 def _columns(plan: Plan) -> list[str]:
@@ -201,7 +307,11 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) ->
         + f"; {spec.style} scoring.",
     ]
     if spec.paper_split and any(v.paper for v in sweep.variants.values()):
-        lines.append(f"Paper: {spec.paper_split} numbers as printed.")
+        other = spec.paper_split != spec.split
+        lines.append(
+            f"Paper: {spec.paper_split} numbers as printed"
+            + (f" (ours are {spec.split} scores: no verdicts against them)." if other else ".")
+        )
     start = next(iter(plan.starts.values()))
     if start.node is None:
         lines.append(f"Every variant fine-tunes the checkpoint {start.init} (no pre-training).")

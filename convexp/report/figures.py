@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .decide import comparable
 from .tables import header
 
 
@@ -57,3 +58,92 @@ def curve(sweep, rows, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+# ----------------------------------------------------------------------------- the decision figures
+
+UNITS = "points: the task's metric × 100 (Chang et al.'s style: the mean of its metrics)"
+
+
+def _wrap(label: str, width: int = 20) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(label, width)) or label
+
+
+def _panels(columns: list[str], labels: list[str], title: str, note: str):
+    """A page of small multiples: one panel per column (4 to a row), the variants ``labels`` down the
+    side of each row, top to bottom in the table's order. Returns (figure, {column: axes})."""
+    from matplotlib.figure import Figure
+
+    ncols = min(len(columns), 4)
+    nrows = -(-len(columns) // ncols)
+    height = max(1.6, 0.3 * len(labels) + 1.0)
+    fig = Figure(figsize=(2.4 * ncols + 1.7, height * nrows + 1.0), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+    for ax in axes.flat[len(columns):]:
+        ax.set_visible(False)
+    for ax, c in zip(axes.flat, columns):
+        ax.set_title(header(c), fontsize=11)
+        ax.grid(axis="x", alpha=0.3)
+        ax.tick_params(labelsize=9)
+    axes[0, 0].set_yticks(range(len(labels)), [_wrap(label) for label in labels])
+    axes[0, 0].set_ylim(len(labels) - 0.5, -0.5)
+    fig.suptitle(f"{title}\n{note}", fontsize=11)
+    return fig, dict(zip(columns, axes.flat))
+
+
+def _legend_and_save(fig, axes, path: Path, xlabel: str) -> Path:
+    for ax in axes.values():
+        ax.set_xlabel(xlabel, fontsize=9)
+    handles = {}
+    for ax in axes.values():
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=len(handles), fontsize=9)
+    fig.savefig(path, dpi=150)
+    return path
+
+
+def seed_scores(dec, rows, split: str, title: str, path: Path) -> Path:
+    """Every seed's score per variant, one panel per task (and the GLUE average): variants down the
+    side, the seeds as dots, our aggregate as a bar, the paper's number as a red diamond."""
+    labels = [r.label for r in rows]
+    fig, axes = _panels(dec.columns, labels, title, f"every fine-tuning seed's {split} score, in {UNITS}")
+    for c, ax in axes.items():
+        for y, r in enumerate(rows):
+            scores = list(r.seeds.get(c, {}).values())
+            if scores:
+                jitter = [(-0.2 + 0.4 * k / max(len(scores) - 1, 1)) for k in range(len(scores))]
+                ax.scatter(scores, [y + j for j in jitter], s=14, color="C0", alpha=0.75, zorder=3,
+                           label="one seed")  # fmt: skip
+                if r.ours[c].value is not None:
+                    ax.plot([r.ours[c].value] * 2, [y - 0.32, y + 0.32], color="black", lw=2, zorder=4,
+                            label=f"ours ({dec.how} over seeds)")  # fmt: skip
+            if comparable(r, c):
+                ax.scatter([r.paper[c]], [y], marker="D", s=30, color="C3", zorder=5, label="paper")
+    return _legend_and_save(fig, axes, path, f"{split} score (points)")
+
+
+def differences(dec, rows, title: str, path: Path) -> Path:
+    """A forest plot per task (and GLUE): each variant's difference from the baseline with its 95%
+    interval, filled where the interval excludes 0; the paper's difference as a red cross."""
+    base = next(r for r in rows if r.variant == dec.baseline)
+    others = [r for r in rows if r is not base]
+    note = (
+        f"difference from the baseline {base.label} (variant − baseline, mean over seeds) with its 95% "
+        f"interval, filled where it excludes 0;\nin {UNITS}"
+    )
+    fig, axes = _panels(dec.columns, [r.label for r in others], title, note)
+    for c, ax in axes.items():
+        ax.axvline(0, color="gray", lw=1)
+        for y, r in enumerate(others):
+            d = dec.differences.get((r.variant, c))
+            if d is not None:
+                ax.errorbar([d.diff], [y], xerr=[[d.diff - d.low], [d.high - d.diff]], fmt="o", color="C0",
+                            mfc="C0" if d.excludes_zero else "white", capsize=3, ms=6,
+                            label="ours: difference, 95% interval")  # fmt: skip
+            if comparable(r, c) and comparable(base, c):
+                ax.scatter([r.paper[c] - base.paper[c]], [y], marker="x", s=36, color="C3", zorder=5,
+                           label="paper's difference")  # fmt: skip
+    return _legend_and_save(fig, axes, path, f"Δ vs {_wrap(base.label, 28)} (points)")

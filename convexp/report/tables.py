@@ -69,6 +69,7 @@ METRICS = {
     "best_exact": "EM (best thr.)",
     "best_f1": "F1 (best thr.)",
 }
+RUN_FACTS = ("remaining_weights", "wall_time_s", "examples_per_s", "eval_time_s")  # TASK.KEY, not scores
 PROBING_GROUPS = {**{g: tuple(ts) for g, ts in GROUPS.items()}, "probing": tuple(PROBING_ORDER)}
 
 
@@ -117,6 +118,7 @@ class Row:
     ours: dict[str, Cell]
     paper: dict[str, object]
     runs: dict[str, list[str]] = field(default_factory=dict)  # column -> run ids behind it
+    seeds: dict[str, dict[int, float]] = field(default_factory=dict)  # column -> {seed: score} behind it
 
 
 def aggregate(values: list[float], how: str) -> Cell:
@@ -152,7 +154,7 @@ def run_values(m: dict, style: str, split: str = "dev") -> dict[str, float]:
         names = [column, task] if i == 0 and column != task else [column]
         for name in names:
             out.update({f"{name}.{k}": float(v) for k, v in metrics.items()})
-    for k in ("remaining_weights", "wall_time_s", "examples_per_s", "eval_time_s"):
+    for k in RUN_FACTS:
         if isinstance(m.get(k), (int, float)):
             out[f"{task}.{k}"] = float(m[k])
     return out
@@ -195,6 +197,7 @@ def variant_row(
                 per_seed.setdefault(m["seed"], {})[col] = v
                 ids.setdefault(col, []).append(m["run"])
     ours: dict[str, Cell] = {}
+    by_seed: dict[str, dict[int, float]] = {}  # the seed scores of the columns aggregated over seeds
     for col in columns:
         if col == "params":
             ours[col] = Cell(pretrain["params"] if pretrain else None, n=1)
@@ -205,6 +208,7 @@ def variant_row(
             ours[col] = Cell(metrics.get(col.split(".", 1)[1]), n=1)
         elif col == "glue":
             ours[col] = _glue_cell(per_seed, per_column, style, how)
+            by_seed["glue"] = _glue_by_seed(per_seed, per_column, style)
         elif col in PROBING_GROUPS:
             cells = [aggregate(per_column[t], how).value for t in PROBING_GROUPS[col] if t in per_column]
             note = "" if len(cells) == len(PROBING_GROUPS[col]) else "*"
@@ -215,11 +219,21 @@ def variant_row(
             ours[col] = seed_cells.get(col, Cell(None))
         else:
             ours[col] = aggregate(per_column.get(col, []), how)
-    return Row(variant.name, variant.label, ours, dict(variant.paper), ids)
+            if col.rsplit(".", 1)[-1] not in RUN_FACTS:  # a score: its seeds are compared
+                by_seed[col] = {s: vs[col] for s, vs in per_seed.items() if col in vs}
+    by_seed = {c: v for c, v in by_seed.items() if v}
+    return Row(variant.name, variant.label, ours, dict(variant.paper), ids, by_seed)
 
 
 def glue_columns(style: str) -> tuple[str, ...]:
     return scores.CONVBERT_COLUMNS if style == "convbert" else scores.CHANG_COLUMNS
+
+
+def _glue_by_seed(per_seed: dict, per_column: dict, style: str) -> dict[int, float]:
+    """{seed: its GLUE score} over the seeds that ran every task of the average."""
+    wanted = [c for c in glue_columns(style) if c in per_column]
+    complete = {s: v for s, v in per_seed.items() if wanted and all(c in v for c in wanted)}
+    return {s: statistics.fmean(v[c] for c in wanted) for s, v in complete.items()}
 
 
 def _glue_cell(per_seed: dict, per_column: dict, style: str, how: str) -> Cell:
@@ -232,8 +246,7 @@ def _glue_cell(per_seed: dict, per_column: dict, style: str, how: str) -> Cell:
     note = "" if len(wanted) == len(glue_columns(style)) else "*"
     if how == "best":
         return Cell(statistics.fmean(max(per_column[c]) for c in wanted), n=1, note=note)
-    complete = [s for s in per_seed.values() if all(c in s for c in wanted)]
-    cell = aggregate([statistics.fmean(s[c] for c in wanted) for s in complete], how)
+    cell = aggregate(list(_glue_by_seed(per_seed, per_column, style).values()), how)
     cell.note = note
     return cell
 
@@ -259,7 +272,10 @@ def _has_paper(rows: list[Row]) -> bool:
     return any(r.paper for r in rows)
 
 
-def to_markdown(rows: list[Row], columns: list[str], title: str, lines: list[str]) -> str:
+def to_markdown(
+    rows: list[Row], columns: list[str], title: str, lines: list[str], beside: dict | None = None
+) -> str:
+    """``beside``: {variant: {column: text}}, a row under the paper's (the verdicts, "vs paper")."""
     heads = ["Model", ""] + [header(c) for c in columns]
     out = [f"## {title}", "", *lines, "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for r in rows:
@@ -268,6 +284,9 @@ def to_markdown(rows: list[Row], columns: list[str], title: str, lines: list[str
             out.append(
                 "| " + " | ".join(["", "paper", *(_paper_text(r.paper.get(c), c) for c in columns)]) + " |"
             )
+        if (beside or {}).get(r.variant):
+            cells = [beside[r.variant].get(c, "") for c in columns]
+            out.append("| " + " | ".join(["", "vs paper", *cells]) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -301,7 +320,8 @@ def _tex(s: str) -> str:
     return s.translate(_TEX)
 
 
-def to_latex(rows: list[Row], columns: list[str], title: str) -> str:
+def to_latex(rows: list[Row], columns: list[str], title: str, beside: dict | None = None) -> str:
+    """``beside``: {variant: {column: LaTeX}}, a row under the paper's (the verdicts, "vs paper")."""
     heads = ["Model", ""] + [header(c) for c in columns]
     out = [
         r"\begin{table}[t]",
@@ -316,6 +336,9 @@ def to_latex(rows: list[Row], columns: list[str], title: str) -> str:
         if r.paper:
             cells = [r"\textit{" + _tex(_paper_text(r.paper.get(c), c)) + "}" for c in columns]
             out.append(" & ".join(["", r"\textit{paper}", *cells]) + r" \\")
+        if (beside or {}).get(r.variant):
+            cells = [beside[r.variant].get(c, "") for c in columns]
+            out.append(" & ".join(["", r"\textit{vs paper}", *cells]) + r" \\")
     out += [r"\hline", r"\end{tabular}", r"\caption{" + _tex(title) + "}", r"\end{table}"]
     return "\n".join(out) + "\n"
 

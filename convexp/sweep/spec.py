@@ -30,6 +30,7 @@ class Variant:
     finetune: tuple[str, ...] = ()
     x: float | None = None
     paper: dict = dataclasses.field(default_factory=dict)
+    paper_se: dict = dataclasses.field(default_factory=dict)  # the paper's printed ± (standard errors)
     teacher: str | None = None  # distil from this variant's fine-tuned run of the same task
     series: str | None = None  # the figure's series (a line) this variant belongs to
     squad_continuation: bool = True  # false: the paper's row had no longer-sequence phase before SQuAD
@@ -66,6 +67,8 @@ class ReportSpec:
     notes: tuple[str, ...] = ()
     split: str = "dev"  # our numbers: dev, or test (labelled test splits: SentEval's)
     exclude_diverged: bool = False  # leave collapsed runs out of the aggregates (as BERMO does)
+    baseline: str | None = None  # the variant the others are compared with (None: the first)
+    detect: float = 0.5  # the difference (points) the seeds-needed table is for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,11 +141,17 @@ def load_sweep(name: str) -> Sweep:
         vwhere = f"{where}: variant {vname!r}"
         if not NAME.match(str(vname)):
             raise SweepError(f"{vwhere}: variant names may use letters, digits, _ . - only")
-        keys = {"label", "pretrain", "finetune", "x", "paper", "teacher", "series", "squad_continuation"}
+        keys = {"label", "pretrain", "finetune", "x", "paper", "paper_se", "teacher", "series", "squad_continuation"}
         v = _mapping(v or {}, vwhere, keys)
         if not isinstance(v.get("squad_continuation", True), bool):
             raise SweepError(f"{vwhere}: squad_continuation is true or false (false: this row does not continue)")
         paper = _mapping(v.get("paper") or {}, f"{vwhere}: paper")
+        paper_se = _mapping(v.get("paper_se") or {}, f"{vwhere}: paper_se")
+        for k, se in paper_se.items():
+            if not isinstance(paper.get(k), (int, float)) or not isinstance(se, (int, float)) or se < 0:
+                raise SweepError(
+                    f"{vwhere}: paper_se.{k} must be the standard error (a number ≥ 0) of a number in `paper:`"
+                )
         variants[str(vname)] = Variant(
             name=str(vname),
             label=str(v.get("label", vname)),
@@ -150,6 +159,7 @@ def load_sweep(name: str) -> Sweep:
             finetune=_overrides(v.get("finetune"), f"{vwhere}: finetune"),
             x=v.get("x"),
             paper={str(k): val for k, val in paper.items()},
+            paper_se={str(k): float(val) for k, val in paper_se.items()},
             teacher=v.get("teacher"),
             series=None if v.get("series") is None else str(v["series"]),
             squad_continuation=v.get("squad_continuation", True),
@@ -195,6 +205,8 @@ def load_sweep(name: str) -> Sweep:
             "notes",
             "split",
             "exclude_diverged",
+            "baseline",
+            "detect",
         },
     )
     report = ReportSpec(
@@ -207,6 +219,8 @@ def load_sweep(name: str) -> Sweep:
         notes=tuple(r.get("notes") or ()),
         split=r.get("split", "dev"),
         exclude_diverged=bool(r.get("exclude_diverged", False)),
+        baseline=None if r.get("baseline") is None else str(r["baseline"]),
+        detect=r.get("detect", ReportSpec.detect),
     )
     _check_report(report, variants, finetune, where)
     continuation = _continuation(d.get("squad_continuation"), f"{where}: squad_continuation")
@@ -263,6 +277,12 @@ def _names(x, where: str) -> tuple[str, ...]:
     return tuple(x)
 
 
+def check_detect(detect, where: str) -> None:
+    """report.detect: the difference to detect, a positive number of points."""
+    if isinstance(detect, bool) or not isinstance(detect, (int, float)) or not detect > 0:
+        raise SweepError(f"{where} must be a positive number of points, e.g. 0.5, not {detect!r}")
+
+
 def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, where: str) -> None:
     from ..data.scores import CHANG_COLUMNS, CONVBERT_COLUMNS
     from ..data.squad import SQUAD_TASKS
@@ -287,6 +307,12 @@ def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, 
             )
         if (c in task_columns | {"glue"} or head in task_columns) and finetune is None:
             raise SweepError(f"{where}: report column {c!r} needs a `finetune:` stage")
+    if r.baseline is not None and r.baseline not in variants:
+        raise SweepError(
+            f"{where}: report.baseline names unknown variant {r.baseline!r}; choose one of: "
+            + ", ".join(variants)
+        )
+    check_detect(r.detect, f"{where}: report.detect")
     for a in r.analyze:
         if a not in variants:
             raise SweepError(f"{where}: report.analyze names unknown variant {a!r}")
