@@ -255,10 +255,10 @@ def _log_to_wandb(plan: Plan, report: dict, out: Path) -> None:
     summary, the figures as images."""
     import wandb
 
-    from ..stages.common import wandb_mode
+    from ..stages.wandb_mode import wandb_mode
 
     cfg = plan.logger
-    mode = wandb_mode(cfg)
+    mode, _why = wandb_mode(cfg)
     if mode == "disabled":
         return
     run = wandb.init(
