@@ -11,6 +11,8 @@ changes the composed config (run ids are hashes of it): the typed copy is thrown
 from __future__ import annotations
 
 import math
+import os
+import re
 import signal
 import unicodedata
 from dataclasses import dataclass, field
@@ -66,6 +68,7 @@ class TrainerSchema:
             raise ValueError(f"trainer.compile={self.compile}: use false, blocks (or true), step or graphs")
         if self.num_workers < 0:
             raise ValueError(f"trainer.num_workers={self.num_workers}: must be 0 (load in the main process) or more")
+        lightning_values(self)
 
 
 @dataclass
@@ -91,13 +94,98 @@ class OptimSchema:
             raise ValueError(f"optim.betas={list(self.betas)}: two numbers in [0, 1)")
 
 
+def lightning_values(t: TrainerSchema) -> None:
+    """accelerator, strategy, precision and devices as Lightning accepts them: names from its own
+    registries (``AcceleratorRegistry``, ``StrategyRegistry``) and its precision flags; whether the
+    hardware is here is not asked (a sweep is planned on a login node for GPU jobs)."""
+    from typing import get_args
+
+    from lightning_fabric import connector
+    from pytorch_lightning.accelerators import AcceleratorRegistry
+    from pytorch_lightning.strategies import StrategyRegistry
+
+    # convexp runs on CPUs and GPUs (stages/accel.py); "gpu" is Lightning's alias of the first GPU kind
+    accelerators = ["auto", "gpu", *sorted(AcceleratorRegistry.available_accelerators() & {"cpu", "cuda", "mps"})]
+    choose("trainer.accelerator", t.accelerator, accelerators, "cpu")
+    choose("trainer.strategy", t.strategy, ["auto", *StrategyRegistry.available_strategies()], "ddp")
+    precisions = [str(v) for part in get_args(connector._PRECISION_INPUT) for v in get_args(part)]
+    choose("trainer.precision", str(t.precision), list(dict.fromkeys(precisions)), "bf16-mixed")
+    check_devices(t.devices)
+    if t.accelerator == "cpu" and t.devices != "auto":  # Lightning's own parse (a CPU takes a count; GPU ids are checked where the GPUs are)
+        from pytorch_lightning.accelerators import CPUAccelerator
+
+        try:
+            CPUAccelerator.parse_devices(t.devices)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"trainer.devices={t.devices!r} with trainer.accelerator=cpu: {e} e.g. trainer.devices=1") from e
+
+
+def check_devices(devices) -> None:
+    """Lightning's ``devices``: a count >= 1, -1 (all), "auto", or device ids (a list, or "0,1")."""
+    ids = None
+    if isinstance(devices, str) and devices != "auto":
+        parts = [p.strip() for p in devices.split(",") if p.strip()]
+        if parts and all(p.lstrip("-").isdigit() for p in parts):
+            ids = [int(p) for p in parts]
+            devices = ids[0] if len(ids) == 1 and "," not in str(devices) else ids
+    ok = (
+        devices == "auto"
+        or (isinstance(devices, int) and not isinstance(devices, bool) and (devices >= 1 or devices == -1))
+        or (isinstance(devices, (list, tuple)) and devices and len(set(devices)) == len(devices)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices))
+    )
+    if not ok:
+        raise ValueError(
+            f"trainer.devices={devices!r}: give a count >= 1, -1 (all), auto or device ids; "
+            "e.g. trainer.devices=2 or trainer.devices=[0,1]"
+        )
+
+
+def choose(key: str, value, allowed, example) -> None:
+    """``value`` must be one of ``allowed``: else one line naming the key, the choices and an example."""
+    if value not in allowed:
+        shown = ", ".join("null" if a is None else str(a) for a in allowed)
+        raise ValueError(f"{key}={value!r}: choose one of {shown}; e.g. {key}={example}")
+
+
+def non_negative(key: str, value) -> None:
+    """``value`` must be a finite number >= 0."""
+    in_range(key, value, 0, math.inf, high_open=True)
+
+
+def in_range(key: str, value, low, high, *, low_open=False, high_open=False, none_means: str | None = None,
+             example=None) -> None:
+    """``value`` must be a finite number in the interval (``None`` only when ``none_means`` says what it is)."""
+    if value is None and none_means:
+        return
+    outside = value is None or isinstance(value, bool) or not math.isfinite(value) or (
+        value <= low if low_open else value < low) or (value >= high if high_open else value > high)
+    if outside:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        hint = f" (null: {none_means})" if none_means else ""
+        eg = f"; e.g. {key}={example}" if example is not None else ""
+        raise ValueError(f"{key}={value}: must be in {interval}{hint}{eg}")
+
+
 def positive(key: str, value, none_means: str | None = None) -> None:
     """``value`` must be a finite number > 0 (or None when ``none_means`` says what None is)."""
     if value is None and none_means:
         return
-    if value is None or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+    if value is None or isinstance(value, bool) or not math.isfinite(value) or value <= 0 or value >= INT_LIMIT:
         hint = f" ({none_means})" if none_means else ""
-        raise ValueError(f"{key}={value}: must be a number > 0{hint}")
+        raise ValueError(f"{key}={value}: must be a number > 0{' and below 2**63' if value and value > 0 else ''}{hint}")
+
+
+INT_LIMIT = 2**63  # what a step count or size can be (torch's int64, Lightning's step counter)
+
+
+def count(key: str, value, low: int = 1, none_means: str | None = None) -> None:
+    """``value`` must be a whole number >= ``low`` (below 2**63), or None where ``none_means`` says."""
+    if value is None and none_means:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value < INT_LIMIT:
+        hint = f" (null: {none_means})" if none_means else ""
+        raise ValueError(f"{key}={value}: must be a whole number >= {low}{hint}")
 
 
 @dataclass
@@ -128,6 +216,7 @@ class PretrainSchema:
     seq_len: int = 128
     init: Optional[str] = None
     resume: bool = True
+    retry_diverged: bool = False  # train a diverged run again (else it is refused: runs.py)
     name: Optional[str] = None
     outputs: str = "outputs"
 
@@ -165,8 +254,18 @@ class FinetuneSchema:
     group_by_length: bool = True  # GLUE/probing training batches of rows of similar length
     checkpoint_every_s: float = 300.0  # fine-tuning's last.ckpt at most this often (0: every half epoch)
     malloc_mmap_threshold_mib: Optional[float] = 1.0  # stages/accel.heap_mmap_threshold; null: glibc's own
+    scalar_mix: Optional[bool] = None
+    scalar_mix_norm: str = "per_layer"
+    classifier: Optional[str] = None
+    resume: bool = True
+    retry_diverged: bool = False
 
     def __post_init__(self) -> None:
+        from .models.config import CLASSIFIERS
+        from .models.scalar_mix import NORMS
+
+        choose("scalar_mix_norm", self.scalar_mix_norm, NORMS, "layers")
+        choose("classifier", self.classifier, (None, *CLASSIFIERS), "pooler")
         m = self.malloc_mmap_threshold_mib
         if m is not None and not 0 < m <= 32:
             raise ValueError(f"malloc_mmap_threshold_mib={m}: give MiB in (0, 32] (glibc's range), or null for glibc's own")
@@ -210,6 +309,292 @@ class FinetuneSchema:
                              "ConvBERT's (protocol=convbert), or give grid_values")
 
 
+# --- the other config groups -------------------------------------------------------------------
+
+
+@dataclass
+class DataSchema:
+    """``conf/data/``: the pre-training corpus (read by data/corpus.py and data/pretraining.py)."""
+
+    source: str = "synthetic"
+    path: Optional[str] = None
+    name: Optional[str] = None
+    split: str = "train"
+    text_field: str = "text"
+    streaming: bool = False
+    num_docs: Optional[int] = None
+    seed: int = 0
+    max_docs: Optional[int] = None
+    line_by_line: bool = False
+    examples: str = "packed"
+    cache: bool = True
+    val_fraction: Optional[float] = None
+    val_docs: Optional[int] = None
+    val_split: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        from .data.corpus import SOURCES
+        from .data.packing import EXAMPLES
+
+        choose("data.source", self.source, SOURCES, "wikitext103 (a preset: data=wikitext103)")
+        choose("data.examples", self.examples, EXAMPLES, "sentence_pairs")
+        count("data.num_docs", self.num_docs, none_means="every document")
+        count("data.max_docs", self.max_docs, none_means="every document")
+        count("data.val_docs", self.val_docs, none_means="val_fraction or val_split")
+        in_range("data.val_fraction", self.val_fraction, 0, 1, low_open=True, high_open=True,
+                 none_means="val_docs or val_split")
+
+
+@dataclass
+class TokenizerSchema:
+    """``conf/tokenizer/``: trained (wordpiece, unigram) or an existing one (pretrained)."""
+
+    kind: str = "wordpiece"
+    vocab_size: Optional[int] = None
+    lowercase: bool = True
+    path: Optional[str] = None
+    train_docs: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        choose("tokenizer.kind", self.kind, ("wordpiece", "unigram", "pretrained"), "unigram")
+        count("tokenizer.vocab_size", self.vocab_size, low=6, none_means="the file's (pretrained)")
+        count("tokenizer.train_docs", self.train_docs, none_means="every training document")
+
+
+@dataclass
+class ObjectiveSchema:
+    """``conf/objective/`` with the recipe's masking (conf/recipe/)."""
+
+    name: str = "mlm"
+    whole_word: bool = False
+    pair_format: str = "pairs"
+    mask_prob: float = 0.15
+    replace_mask: float = 0.8
+    replace_random: float = 0.1
+    exact_count: bool = False
+    max_predictions: Optional[int] = None
+    generator_fraction: Optional[float] = None
+    gen_weight: float = 1.0
+    disc_weight: float = 50.0
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        from .data.packing import PAIR_FORMATS
+
+        choose("objective.name", self.name, ("mlm", "electra"), "electra (objective=electra)")
+        choose("objective.pair_format", self.pair_format, PAIR_FORMATS, "nsp")
+        in_range("objective.mask_prob", self.mask_prob, 0, 1, low_open=True, high_open=True)
+        in_range("objective.replace_mask", self.replace_mask, 0, 1)
+        in_range("objective.replace_random", self.replace_random, 0, 1)
+        if self.replace_mask + self.replace_random > 1:
+            raise ValueError(
+                f"objective.replace_mask + objective.replace_random = {self.replace_mask + self.replace_random}: "
+                "the shares of [MASK] and random tokens must add up to at most 1; e.g. 0.8 and 0.1"
+            )
+        count("objective.max_predictions", self.max_predictions, none_means="no cap")
+        in_range("objective.generator_fraction", self.generator_fraction, 0, 1, low_open=True,
+                 none_means="the recipe's")
+        non_negative("objective.gen_weight", self.gen_weight)
+        non_negative("objective.disc_weight", self.disc_weight)
+        positive("objective.temperature", self.temperature)
+
+
+@dataclass
+class LoggerSchema:
+    """``conf/logger/``: Weights & Biases."""
+
+    project: str = "convexp"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    tags: List[str] = field(default_factory=list)
+    mode: str = "auto"
+
+    def __post_init__(self) -> None:
+        choose("logger.mode", self.mode, ("auto", "online", "offline", "disabled"), "offline")
+
+
+@dataclass
+class TaskSchema:
+    """``conf/task/``: a GLUE, probing, SQuAD or custom task; keys a kind of task lacks stay unset."""
+
+    name: str = "?"
+    max_len: Optional[int] = None
+    epochs: Dict[str, Optional[int]] = field(default_factory=dict)
+    batch_size: Dict[str, Optional[int]] = field(default_factory=dict)
+    lr: Dict[str, Optional[float]] = field(default_factory=dict)
+    intermediate_from: Optional[str] = None
+    grid: Optional[bool] = None
+    max_train_samples: Optional[int] = None
+    max_eval_samples: Optional[int] = None
+    version: Optional[str] = None  # SQuAD
+    qa: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    train_file: Optional[str] = None  # task=custom (data/custom.py)
+    validation_file: Optional[str] = None
+    test_file: Optional[str] = None
+    text_fields: List[str] = field(default_factory=list)
+    label_field: Optional[str] = None
+    num_labels: Optional[int] = None
+    regression: bool = False
+
+    def __post_init__(self) -> None:
+        count("task.max_len", self.max_len, low=3, none_means="SQuAD's qa windows")
+        for key in ("max_train_samples", "max_eval_samples"):
+            count(f"task.{key}", getattr(self, key), none_means="all")
+        for key in ("epochs", "batch_size"):
+            for k, v in getattr(self, key).items():
+                count(f"task.{key}.{k}", v, none_means="no value: give it on the command line")
+        for k, v in self.lr.items():
+            positive(f"task.lr.{k}", v, "no value: give lr= on the command line")
+        count("task.num_labels", self.num_labels, low=2, none_means="regression, or not a custom task")
+        if self.version is not None:
+            choose("task.version", self.version, ("v1.1", "v2.0"), "v2.0")
+
+
+@dataclass
+class GlueSourceSchema:
+    """``glue:`` of conf/finetune.yaml: where GLUE and the probing tasks come from (data/loading.py)."""
+
+    source: str = "hub"
+    path: Optional[str] = None
+    seed: int = 0
+    synthetic_size: int = 2000
+
+    def __post_init__(self) -> None:
+        from .data.loading import SOURCES
+
+        choose("glue.source", self.source, SOURCES, "local glue.path=<GLUE folder>")
+        count("glue.synthetic_size", self.synthetic_size, low=10)
+
+
+@dataclass
+class SquadSourceSchema:
+    """``squad:`` of conf/finetune.yaml: where SQuAD comes from (data/squad.py) and its windows."""
+
+    source: str = "hub"
+    path: Optional[str] = None
+    seed: int = 0
+    synthetic_size: int = 2000
+    max_len: Optional[int] = None
+    doc_stride: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        from .data.squad import SOURCES
+
+        choose("squad.source", self.source, SOURCES, "local squad.path=<folder of the JSON files>")
+        count("squad.synthetic_size", self.synthetic_size, low=10)
+        count("squad.max_len", self.max_len, low=8, none_means="the protocol's")
+        count("squad.doc_stride", self.doc_stride, none_means="the protocol's")
+        if self.max_len is not None and self.doc_stride is not None and self.doc_stride >= self.max_len:
+            raise ValueError(f"squad.doc_stride={self.doc_stride}: must be below squad.max_len={self.max_len}; e.g. 128 for 512")
+
+
+@dataclass
+class PruningSchema:
+    """``conf/pruning/``: fine-pruning (pruning/); ``none`` has only ``method``."""
+
+    method: str = "none"
+    mask_scale: float = 0.0
+    mask_init: str = "constant"
+    score_lr: float = 1e-2
+    initial_threshold: float = 1.0
+    final_threshold: float = 1.0
+    initial_warmup: int = 1
+    final_warmup: int = 1
+    warmup_steps: Optional[int] = None
+    regularization: Optional[str] = None
+    final_lambda: float = 0.0
+    tasks: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from .pruning.masked import ALIASES, METHODS
+
+        choose("pruning.method", self.method, ("none", *METHODS, *ALIASES), "topk (pruning=movement)")
+        if self.method == "none":
+            return
+        choose("pruning.mask_init", self.mask_init, ("constant", "uniform", "kaiming"), "constant")
+        choose("pruning.regularization", self.regularization, (None, "l1", "l0"), "l1")
+        positive("pruning.score_lr", self.score_lr)
+        # topk, magnitude, l0: the fraction of weights kept; sigmoid_threshold: tau on sigmoid(S)
+        soft = ALIASES.get(self.method, self.method) == "sigmoid_threshold"
+        for key in ("initial_threshold", "final_threshold"):
+            in_range(f"pruning.{key}", getattr(self, key), 0, 1, low_open=not soft, high_open=soft, example=0.1)
+        count("pruning.initial_warmup", self.initial_warmup, low=0)
+        count("pruning.final_warmup", self.final_warmup, low=0)
+        count("pruning.warmup_steps", self.warmup_steps, none_means="one epoch")
+        non_negative("pruning.final_lambda", self.final_lambda)
+
+
+@dataclass
+class DistillSchema:
+    """``distill:`` of conf/finetune.yaml: knowledge distillation from a fine-tuned teacher."""
+
+    teacher: Optional[str] = None
+    alpha_ce: float = 0.5
+    alpha_distil: float = 0.5
+    temperature: float = 2.0
+
+    def __post_init__(self) -> None:
+        non_negative("distill.alpha_ce", self.alpha_ce)
+        non_negative("distill.alpha_distil", self.alpha_distil)
+        positive("distill.temperature", self.temperature)
+
+
+@dataclass
+class LauncherSchema:
+    """``conf/launcher/`` (``convexp ablate``): local, node or submitit; a launcher's keys only."""
+
+    name: str = "local"
+    workers: int = 1
+    key: Optional[str] = None
+    wait_s: float = 86400.0
+    cluster: Optional[str] = None
+    folder: Optional[str] = None
+    partition: Optional[str] = None
+    timeout_min: int = 4320
+    nodes: int = 1
+    gpus_per_node: int = 0
+    tasks_per_node: int = 1
+    cpus_per_task: int = 8
+    mem_gb: float = 32.0
+    array_parallelism: int = 64
+    additional: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        choose("launcher.name", self.name, ("local", "node", "submitit"), "submitit (launcher=submitit)")
+        count("launcher.workers", self.workers)
+        non_negative("launcher.wait_s", self.wait_s)
+        choose("launcher.cluster", self.cluster, (None, "slurm", "local", "debug"), "slurm")
+        for key in ("timeout_min", "nodes", "tasks_per_node", "cpus_per_task", "array_parallelism"):
+            count(f"launcher.{key}", getattr(self, key))
+        count("launcher.gpus_per_node", self.gpus_per_node, low=0)
+        positive("launcher.mem_gb", self.mem_gb)
+
+
+@dataclass
+class AblateSchema:
+    """The top-level keys of ``conf/ablate.yaml``: which part of a sweep runs, and how."""
+
+    scale: str = "paper"
+    variants: Any = None  # a name or a list of names
+    tasks: Optional[List[str]] = None
+    seeds: Any = None  # a seed or a list of them
+    init: Optional[str] = None
+    tflops: float = 100.0
+
+    def __post_init__(self) -> None:
+        positive("tflops", self.tflops)
+        v = self.variants
+        if v is not None and not (isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))):
+            raise ValueError(f"variants={v!r}: give a variant name or a list of them; e.g. variants=[a,b]")
+        for key in ("variants", "tasks", "seeds"):
+            if getattr(self, key) == []:
+                raise ValueError(f"{key}=[]: give at least one, or null for the sweep's")
+        seeds = self.seeds if isinstance(self.seeds, list) else [] if self.seeds is None else [self.seeds]
+        for s in seeds:
+            if not isinstance(s, int) or isinstance(s, bool) or s < 0:
+                raise ValueError(f"seeds={self.seeds!r}: seeds are whole numbers >= 0; e.g. seeds=[42,97]")
+
+
 def typed(schema: type, node: DictConfig, where: str):
     """``node`` as an instance of dataclass ``schema``; a wrong type or unknown key is one line."""
     from omegaconf.errors import OmegaConfBaseException
@@ -226,11 +611,24 @@ def typed(schema: type, node: DictConfig, where: str):
             ) from e
         if "is not a ListConfig" in first:
             raise ConfigError(f"{key}: expected a list, e.g. {key}=[1,2]") from e
-        raise ConfigError(f"{key}: {first}") from e
+        raise ConfigError(with_example(f"{key}: {first}", schema, where, key)) from e
     except (TypeError, ValueError) as e:  # the dataclass's own checks (ModelConfig.validate)
         if isinstance(e, UserError):
             raise
-        raise ConfigError(str(e)) from e
+        message = str(e)
+        named = re.match(r"([\w.]+)=", message)
+        raise ConfigError(with_example(message, schema, where, named.group(1)) if named else message) from e
+
+
+def with_example(message: str, schema: type, where: str, key: str) -> str:
+    """``message`` with ``; e.g. KEY=DEFAULT`` (the schema's default) when it has no example."""
+    from dataclasses import MISSING, fields
+
+    leaf = key[len(where) + 1:] if where and key.startswith(where + ".") else key
+    f = next((f for f in fields(schema) if f.name == leaf), None)
+    if "e.g." in message or f is None or f.default in (MISSING, None):
+        return message
+    return f"{message}; e.g. {key}={str(f.default).lower() if isinstance(f.default, bool) else f.default}"
 
 
 def check_label(key: str, value) -> None:
@@ -254,34 +652,95 @@ def check_label(key: str, value) -> None:
         )
 
 
-def check_types(cfg: DictConfig) -> None:
-    """Check every typed node of a composed stage config (model, trainer, optim, the stage's own
-    keys), and what no type says: names are text, the outputs folder can be written."""
-    from pathlib import Path
+# every config group's schema, by its key in a composed stage config (or conf/ablate.yaml)
+GROUPS = {
+    "trainer": TrainerSchema,
+    "optim": OptimSchema,
+    "data": DataSchema,
+    "tokenizer": TokenizerSchema,
+    "objective": ObjectiveSchema,
+    "logger": LoggerSchema,
+    "task": TaskSchema,
+    "glue": GlueSourceSchema,
+    "squad": SquadSourceSchema,
+    "pruning": PruningSchema,
+    "distill": DistillSchema,
+    "launcher": LauncherSchema,
+}
+# what a value that must be given (``???`` in the config) is, for the line that asks for it
+REQUIRED = {
+    "init": "the model to fine-tune: a convexp pretrain run dir, a Hugging Face dir or hub name, or none "
+            "with model=<preset>; e.g. init=google/electra-small-discriminator",
+    "data.path": "the corpus: a file or folder (data=files) or a hub dataset; e.g. data.path=corpus/",
+    "tokenizer.path": "a tokenizer.json, vocab.txt or hub model; e.g. tokenizer.path=bert-base-uncased",
+}
 
+
+def check_types(cfg: DictConfig) -> None:
+    """Check every typed node of a composed stage config (each group's schema, the stage's own
+    keys), and what no type says: every required value given, names are names, the outputs folder
+    can be made."""
     from .models import ModelConfig
 
-    for key, schema in (("model", ModelConfig), ("trainer", TrainerSchema), ("optim", OptimSchema)):
+    missing = _first_missing(cfg)
+    if missing:
+        what = REQUIRED.get(missing, f"give {missing}=...")
+        raise ConfigError(f"{missing} is required (the config leaves it ???): {what}")
+    stage = {"pretrain": PretrainSchema, "finetune": FinetuneSchema}.get(cfg.get("stage"))
+    own = typed(stage, _own(cfg, stage), "") if stage else None  # first: group values derive from them
+    if "model" in cfg:
+        typed(ModelConfig, cfg.model, "model")
+    for key, schema in GROUPS.items():
         if key in cfg:
             typed(schema, cfg[key], key)
     if cfg.get("stage") == "pretrain":
-        own = typed(PretrainSchema, _own(cfg, PretrainSchema), "")
         _check_recipe(cfg)
         positions = OmegaConf.select(cfg, "model.max_position_embeddings")
         if positions is not None and own.seq_len > positions:
             raise ConfigError(
                 f"seq_len={own.seq_len} exceeds the model's model.max_position_embeddings={positions}"
             )
-    if cfg.get("stage") == "finetune":
-        typed(FinetuneSchema, _own(cfg, FinetuneSchema), "")
     name = cfg.get("name")
     if name is not None and not isinstance(name, str):
         raise ConfigError(f"name={name!r} is not text: quote it, e.g. name='{name}'")
     for key, value in (("name", name), ("model.name", OmegaConf.select(cfg, "model.name"))):
         check_label(key, value)
-    outputs = cfg.get("outputs")
-    if outputs is not None and Path(outputs).exists() and not Path(outputs).is_dir():
-        raise ConfigError(f"outputs {outputs!r} is a file, not a folder: set outputs= (or CONVEXP_OUTPUTS) to a folder")
+    if "outputs" in cfg:
+        check_outputs(cfg.outputs)
+
+
+def check_sweep_settings(settings: DictConfig) -> None:
+    """``convexp ablate``'s own settings (conf/ablate.yaml and its launcher), typed."""
+    typed(AblateSchema, _own(settings, AblateSchema), "")
+    typed(LauncherSchema, settings.launcher, "launcher")
+
+
+def check_outputs(outputs) -> None:
+    """The outputs folder is a folder, or can be made (nothing is made here)."""
+    from pathlib import Path
+
+    path = Path(str(outputs)).expanduser()
+    fix = "set outputs= (or CONVEXP_OUTPUTS) to a folder you can write; e.g. outputs=~/convexp-outputs"
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"outputs {str(outputs)!r} is a file, not a folder: {fix}")
+    existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"outputs {str(outputs)!r} cannot be made: {existing} is a file; {fix}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"outputs {str(outputs)!r} cannot be written: no permission in {existing}; {fix}")
+
+
+def _first_missing(cfg: DictConfig) -> str | None:
+    """The first key (dotted) whose value is ``???``, or None."""
+    for key in cfg:
+        if OmegaConf.is_missing(cfg, key):
+            return str(key)
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig):
+            inner = _first_missing(node)
+            if inner:
+                return f"{key}.{inner}"
+    return None
 
 
 def _check_recipe(cfg: DictConfig) -> None:

@@ -115,6 +115,12 @@ def make_report(
     plan = build_plan(sweep, args)
     read = wandb_reader(plan) if source == "wandb" else local_result
     pretrain, finetune, missing = collect(plan, read)
+    if not finetune and not any(p["metrics"] for p in pretrain.values()):
+        given = " ".join(args)
+        raise ReportError(
+            f"sweep {sweep.name} has no finished runs{f' for {given}' if given else ''} in {plan.outputs}; "
+            f"run them first: convexp ablate {name} {given}".rstrip()
+        )
     spec = sweep.report
     columns = _columns(plan)
     rows = [

@@ -33,7 +33,7 @@ from ..models.qa import QuestionAnswerer
 from ..record import warn_if_other_version
 from ..runs import Run
 from .common import make_loggers, step_seed
-from .finetune import Init, _logged_config, resolve_init
+from .finetune import Init, _logged_config, check_teacher, resolve_init
 from .rundirs import GlueRun
 from .squad_eval import evaluate_squad
 from .squad_runs import check_squad_config, qa_settings, squad_runs, squad_source
@@ -216,6 +216,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
     seed, hp, run, run_cfg = planned.seed, planned.hp, planned.run, planned.run_cfg
     if run.finished:
         return run
+    run.refuse_diverged(cfg.retry_diverged)
     if run.last_checkpoint() and not cfg.resume:
         raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it")
     if init.model_cfg.max_position_embeddings < run_cfg.qa["max_len"]:
@@ -224,9 +225,9 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
             f"positions; pass squad.max_len={init.model_cfg.max_position_embeddings} (or a model trained longer)"
         )
     qa = dict(run_cfg.qa)
+    teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
     run.dir.mkdir(parents=True, exist_ok=True)
     run.write_config(run_cfg)
-    teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
     pl.seed_everything(seed, verbose=False)
 
     train = data["train"]
@@ -284,6 +285,7 @@ def run_squad(cfg: DictConfig) -> list[Run]:
     if cfg.task.max_len is not None:  # e.g. a sweep's finetune.task.max_len meant for its GLUE tasks
         print(f"note: task.max_len={cfg.task.max_len} is GLUE's; SQuAD's windows: squad.max_len, squad.doc_stride")
     init = resolve_init(cfg)
+    check_teacher(cfg)
     runs = squad_runs(cfg, init.slug, init.model_cfg.hidden_size)
     todo = [p for p in runs if not p.run.finished]
     for p in runs:
