@@ -95,6 +95,10 @@ def parse_overrides(overrides: list[str]) -> list:
     try:
         parsed = _parser().parse_overrides(list(overrides))
     except HydraException as e:
+        wide = next((o for o in overrides if not o.isascii() and "=" in o and "'" not in o and '"' not in o), None)
+        if wide:  # Hydra's grammar takes letters beyond ASCII only in quotes
+            key, value = wide.split("=", 1)
+            raise ConfigError(f"{wide}: quote a value with letters beyond ASCII, e.g. {key}='{value}'") from e
         raise ConfigError(one_line(str(e))) from e
     for o in parsed:
         if not o.key_or_group:
@@ -108,7 +112,7 @@ def check_group_choice(o) -> None:
     if o.is_delete() or not any((d / group).is_dir() for d in config_dirs()):
         return
     value = o.value()
-    if not isinstance(value, (str, list)):
+    if value is not None and not isinstance(value, (str, list)):  # null deselects the group (Hydra's)
         names = ", ".join(group_options(group))
         raise ConfigError(f"{group}={o.input_line.split('=', 1)[-1]}: {group} is a config group; choose one of {names}")
 

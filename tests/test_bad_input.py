@@ -70,6 +70,7 @@ CASES = [
     ("name a number", [*PRE, "name=123"], ["name"]),
     ("name climbs out", [*PRE, "name=../../escape"], ["name", "'..'"]),
     ("name a path", [*PRE, "name=a/b"], ["name", "'/'"]),
+    ("name unicode unquoted", [*PRE, "name=Ünïcode-名前"], ["quote", "name='Ünïcode-名前'"]),
     ("finetune name climbs out", [*FT, "name=../x"], ["name"]),
     ("compile unknown mode", [*PRE, "trainer.compile=maybe"], ["trainer.compile"]),
     ("seed text", [*PRE, "seed=abc"], ["seed"]),
@@ -224,6 +225,12 @@ CASES = [
     ("report of a sweep never run", ["report", "key-based-conv", "scale=smoke"], ["no finished runs", "convexp ablate"]),
     ("report format unknown", ["report", "key-based-conv", "--format", "pdf"], ["pdf", "latex"]),
     ("report source unknown", ["report", "key-based-conv", "--source", "s3"], ["s3", "wandb"]),
+    # export
+    ("export batch zero", ["export", "{bad}/corrupt_model", "--batch", "0", "--out", "{bad}/export"], ["--batch"]),
+    ("export a HF checkpoint", ["export", "{bad}/hf_bad_bin", "--out", "{bad}/export"], ["Hugging Face", "convexp run"]),
+    ("export damaged weights", ["export", "{bad}/corrupt_model", "--out", "{bad}/export"], ["damaged"]),
+    ("export tokenizer not one", ["export", "{bad}/corrupt_model", "--tokenizer", "{bad}/a_file", "--out", "{bad}/export"],
+     ["--tokenizer"]),
     # cp
     ("cp onto an existing file", ["cp", "model/convbert_small", "{bad}/exists.yaml"], ["exists", "never overwrites"]),
     ("cp under a file", ["cp", "model/convbert_small", "{bad}/a_file/x.yaml"], ["cannot write"]),
@@ -298,3 +305,22 @@ def test_a_diverged_run_is_not_trained_again_unless_asked(tmp_path, files, monke
     assert run.read_json("status.json") == before  # not started again
     assert not (run.dir / "checkpoints").exists()
     run.refuse_diverged(retry=True)  # retry_diverged=true lets it train
+
+
+@pytest.mark.parametrize(
+    "stage, args",
+    [
+        ("pretrain", ["scale=smoke", "trainer.precision=16", "trainer.devices=auto", "name='Ünïcode-名前'"]),
+        ("pretrain", ["objective=electra", "trainer.accelerator=gpu", "trainer.devices=[0,1]", "trainer.strategy=ddp"]),
+        ("finetune", ["init=x", "task=squad1", "seeds=[1,2]", "distill.temperature=0.5", "logger.tags=[a,b]"]),
+    ],
+)
+def test_checking_accepts_good_values_and_changes_nothing(stage, args):
+    """The schemas only check: the composed config (what run ids hash) is Hydra's, unchanged."""
+    from omegaconf import OmegaConf
+
+    from convexp.config import compose, compose_stage, stage_overrides
+
+    checked = OmegaConf.to_container(compose_stage(stage, args))
+    del checked["invocation"]
+    assert checked == OmegaConf.to_container(compose(stage, stage_overrides(stage, args), choices=True))
