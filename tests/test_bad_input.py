@@ -324,3 +324,15 @@ def test_checking_accepts_good_values_and_changes_nothing(stage, args):
     checked = OmegaConf.to_container(compose_stage(stage, args))
     del checked["invocation"]
     assert checked == OmegaConf.to_container(compose(stage, stage_overrides(stage, args), choices=True))
+
+
+def test_a_sweep_skips_a_diverged_node_unless_retry_diverged(tmp_path):
+    from convexp.runs import Run
+    from convexp.sweep.execute import settled
+    from convexp.sweep.nodes import Node
+
+    run = Run(tmp_path / "runs" / "finetune" / "m-rte-s42-0123456789")
+    _diverged(run)
+    skipped = settled(Node("finetune/a/rte/s42", "finetune", "a", ["task=rte"], [run]))
+    assert skipped.status == "diverged" and "retry_diverged=true" in skipped.error and str(run.dir) in skipped.error
+    assert settled(Node("finetune/a/rte/s42", "finetune", "a", ["task=rte", "retry_diverged=true"], [run])) is None
