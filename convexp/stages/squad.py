@@ -226,53 +226,54 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
         )
     qa = dict(run_cfg.qa)
     teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
-    run.dir.mkdir(parents=True, exist_ok=True)
-    run.write_config(run_cfg)
-    pl.seed_everything(seed, verbose=False)
+    with run.removed_on_refusal():
+        run.dir.mkdir(parents=True, exist_ok=True)
+        run.write_config(run_cfg)
+        pl.seed_everything(seed, verbose=False)
 
-    train = data["train"]
-    steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, len(train), hp)
-    module = SquadModule(
-        init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill,
-        cfg.trainer.fused_adamw,
-    )
-    pad = init.tokenizer.pad_id
-    datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)
+        train = data["train"]
+        steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, len(train), hp)
+        module = SquadModule(
+            init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill,
+            cfg.trainer.fused_adamw,
+        )
+        pad = init.tokenizer.pad_id
+        datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)
 
-    task = cfg.task.name
-    trainer = pl.Trainer(
-        default_root_dir=str(run.dir),
-        accelerator=cfg.trainer.accelerator,
-        devices=1,
-        precision=cfg.trainer.precision,
-        max_steps=total,
-        limit_val_batches=0,  # evaluated once, after training (decoding every window is costly)
-        num_sanity_val_steps=0,
-        gradient_clip_val=hp["grad_clip"],
-        log_every_n_steps=cfg.trainer.log_every_n_steps,
-        use_distributed_sampler=False,
-        enable_model_summary=False,
-        logger=make_loggers(_logged_config(cfg, task, seed, hp), run, "finetune", tags=[task, f"seed{seed}"]),
-        callbacks=run_callbacks(cfg, run, steps_per_epoch),
-    )
-
-    def finish(seconds: float) -> None:
-        evaluate_squad(
-            run,
-            module.model,
-            qa,
-            data["dev_records"],
-            data["dev"],
-            pad,
-            hp,
-            seconds,
-            len(train) * hp["epochs"],
-            pruning,
-            init.tokenizer,
-            task,
+        task = cfg.task.name
+        trainer = pl.Trainer(
+            default_root_dir=str(run.dir),
+            accelerator=cfg.trainer.accelerator,
+            devices=1,
+            precision=cfg.trainer.precision,
+            max_steps=total,
+            limit_val_batches=0,  # evaluated once, after training (decoding every window is costly)
+            num_sanity_val_steps=0,
+            gradient_clip_val=hp["grad_clip"],
+            log_every_n_steps=cfg.trainer.log_every_n_steps,
+            use_distributed_sampler=False,
+            enable_model_summary=False,
+            logger=make_loggers(_logged_config(cfg, task, seed, hp), run, "finetune", tags=[task, f"seed{seed}"]),
+            callbacks=run_callbacks(cfg, run, steps_per_epoch),
         )
 
-    train_attempt(cfg, run, trainer, module, datamodule, finish, task=task, seed=seed)
+        def finish(seconds: float) -> None:
+            evaluate_squad(
+                run,
+                module.model,
+                qa,
+                data["dev_records"],
+                data["dev"],
+                pad,
+                hp,
+                seconds,
+                len(train) * hp["epochs"],
+                pruning,
+                init.tokenizer,
+                task,
+            )
+
+        train_attempt(cfg, run, trainer, module, datamodule, finish, task=task, seed=seed)
     return run
 
 
