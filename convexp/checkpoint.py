@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import pickle
 from pathlib import Path
 
 import torch
@@ -242,6 +243,11 @@ def _hf_load(ckpt: Checkpoint, **kw):
         raise
     except UserError as e:  # unsupported architecture, tensors that do not match
         raise CheckpointError(f"{ckpt.name}: {_first(e)}") from e
+    except (ValueError, OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:  # a damaged file
+        raise CheckpointError(
+            f"{ckpt.name}: cannot read the checkpoint in {ckpt.path} ({type(e).__name__}: {_first(e)}); "
+            "re-create or re-download it"
+        ) from e
     # named after the reference, not the snapshot directory (a hub snapshot is a commit hash)
     return model, dataclasses.replace(cfg, name=f"hf:{ckpt.slug}")
 

@@ -20,6 +20,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .errors import ConfigError
@@ -92,9 +93,44 @@ def parse_overrides(overrides: list[str]) -> list:
     from hydra.errors import HydraException
 
     try:
-        return _parser().parse_overrides(list(overrides))
+        parsed = _parser().parse_overrides(list(overrides))
     except HydraException as e:
+        wide = next((o for o in overrides if not o.isascii() and "=" in o and "'" not in o and '"' not in o), None)
+        if wide:  # Hydra's grammar takes letters beyond ASCII only in quotes
+            key, value = wide.split("=", 1)
+            raise ConfigError(f"{wide}: quote a value with letters beyond ASCII, e.g. {key}='{value}'") from e
         raise ConfigError(one_line(str(e))) from e
+    for o in parsed:
+        if not o.key_or_group:
+            raise ConfigError(f"{o.input_line!r} has no key: write KEY=VALUE, e.g. optim.lr{o.input_line}")
+    return parsed
+
+
+def check_group_choice(o) -> None:
+    """A config group (``model=``, ``scale=``, ...) takes the name of one of its files."""
+    group = o.key_or_group
+    if o.is_delete() or not any((d / group).is_dir() for d in config_dirs()):
+        return
+    value = o.value()
+    if value is not None and not isinstance(value, (str, list)):  # null deselects the group (Hydra's)
+        names = ", ".join(group_options(group))
+        raise ConfigError(f"{group}={o.input_line.split('=', 1)[-1]}: {group} is a config group; choose one of {names}")
+
+
+def _yaml_problem(e) -> str:
+    """One line for a config file that is not YAML: the file (searched in the user's config
+    directories, where hand-written files are), the line and the problem."""
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    for d in user_config_dirs():
+        for f in sorted(d.rglob("*.yaml")):
+            try:
+                yaml.safe_load(f.read_text())
+            except yaml.YAMLError as bad:
+                m = getattr(bad, "problem_mark", None)
+                where = f"line {m.line + 1}, column {m.column + 1}: " if m else ""
+                return f"{f} is not valid YAML ({where}{getattr(bad, 'problem', None) or bad}); fix or remove it"
+    return f"a config file is not valid YAML ({where}{getattr(e, 'problem', None) or e}); fix it"
 
 
 def override_key(o) -> str:
@@ -127,7 +163,8 @@ def one_line(message: str) -> str:
     text = "; ".join(lines)
     if options:
         text += " " + ", ".join(options)
-    return re.sub(r"^In '[^']*': ", "", text)
+    text = re.sub(r"^In '[^']*': ", "", text)
+    return re.sub(r"^\w+ raised while resolving interpolation: ", "", text)
 
 
 # --- composing --------------------------------------------------------------------------------
@@ -137,7 +174,16 @@ def _steps(n, *, _root_) -> int:
     """``${steps:N}`` (conf/recipe/, conf/scale/): N updates x ``trainer.steps_multiplier`` ("train
     longer"), resolved when composing so that ``--cfg`` shows the number of steps that runs; a
     ``trainer.max_steps=N`` given on the command line is taken as it is."""
-    return int(round(int(n) * OmegaConf.select(_root_, "trainer.steps_multiplier", default=1)))
+    return int(round(int(n) * _number(_root_, "trainer.steps_multiplier", 1)))
+
+
+def _number(root, key: str, default=None) -> float:
+    """A number a resolver computes with; a value that is not one is named (one line)."""
+    value = OmegaConf.select(root, key, default=default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key}={value!r} is not a number; e.g. {key}={default if default is not None else 0.15}") from None
 
 
 OmegaConf.register_new_resolver("steps", _steps, replace=True)
@@ -148,7 +194,7 @@ def _electra_max_predictions(*, _root_) -> int:
     positions, computed from the length as google-research/electra configure_pretraining.py does,
     ``int((mask_prob + 0.005) * max_seq_length)``: 19 at 128, 79 at 512, so that a run at another
     length (the SQuAD continuation at 512, smoke at 64) masks the same fraction."""
-    return int((float(_root_.objective.mask_prob) + 0.005) * int(_root_.seq_len))
+    return int((_number(_root_, "objective.mask_prob") + 0.005) * _number(_root_, "seq_len"))
 
 
 OmegaConf.register_new_resolver("electra_max_predictions", _electra_max_predictions, replace=True)
@@ -196,6 +242,7 @@ def _hydra_compose(config_name: str | None, overrides: list[str], hydra_node: bo
     from omegaconf.errors import OmegaConfBaseException
 
     for o in parse_overrides(overrides):
+        check_group_choice(o)
         if o.is_sweep_override():
             raise ConfigError(
                 f"{o.input_line!r} is a sweep over values, and a command composes one configuration: "
@@ -206,6 +253,10 @@ def _hydra_compose(config_name: str | None, overrides: list[str], hydra_node: bo
         _initialize_hydra(tuple(user_config_dirs()))
         return hydra_compose(config_name=config_name, overrides=list(overrides), return_hydra_config=hydra_node)
     except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(one_line(str(e))) from e
+    except yaml.YAMLError as e:
+        raise ConfigError(_yaml_problem(e)) from e
+    except ValueError as e:  # Hydra's own checks of an override it could parse
         raise ConfigError(one_line(str(e))) from e
     except RecursionError as e:
         raise ConfigError(
@@ -383,8 +434,6 @@ def copy_config(name: str, dest: str | Path) -> Path:
     """Copy the built-in config ``GROUP/NAME`` (or a ``NAME`` only one group has) to ``dest``: a
     folder gets ``DEST/GROUP/NAME.yaml`` (ready for ``--config-dir DEST``), a ``.yaml`` path is the
     file itself. Never overwrites."""
-    import shutil
-
     group, _, stem = name.rpartition("/")
     if group:
         matches = [CONF_DIR / group / f"{stem}.yaml"]
@@ -402,6 +451,12 @@ def copy_config(name: str, dest: str | Path) -> Path:
     target = dest if dest.suffix in (".yaml", ".yml") else dest / src.relative_to(CONF_DIR)
     if target.exists():
         raise ConfigError(f"{target} exists; choose another destination (convexp cp never overwrites)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "x") as out:  # "x": never overwrites, even a file made meanwhile
+            out.write(src.read_text())
+    except OSError as e:
+        raise ConfigError(
+            f"cannot write {target} ({e.strerror or e}); choose a destination you can write, e.g. convexp cp {name} mine/"
+        ) from e
     return target

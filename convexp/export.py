@@ -185,11 +185,11 @@ def export_model(
         raise UserError(f"{out} exists; refusing to overwrite it (give another --out or delete it)")
     if batch < 1 or seq_len < 1:
         raise UserError(f"--batch and --seq-len must be positive, got {batch} and {seq_len}")
+    files = tokenizer_files(src, tokenizer)  # every input checked before the weights are read
     dense = ckpt.model()
     cfg = dense.encoder.cfg
     if cfg.absolute_positions and seq_len > cfg.max_position_embeddings:
         raise UserError(f"--seq-len {seq_len} exceeds the model's {cfg.max_position_embeddings} positions")
-    files = tokenizer_files(src, tokenizer)
     _check_tokenizer(files, cfg.vocab_size)
 
     model = ckpt.model()

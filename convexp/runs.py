@@ -76,6 +76,7 @@ class RunInterrupted(BaseException):
 EXECUTION_KEYS = (
     "logger",
     "resume",
+    "retry_diverged",
     "outputs",
     "trainer.accelerator",
     "trainer.devices",
@@ -149,6 +150,34 @@ class Run:
             return False
         metrics = self.read_json("metrics.json")
         return metrics is not None and not non_finite(metrics)
+
+    def refuse_diverged(self, retry: bool) -> None:
+        """A diverged run is not trained again by a re-run of its command (the same settings
+        diverge again) unless ``retry`` (``retry_diverged=true``): the same rule for every stage."""
+        if self.status == "diverged" and not retry:
+            why = (self.read_json("status.json") or {}).get("error") or "training diverged"
+            raise RunDiverged(
+                f"{self.dir} diverged before ({why}); not trained again: change a setting (e.g. a lower "
+                "learning rate), or pass retry_diverged=true to train it again"
+            )
+
+    @contextmanager
+    def removed_on_refusal(self) -> Iterator[None]:
+        """A run directory that the block makes is removed again when the block refuses the input
+        (a UserError before any checkpoint was written: nothing of the run exists yet), with the
+        store's folders it made; a diverged run is a result and stays."""
+        new = not self.dir.exists()
+        try:
+            yield
+        except UserError as e:
+            if new and not isinstance(e, RunDiverged) and not self._checkpoints_newest_first():
+                shutil.rmtree(self.dir, ignore_errors=True)
+                for folder in (self.dir.parent, self.dir.parent.parent):  # runs/<stage>, runs
+                    try:
+                        folder.rmdir()  # only when empty
+                    except OSError:
+                        break
+            raise
 
     def set_status(self, status: str, **info: Any) -> None:
         """Rewrite status.json (atomically) with ``status`` and ``info``; keeps the attempts."""

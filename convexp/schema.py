@@ -11,6 +11,8 @@ changes the composed config (run ids are hashes of it): the typed copy is thrown
 from __future__ import annotations
 
 import math
+import os
+import re
 import signal
 import unicodedata
 from dataclasses import dataclass, field
@@ -19,6 +21,20 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError, UserError
+from .group_schemas import (
+    AblateSchema,
+    DataSchema,
+    DistillSchema,
+    GlueSourceSchema,
+    LauncherSchema,
+    LoggerSchema,
+    ObjectiveSchema,
+    PruningSchema,
+    SquadSourceSchema,
+    TaskSchema,
+    TokenizerSchema,
+)
+from .ranges import choose, positive
 
 
 @dataclass
@@ -69,6 +85,7 @@ class TrainerSchema:
             raise ValueError(f"trainer.num_workers={self.num_workers}: must be 0 (load in the main process) or more")
         if self.threads != "auto" and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"trainer.threads={self.threads}: use auto or a number of threads (1 or more), e.g. trainer.threads=1")
+        lightning_values(self)
 
 
 @dataclass
@@ -94,13 +111,51 @@ class OptimSchema:
             raise ValueError(f"optim.betas={list(self.betas)}: two numbers in [0, 1)")
 
 
-def positive(key: str, value, none_means: str | None = None) -> None:
-    """``value`` must be a finite number > 0 (or None when ``none_means`` says what None is)."""
-    if value is None and none_means:
-        return
-    if value is None or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        hint = f" ({none_means})" if none_means else ""
-        raise ValueError(f"{key}={value}: must be a number > 0{hint}")
+def lightning_values(t: TrainerSchema) -> None:
+    """accelerator, strategy, precision and devices as Lightning accepts them: names from its own
+    registries (``AcceleratorRegistry``, ``StrategyRegistry``) and its precision flags; whether the
+    hardware is here is not asked (a sweep is planned on a login node for GPU jobs)."""
+    from typing import get_args
+
+    from lightning_fabric import connector
+    from pytorch_lightning.accelerators import AcceleratorRegistry
+    from pytorch_lightning.strategies import StrategyRegistry
+
+    # convexp runs on CPUs and GPUs (stages/accel.py); "gpu" is Lightning's alias of the first GPU kind
+    accelerators = ["auto", "gpu", *sorted(AcceleratorRegistry.available_accelerators() & {"cpu", "cuda", "mps"})]
+    choose("trainer.accelerator", t.accelerator, accelerators, "cpu")
+    choose("trainer.strategy", t.strategy, ["auto", *StrategyRegistry.available_strategies()], "ddp")
+    precisions = [str(v) for part in get_args(connector._PRECISION_INPUT) for v in get_args(part)]
+    choose("trainer.precision", str(t.precision), list(dict.fromkeys(precisions)), "bf16-mixed")
+    check_devices(t.devices)
+    if t.accelerator == "cpu" and t.devices != "auto":  # Lightning's own parse (a CPU takes a count; GPU ids are checked where the GPUs are)
+        from pytorch_lightning.accelerators import CPUAccelerator
+
+        try:
+            CPUAccelerator.parse_devices(t.devices)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"trainer.devices={t.devices!r} with trainer.accelerator=cpu: {e} e.g. trainer.devices=1") from e
+
+
+def check_devices(devices) -> None:
+    """Lightning's ``devices``: a count >= 1, -1 (all), "auto", or device ids (a list, or "0,1")."""
+    ids = None
+    if isinstance(devices, str) and devices != "auto":
+        parts = [p.strip() for p in devices.split(",") if p.strip()]
+        if parts and all(p.lstrip("-").isdigit() for p in parts):
+            ids = [int(p) for p in parts]
+            devices = ids[0] if len(ids) == 1 and "," not in str(devices) else ids
+    ok = (
+        devices == "auto"
+        or (isinstance(devices, int) and not isinstance(devices, bool) and (devices >= 1 or devices == -1))
+        or (isinstance(devices, (list, tuple)) and devices and len(set(devices)) == len(devices)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices))
+    )
+    if not ok:
+        raise ValueError(
+            f"trainer.devices={devices!r}: give a count >= 1, -1 (all), auto or device ids; "
+            "e.g. trainer.devices=2 or trainer.devices=[0,1]"
+        )
 
 
 @dataclass
@@ -131,6 +186,7 @@ class PretrainSchema:
     seq_len: int = 128
     init: Optional[str] = None
     resume: bool = True
+    retry_diverged: bool = False  # train a diverged run again (else it is refused: runs.py)
     name: Optional[str] = None
     outputs: str = "outputs"
 
@@ -169,8 +225,18 @@ class FinetuneSchema:
     group_by_length: bool = True  # GLUE/probing training batches of rows of similar length
     checkpoint_every_s: float = 300.0  # fine-tuning's last.ckpt at most this often (0: every half epoch)
     malloc_mmap_threshold_mib: Optional[float] = 1.0  # stages/accel.heap_mmap_threshold; null: glibc's own
+    scalar_mix: Optional[bool] = None
+    scalar_mix_norm: str = "per_layer"
+    classifier: Optional[str] = None
+    resume: bool = True
+    retry_diverged: bool = False
 
     def __post_init__(self) -> None:
+        from .models.config import CLASSIFIERS
+        from .models.scalar_mix import NORMS
+
+        choose("scalar_mix_norm", self.scalar_mix_norm, NORMS, "layers")
+        choose("classifier", self.classifier, (None, *CLASSIFIERS), "pooler")
         m = self.malloc_mmap_threshold_mib
         if m is not None and not 0 < m <= 32:
             raise ValueError(f"malloc_mmap_threshold_mib={m}: give MiB in (0, 32] (glibc's range), or null for glibc's own")
@@ -230,11 +296,24 @@ def typed(schema: type, node: DictConfig, where: str):
             ) from e
         if "is not a ListConfig" in first:
             raise ConfigError(f"{key}: expected a list, e.g. {key}=[1,2]") from e
-        raise ConfigError(f"{key}: {first}") from e
+        raise ConfigError(with_example(f"{key}: {first}", schema, where, key)) from e
     except (TypeError, ValueError) as e:  # the dataclass's own checks (ModelConfig.validate)
         if isinstance(e, UserError):
             raise
-        raise ConfigError(str(e)) from e
+        message = str(e)
+        named = re.match(r"([\w.]+)=", message)
+        raise ConfigError(with_example(message, schema, where, named.group(1)) if named else message) from e
+
+
+def with_example(message: str, schema: type, where: str, key: str) -> str:
+    """``message`` with ``; e.g. KEY=DEFAULT`` (the schema's default) when it has no example."""
+    from dataclasses import MISSING, fields
+
+    leaf = key[len(where) + 1:] if where and key.startswith(where + ".") else key
+    f = next((f for f in fields(schema) if f.name == leaf), None)
+    if "e.g." in message or f is None or f.default in (MISSING, None):
+        return message
+    return f"{message}; e.g. {key}={str(f.default).lower() if isinstance(f.default, bool) else f.default}"
 
 
 def check_label(key: str, value) -> None:
@@ -258,34 +337,95 @@ def check_label(key: str, value) -> None:
         )
 
 
-def check_types(cfg: DictConfig) -> None:
-    """Check every typed node of a composed stage config (model, trainer, optim, the stage's own
-    keys), and what no type says: names are text, the outputs folder can be written."""
-    from pathlib import Path
+# every config group's schema, by its key in a composed stage config (or conf/ablate.yaml)
+GROUPS = {
+    "trainer": TrainerSchema,
+    "optim": OptimSchema,
+    "data": DataSchema,
+    "tokenizer": TokenizerSchema,
+    "objective": ObjectiveSchema,
+    "logger": LoggerSchema,
+    "task": TaskSchema,
+    "glue": GlueSourceSchema,
+    "squad": SquadSourceSchema,
+    "pruning": PruningSchema,
+    "distill": DistillSchema,
+    "launcher": LauncherSchema,
+}
+# what a value that must be given (``???`` in the config) is, for the line that asks for it
+REQUIRED = {
+    "init": "the model to fine-tune: a convexp pretrain run dir, a Hugging Face dir or hub name, or none "
+            "with model=<preset>; e.g. init=google/electra-small-discriminator",
+    "data.path": "the corpus: a file or folder (data=files) or a hub dataset; e.g. data.path=corpus/",
+    "tokenizer.path": "a tokenizer.json, vocab.txt or hub model; e.g. tokenizer.path=bert-base-uncased",
+}
 
+
+def check_types(cfg: DictConfig) -> None:
+    """Check every typed node of a composed stage config (each group's schema, the stage's own
+    keys), and what no type says: every required value given, names are names, the outputs folder
+    can be made."""
     from .models import ModelConfig
 
-    for key, schema in (("model", ModelConfig), ("trainer", TrainerSchema), ("optim", OptimSchema)):
+    missing = _first_missing(cfg)
+    if missing:
+        what = REQUIRED.get(missing, f"give {missing}=...")
+        raise ConfigError(f"{missing} is required (the config leaves it ???): {what}")
+    stage = {"pretrain": PretrainSchema, "finetune": FinetuneSchema}.get(cfg.get("stage"))
+    own = typed(stage, _own(cfg, stage), "") if stage else None  # first: group values derive from them
+    if "model" in cfg:
+        typed(ModelConfig, cfg.model, "model")
+    for key, schema in GROUPS.items():
         if key in cfg:
             typed(schema, cfg[key], key)
     if cfg.get("stage") == "pretrain":
-        own = typed(PretrainSchema, _own(cfg, PretrainSchema), "")
         _check_recipe(cfg)
         positions = OmegaConf.select(cfg, "model.max_position_embeddings")
         if positions is not None and own.seq_len > positions:
             raise ConfigError(
                 f"seq_len={own.seq_len} exceeds the model's model.max_position_embeddings={positions}"
             )
-    if cfg.get("stage") == "finetune":
-        typed(FinetuneSchema, _own(cfg, FinetuneSchema), "")
     name = cfg.get("name")
     if name is not None and not isinstance(name, str):
         raise ConfigError(f"name={name!r} is not text: quote it, e.g. name='{name}'")
     for key, value in (("name", name), ("model.name", OmegaConf.select(cfg, "model.name"))):
         check_label(key, value)
-    outputs = cfg.get("outputs")
-    if outputs is not None and Path(outputs).exists() and not Path(outputs).is_dir():
-        raise ConfigError(f"outputs {outputs!r} is a file, not a folder: set outputs= (or CONVEXP_OUTPUTS) to a folder")
+    if "outputs" in cfg:
+        check_outputs(cfg.outputs)
+
+
+def check_sweep_settings(settings: DictConfig) -> None:
+    """``convexp ablate``'s own settings (conf/ablate.yaml and its launcher), typed."""
+    typed(AblateSchema, _own(settings, AblateSchema), "")
+    typed(LauncherSchema, settings.launcher, "launcher")
+
+
+def check_outputs(outputs) -> None:
+    """The outputs folder is a folder, or can be made (nothing is made here)."""
+    from pathlib import Path
+
+    path = Path(str(outputs)).expanduser()
+    fix = "set outputs= (or CONVEXP_OUTPUTS) to a folder you can write; e.g. outputs=~/convexp-outputs"
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"outputs {str(outputs)!r} is a file, not a folder: {fix}")
+    existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"outputs {str(outputs)!r} cannot be made: {existing} is a file; {fix}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"outputs {str(outputs)!r} cannot be written: no permission in {existing}; {fix}")
+
+
+def _first_missing(cfg: DictConfig) -> str | None:
+    """The first key (dotted) whose value is ``???``, or None."""
+    for key in cfg:
+        if OmegaConf.is_missing(cfg, key):
+            return str(key)
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig):
+            inner = _first_missing(node)
+            if inner:
+                return f"{key}.{inner}"
+    return None
 
 
 def _check_recipe(cfg: DictConfig) -> None:

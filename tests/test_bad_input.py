@@ -3,6 +3,8 @@ code 2, no traceback, and nothing written under the outputs folder."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -26,11 +28,30 @@ def files(tmp_path):
     corrupt.mkdir()
     (corrupt / "model_config.json").write_text('{"hidden_size": 32, "num_heads": 2, "num_layers": 1}')
     (corrupt / "model.safetensors").write_bytes(b"\x00\x01 not safetensors")
+    hf = {"model_type": "bert", "hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 1,
+          "intermediate_size": 64, "vocab_size": 10, "max_position_embeddings": 64}
+    truncated = bad / "hf_truncated"  # a download cut short: config.json ends mid-string
+    truncated.mkdir()
+    (truncated / "config.json").write_text(json.dumps(hf)[:30])
+    (truncated / "model.safetensors").write_bytes(b"")
+    for name, weights in (("hf_bad_safetensors", "model.safetensors"), ("hf_bad_bin", "pytorch_model.bin")):
+        d = bad / name  # a Hugging Face directory whose weights cannot be read
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(hf))
+        (d / weights).write_bytes(b"\x00\x01 not weights")
+    user = bad / "confdir" / "model"  # a --config-dir with a file that is not YAML
+    user.mkdir(parents=True)
+    (user / "broken.yaml").write_text("name: [unclosed\n  x: : y\n")
+    (bad / "exists.yaml").write_text("x: 1\n")
     return bad
 
 
 PRE = ["pretrain", "scale=smoke"]
-FT = ["finetune", "glue", "scale=smoke", "init=none", "model=bert_small", "tokenizer_path={bad}/vocab.txt"]
+RANDOM_INIT = ["scale=smoke", "init=none", "model=bert_small", "tokenizer_path={bad}/vocab.txt"]
+FT = ["finetune", "glue", *RANDOM_INIT]
+PROBING = ["finetune", "probing", *RANDOM_INIT]
+SQUAD = ["finetune", "squad", *RANDOM_INIT]
+ABLATE = ["ablate", "key-based-conv", "--dry-run"]
 
 CASES = [
     # (id, arguments ({bad} is the folder of bad files), words the one line must contain)
@@ -49,6 +70,7 @@ CASES = [
     ("name a number", [*PRE, "name=123"], ["name"]),
     ("name climbs out", [*PRE, "name=../../escape"], ["name", "'..'"]),
     ("name a path", [*PRE, "name=a/b"], ["name", "'/'"]),
+    ("name unicode unquoted", [*PRE, "name=Ünïcode-名前"], ["quote", "name='Ünïcode-名前'"]),
     ("finetune name climbs out", [*FT, "name=../x"], ["name"]),
     ("compile unknown mode", [*PRE, "trainer.compile=maybe"], ["trainer.compile"]),
     ("seed text", [*PRE, "seed=abc"], ["seed"]),
@@ -99,6 +121,119 @@ CASES = [
     ("cp unknown config", ["cp", "model/nope", "{bad}/copies"], ["model/nope"]),
     ("config dir missing", ["--config-dir", "{bad}/nope", "models"], ["nope"]),
     ("cfg kind", [*PRE, "--cfg", "jobs"], ["jobs"]),
+    # --- issue 23: every group typed (wrong type, out of range, unknown choice), at composition
+    # model
+    ("num_layers zero", [*PRE, "model.num_layers=0"], ["num_layers", ">= 1"]),
+    ("hidden_size text", [*PRE, "model.hidden_size=wide"], ["model.hidden_size"]),
+    ("mixer unknown", [*PRE, "model.mixer=nope"], ["mixer", "attention"]),
+    # trainer: Lightning's values
+    ("precision unknown", [*PRE, "trainer.precision=fp7"], ["trainer.precision", "bf16-mixed"]),
+    ("devices text", [*PRE, "trainer.devices=abc"], ["trainer.devices", "e.g."]),
+    ("devices zero", [*PRE, "trainer.devices=0"], ["trainer.devices"]),
+    ("devices ids on a CPU", [*PRE, "trainer.devices=[0,1]"], ["trainer.devices", "cpu"]),
+    ("accelerator tpu", [*PRE, "trainer.accelerator=tpu"], ["trainer.accelerator", "cuda"]),
+    ("strategy unknown", [*PRE, "trainer.strategy=nope"], ["trainer.strategy", "ddp"]),
+    ("max_steps 23 digits", [*PRE, "trainer.max_steps=12345678901234567890123"], ["trainer.max_steps", "2**63"]),
+    ("finetune precision", [*FT, "trainer.precision=fp7"], ["trainer.precision"]),
+    ("unknown trainer preset", [*PRE, "trainer=nope"], ["trainer/nope"]),
+    # optim
+    ("unknown optim preset", [*PRE, "optim=nope"], ["optim/nope"]),
+    # data
+    ("val_fraction text", [*PRE, "data.val_fraction=abc"], ["data.val_fraction"]),
+    ("val_fraction above 1", [*PRE, "data.val_fraction=1.5"], ["data.val_fraction", "(0, 1)"]),
+    ("data source unknown", [*PRE, "data.source=nope"], ["data.source", "synthetic"]),
+    ("data examples unknown", [*PRE, "data.examples=nope"], ["data.examples", "sentence_pairs"]),
+    ("streaming not a bool", [*PRE, "data.streaming=maybe"], ["data.streaming"]),
+    ("num_docs zero", [*PRE, "data.num_docs=0"], ["data.num_docs"]),
+    # tokenizer
+    ("vocab_size text", [*PRE, "tokenizer.vocab_size=abc"], ["tokenizer.vocab_size"]),
+    ("vocab_size zero", [*PRE, "tokenizer.vocab_size=0"], ["tokenizer.vocab_size"]),
+    ("tokenizer kind unknown", [*PRE, "tokenizer.kind=nope"], ["tokenizer.kind", "wordpiece"]),
+    ("pretrained tokenizer without path", [*PRE, "tokenizer=pretrained"], ["tokenizer.path", "required"]),
+    # objective
+    ("mask_prob above 1", [*PRE, "objective.mask_prob=1.5"], ["objective.mask_prob", "(0, 1)"]),
+    ("mask_prob zero", [*PRE, "objective.mask_prob=0"], ["objective.mask_prob"]),
+    ("mask_prob text", [*PRE, "objective.mask_prob=abc"], ["objective.mask_prob", "not a number"]),
+    ("steps_multiplier text", [*PRE, "trainer.steps_multiplier=abc"], ["trainer.steps_multiplier"]),
+    ("pair_format unknown", [*PRE, "objective.pair_format=nope"], ["objective.pair_format", "nsp"]),
+    ("electra temperature zero", [*PRE, "objective=electra", "objective.temperature=0"], ["objective.temperature"]),
+    # logger
+    ("logger mode unknown", [*PRE, "logger.mode=sometimes"], ["logger.mode", "offline"]),
+    ("logger tags not a list", [*PRE, "logger.tags=abc"], ["logger.tags", "list"]),
+    ("finetune logger mode", [*FT, "logger.mode=sometimes"], ["logger.mode"]),
+    # scale
+    ("scale a number", [*PRE, "scale=0"], ["scale=0", "smoke"]),
+    ("finetune scale a number", [*FT, "scale=0"], ["scale", "smoke"]),
+    ("finetune scale unknown", [*FT, "scale=huge"], ["huge"]),
+    # overrides, config files, outputs
+    ("override without a key", [*PRE, "=0.1"], ["'=0.1'", "KEY=VALUE"]),
+    ("config file not YAML", ["--config-dir", "{bad}/confdir", "pretrain", "scale=smoke", "model=broken"],
+     ["broken.yaml", "YAML", "line 2"]),
+    ("outputs under a file", [*PRE, "outputs={bad}/a_file/sub"], ["outputs", "a_file"]),
+    ("finetune outputs under a file", [*FT, "outputs={bad}/a_file/sub"], ["outputs"]),
+    # pre-training's init: checked before anything is written
+    ("pretrain init damaged weights", [*PRE, "init={bad}/hf_bad_safetensors"], ["init=", "damaged"]),
+    ("pretrain init truncated config", [*PRE, "init={bad}/hf_truncated"], ["init=", "cannot read"]),
+    # finetune glue: the stage's own keys, init, task, glue source, pruning, distill
+    ("glue init missing", ["finetune", "glue", "scale=smoke"], ["init is required", "e.g. init="]),
+    ("probing init missing", ["finetune", "probing", "scale=smoke"], ["init is required"]),
+    ("squad init missing", ["finetune", "squad", "scale=smoke"], ["init is required"]),
+    ("init truncated config.json", ["finetune", "glue", "scale=smoke", "init={bad}/hf_truncated"], ["hf_truncated", "cannot read"]),
+    ("init unreadable safetensors", ["finetune", "glue", "scale=smoke", "init={bad}/hf_bad_safetensors"], ["damaged"]),
+    ("init unreadable pytorch_model.bin", ["finetune", "glue", "scale=smoke", "init={bad}/hf_bad_bin"], ["hf_bad_bin", "cannot read"]),
+    ("classifier unknown", [*FT, "classifier=nope"], ["classifier", "pooler"]),
+    ("scalar_mix not a bool", [*FT, "scalar_mix=maybe"], ["scalar_mix"]),
+    ("scalar_mix_norm unknown", [*FT, "scalar_mix_norm=nope"], ["scalar_mix_norm", "per_layer"]),
+    ("retry_diverged not a bool", [*FT, "retry_diverged=perhaps"], ["retry_diverged"]),
+    ("warmup_fraction text", [*FT, "warmup_fraction=abc"], ["warmup_fraction"]),
+    ("task max_len text", [*FT, "task.max_len=abc"], ["task.max_len"]),
+    ("glue source unknown", [*FT, "glue.source=nope"], ["glue.source", "local"]),
+    ("glue synthetic_size zero", [*FT, "glue.synthetic_size=0"], ["glue.synthetic_size"]),
+    ("glue synthetic_size text", [*FT, "glue.synthetic_size=abc"], ["glue.synthetic_size"]),
+    ("pruning threshold above 1", [*FT, "pruning=movement", "pruning.final_threshold=2"], ["pruning.final_threshold"]),
+    ("pruning threshold zero", [*FT, "pruning=movement", "pruning.final_threshold=0"], ["pruning.final_threshold"]),
+    ("pruning threshold text", [*FT, "pruning=movement", "pruning.final_threshold=abc"], ["pruning.final_threshold"]),
+    ("soft movement tau 1", [*FT, "pruning=soft_movement", "pruning.final_threshold=1"], ["[0, 1)", "e.g. pruning.final_threshold=0.1"]),
+    ("pruning method unknown", [*FT, "pruning=movement", "pruning.method=nope"], ["pruning.method", "topk"]),
+    ("unknown pruning preset", [*FT, "pruning=nope"], ["pruning/nope"]),
+    ("distill alpha text", [*FT, "distill.alpha_ce=abc"], ["distill.alpha_ce"]),
+    ("distill temperature zero", [*FT, "distill.temperature=0"], ["distill.temperature"]),
+    ("distill temperature negative", [*FT, "distill.temperature=-2"], ["distill.temperature"]),
+    ("distill teacher missing", [*FT, "distill.teacher={bad}/nope"], ["distill.teacher", "does not exist"]),
+    # finetune probing
+    ("probing max_len text", [*PROBING, "task.max_len=abc"], ["task.max_len"]),
+    ("probing samples zero", [*PROBING, "task.max_train_samples=0"], ["max_train_samples"]),
+    ("probing unknown task", [*PROBING, "task=nope"], ["nope"]),
+    # finetune squad
+    ("squad synthetic_size text", [*SQUAD, "squad.synthetic_size=abc"], ["squad.synthetic_size"]),
+    ("squad doc_stride zero", [*SQUAD, "squad.doc_stride=0"], ["squad.doc_stride"]),
+    ("squad stride beyond window", [*SQUAD, "squad.doc_stride=200"], ["squad.doc_stride", "squad.max_len"]),
+    ("squad source unknown", [*SQUAD, "squad.source=nope"], ["squad.source", "local"]),
+    ("squad teacher missing", [*SQUAD, "distill.teacher={bad}/nope"], ["distill.teacher"]),
+    # ablate: its own settings and the launcher
+    ("ablate seeds text", [*ABLATE, "seeds=[abc]"], ["seeds", "e.g. seeds="]),
+    ("ablate seeds negative", [*ABLATE, "seeds=[-1]"], ["seeds"]),
+    ("ablate tasks not a list", [*ABLATE, "tasks=5"], ["tasks", "list"]),
+    ("ablate tflops zero", [*ABLATE, "tflops=0"], ["tflops"]),
+    ("ablate scale a number", [*ABLATE, "scale=0"], ["scale"]),
+    ("launcher workers text", [*ABLATE, "launcher.workers=abc"], ["launcher.workers", "e.g."]),
+    ("launcher workers zero", [*ABLATE, "launcher.workers=0"], ["launcher.workers", ">= 1"]),
+    ("launcher unknown", [*ABLATE, "launcher=nope"], ["launcher/nope"]),
+    ("launcher cluster unknown", [*ABLATE, "launcher=submitit", "launcher.cluster=nope"], ["launcher.cluster", "slurm"]),
+    ("ablate stage value", [*ABLATE, "pretrain.trainer.precision=fp7"], ["trainer.precision"]),
+    # report
+    ("report of a sweep never run", ["report", "key-based-conv", "scale=smoke"], ["no finished runs", "convexp ablate"]),
+    ("report format unknown", ["report", "key-based-conv", "--format", "pdf"], ["pdf", "latex"]),
+    ("report source unknown", ["report", "key-based-conv", "--source", "s3"], ["s3", "wandb"]),
+    # export
+    ("export batch zero", ["export", "{bad}/corrupt_model", "--batch", "0", "--out", "{bad}/export"], ["--batch"]),
+    ("export a HF checkpoint", ["export", "{bad}/hf_bad_bin", "--out", "{bad}/export"], ["Hugging Face", "convexp run"]),
+    ("export damaged weights", ["export", "{bad}/corrupt_model", "--out", "{bad}/export"], ["damaged"]),
+    ("export tokenizer not one", ["export", "{bad}/corrupt_model", "--tokenizer", "{bad}/a_file", "--out", "{bad}/export"],
+     ["--tokenizer"]),
+    # cp
+    ("cp onto an existing file", ["cp", "model/convbert_small", "{bad}/exists.yaml"], ["exists", "never overwrites"]),
+    ("cp under a file", ["cp", "model/convbert_small", "{bad}/a_file/x.yaml"], ["cannot write"]),
 ]
 
 
@@ -118,3 +253,86 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, files, monkey
     for w in words:
         assert w in lines[0], lines[0]
     assert not any(outputs.iterdir()), sorted(p.name for p in outputs.rglob("*"))
+
+
+def test_a_refusal_after_the_run_dir_is_made_removes_what_it_made(tmp_path):
+    from convexp.errors import UserError
+    from convexp.runs import Run, RunDiverged
+
+    run = Run(tmp_path / "runs" / "pretrain" / "x-0123456789")
+    with pytest.raises(UserError), run.removed_on_refusal():
+        run.dir.mkdir(parents=True)
+        run.write_json("status.json", {"status": "running"})
+        raise UserError("init=... does not match the model")
+    assert not any(tmp_path.iterdir())  # the run and the store's folders it made
+    with pytest.raises(RunDiverged), run.removed_on_refusal():  # a diverged run is a result: kept
+        run.dir.mkdir(parents=True)
+        raise RunDiverged("training diverged")
+    assert run.dir.is_dir()
+    with pytest.raises(UserError), run.removed_on_refusal():  # a directory it did not make: kept
+        raise UserError("refused")
+    assert run.dir.is_dir()
+
+
+def _diverged(run) -> dict:
+    run.dir.mkdir(parents=True, exist_ok=True)
+    run.set_status("diverged", error="training diverged: non-finite loss at step 3")
+    return run.read_json("status.json")
+
+
+@pytest.mark.parametrize("stage", ["pretrain", "finetune"])
+def test_a_diverged_run_is_not_trained_again_unless_asked(tmp_path, files, monkeypatch, stage):
+    from convexp.config import compose_stage
+    from convexp.stages.finetune import resolve_init
+    from convexp.stages.rundirs import compose_finetune, glue_runs, pretrain_run
+
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
+    monkeypatch.setenv("CONVEXP_CONFIG_PATH", "")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    args = [a.replace("{bad}", str(files)) for a in (PRE if stage == "pretrain" else [*FT, "task=rte"])]
+    if stage == "pretrain":
+        run = pretrain_run(compose_stage("pretrain", args[1:]))
+    else:
+        cfg, others = compose_finetune(args[2:])
+        init = resolve_init(cfg)
+        [planned] = glue_runs(cfg, init.slug, init.model_cfg.hidden_size, others)
+        run = planned.run
+    before = _diverged(run)
+    res = runner.invoke(app, args, terminal_width=400)
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) <= 3 and "Traceback" not in res.output, res.output
+    assert f"{run.dir} diverged before" in res.output and "retry_diverged=true" in res.output
+    assert run.read_json("status.json") == before  # not started again
+    assert not (run.dir / "checkpoints").exists()
+    run.refuse_diverged(retry=True)  # retry_diverged=true lets it train
+
+
+@pytest.mark.parametrize(
+    "stage, args",
+    [
+        ("pretrain", ["scale=smoke", "trainer.precision=16", "trainer.devices=auto", "name='Ünïcode-名前'"]),
+        ("pretrain", ["objective=electra", "trainer.accelerator=gpu", "trainer.devices=[0,1]", "trainer.strategy=ddp"]),
+        ("finetune", ["init=x", "task=squad1", "seeds=[1,2]", "distill.temperature=0.5", "logger.tags=[a,b]"]),
+    ],
+)
+def test_checking_accepts_good_values_and_changes_nothing(stage, args):
+    """The schemas only check: the composed config (what run ids hash) is Hydra's, unchanged."""
+    from omegaconf import OmegaConf
+
+    from convexp.config import compose, compose_stage, stage_overrides
+
+    checked = OmegaConf.to_container(compose_stage(stage, args))
+    del checked["invocation"]
+    assert checked == OmegaConf.to_container(compose(stage, stage_overrides(stage, args), choices=True))
+
+
+def test_a_sweep_skips_a_diverged_node_unless_retry_diverged(tmp_path):
+    from convexp.runs import Run
+    from convexp.sweep.execute import settled
+    from convexp.sweep.nodes import Node
+
+    run = Run(tmp_path / "runs" / "finetune" / "m-rte-s42-0123456789")
+    _diverged(run)
+    skipped = settled(Node("finetune/a/rte/s42", "finetune", "a", ["task=rte"], [run]))
+    assert skipped.status == "diverged" and "retry_diverged=true" in skipped.error and str(run.dir) in skipped.error
+    assert settled(Node("finetune/a/rte/s42", "finetune", "a", ["task=rte", "retry_diverged=true"], [run])) is None

@@ -427,7 +427,7 @@ def test_reports_state_the_qqp_learning_rate_deviation(tmp_path):
     from convexp.report.build import make_report
 
     for name in ("bermo-prune-methods", "bermo-prune-convergence", "bermo-distill"):
-        out = make_report(name, ["scale=paper"], out=tmp_path / name)
+        out = make_report(name, ["scale=paper"], out=tmp_path / name, require_results=False)
         text = (out / "table.md").read_text()
         assert "3e-6" in text and "3e-5" in text, name
         assert "SQuAD" in text, name

@@ -134,6 +134,7 @@ def test_empty_corpus_and_vocab_mismatch(tmp_path):
     res = convexp("pretrain", *TINY, "tokenizer.vocab_size=300", f"init={run}", outputs=tmp_path)
     assert res.returncode == 2 and "vocabulary" in res.stderr, res.stderr[-2000:]
     assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1
+    assert run_dirs(tmp_path) == [run]  # refused before the continuation's run directory is made
 
 
 def test_cfg_prints_the_composed_config(tmp_path):

@@ -52,12 +52,10 @@ SAMPLE_KEYS = ("max_train_samples", "max_eval_samples")  # null: every row
 def task_data(task_cfg) -> dict:
     """The task keys that change what a run trains or is scored on, without the null ones (so
     that adding such a key to conf/task/ leaves existing run ids as they were): the sample limits
-    (checked here: a positive integer) and a custom task's files (absolute paths) and fields."""
+    (typed when composing: convexp/schema.py) and a custom task's files (absolute paths) and fields."""
     out = {}
     for key in SAMPLE_KEYS:
         n = task_cfg.get(key)
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n <= 0):
-            raise TaskError(f"task.{key}={n}: give a positive number of rows, or null for all rows")
         if n is not None:
             out[key] = n
     if task_cfg.get("name") == custom.NAME:
@@ -129,8 +127,6 @@ def source_settings(source_cfg, task: Task | None = None) -> dict:
             f"GLUE source {s['source']!r} needs a path; set path to the "
             + (local if s["source"] == "local" else "save_to_disk folder")
         )
-    if s["source"] == "synthetic" and not (isinstance(s["synthetic_size"], int) and s["synthetic_size"] > 0):
-        raise TaskError(f"synthetic_size must be a positive integer, not {s['synthetic_size']!r}")
     return s
 
 

@@ -76,8 +76,6 @@ def squad_source_settings(source_cfg=None) -> dict:
             f"SQuAD source 'local' needs a path; set path to the folder holding "
             f"{official_file(s['version'], 'train')} and {official_file(s['version'], 'validation')}"
         )
-    if s["source"] == "synthetic" and not (isinstance(s["synthetic_size"], int) and s["synthetic_size"] > 0):
-        raise SquadError(f"synthetic_size must be a positive integer, not {s['synthetic_size']!r}")
     return s
 
 

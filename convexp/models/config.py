@@ -119,6 +119,19 @@ class ModelConfig:
         def bad(msg: str) -> None:
             raise ValueError(f"model {self.name!r}: {msg}")
 
+        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "ffn_groups",
+                    "max_position_embeddings", "type_vocab_size", "embedding_size", "head_size"):
+            value = getattr(self, key)
+            if not (value is None and key in ("embedding_size", "head_size")) and not 1 <= value < 2**31:
+                bad(f"{key} must be a whole number >= 1, got {value} (e.g. model.{key}={getattr(type(self), key) or 64})")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            bad(f"pad_token_id must be a token id in [0, vocab_size), got {self.pad_token_id}")
+        for key in ("hidden_dropout", "attention_dropout", "scalar_mix_dropout"):
+            if not 0 <= getattr(self, key) < 1:
+                bad(f"{key} must be in [0, 1), got {getattr(self, key)} (e.g. model.{key}=0.1)")
+        for key in ("layer_norm_eps", "initializer_range"):
+            if not getattr(self, key) > 0:
+                bad(f"{key} must be > 0, got {getattr(self, key)} (e.g. model.{key}={getattr(type(self), key)})")
         if self.mixer not in MIXERS:
             bad(f"mixer must be one of {MIXERS}, got {self.mixer!r}")
         if self.conv_type not in CONV_TYPES:

@@ -105,9 +105,12 @@ def make_report(
     analyze: list[str] | None = None,
     out: Path | None = None,
     figures: bool = True,
+    require_results: bool = True,
 ) -> Path:
     """Write outputs/reports/NAME/ and print the table; returns the directory. ``args``: the sweep's
-    arguments (None: the last ``convexp ablate NAME``'s) and ``report.baseline=`` / ``report.detect=``."""
+    arguments (None: the last ``convexp ablate NAME``'s) and ``report.baseline=`` / ``report.detect=``.
+    A sweep without a finished run is refused (``require_results=False``: the paper's side and what
+    needs no run, parameters and FLOPs, are rendered alone)."""
     if fmt not in FORMATS:
         raise ReportError(f"unknown format {fmt!r}; use md, csv or latex")
     if source not in ("local", "wandb"):
@@ -125,6 +128,12 @@ def make_report(
     plan = build_plan(sweep, args)
     read = wandb_reader(plan) if source == "wandb" else local_result
     pretrain, finetune, missing = collect(plan, read)
+    if require_results and not finetune and not any(p["metrics"] for p in pretrain.values()):
+        given = " ".join(args)
+        raise ReportError(
+            f"sweep {sweep.name} has no finished runs{f' for {given}' if given else ''} in {plan.outputs}; "
+            f"run them first: convexp ablate {name} {given}".rstrip()
+        )
     columns = _columns(plan)
     rows = [
         tables.variant_row(

@@ -245,82 +245,90 @@ class FinetuneData(pl.LightningDataModule):
 # ----------------------------------------------------------------------------- one run
 
 
+def check_teacher(cfg: DictConfig) -> None:
+    """A bad ``distill.teacher`` fails before any data is prepared or run directory made."""
+    if cfg.distill.teacher:
+        open_checkpoint(cfg.distill.teacher, label="distill.teacher", weights=False)
+
+
 def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) -> Run:
     """Fine-tune one planned run, or reuse it when it has finished."""
     task_name, seed, hp, run, run_cfg = planned.task, planned.seed, planned.hp, planned.run, planned.run_cfg
     task = get_task(task_name)
     if run.finished:
         return run
+    run.refuse_diverged(cfg.retry_diverged)
     if run.last_checkpoint() and not cfg.resume:
         raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it")
-    run.dir.mkdir(parents=True, exist_ok=True)
-    run.write_config(run_cfg)
-    # opened before seeding; its classifier is built by the module after the student (seeded order)
+    # opened before any file is written; its classifier is built by the module after the student (seeded order)
     teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
-    pl.seed_everything(seed, verbose=False)
+    with run.removed_on_refusal():
+        run.dir.mkdir(parents=True, exist_ok=True)
+        run.write_config(run_cfg)
+        pl.seed_everything(seed, verbose=False)
 
-    train = splits["train"]
-    steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, len(train), hp)
-    module = FinetuneModule(
-        init.model_cfg,
-        task,
-        hp,
-        total,
-        seed,
-        # the intermediate tasks start from the same seed's MNLI run; read here, dropped once loaded
-        open_checkpoint(planned.start.run.dir, label="from").encoder_state
-        if planned.start
-        else init.take_state(),
-        pruning,
-        prune_warmup,
-        teacher,
-        cfg.distill,
-        cfg.trainer.fused_adamw,
-    )
-    prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
-    pad = init.tokenizer.pad_id
-    group = bool(cfg.get("group_by_length", False))
-    data = FinetuneData(
-        train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers, group
-    )
-
-    set_threads(cfg.trainer)
-    trainer = pl.Trainer(
-        default_root_dir=str(run.dir),
-        accelerator=cfg.trainer.accelerator,
-        devices=1,
-        plugins=cluster_plugins(),
-        precision=cfg.trainer.precision,
-        max_steps=total,
-        val_check_interval=steps_per_epoch,
-        check_val_every_n_epoch=None,
-        num_sanity_val_steps=0,
-        gradient_clip_val=hp["grad_clip"],
-        log_every_n_steps=cfg.trainer.log_every_n_steps,
-        use_distributed_sampler=False,
-        enable_model_summary=False,
-        logger=make_loggers(
-            _logged_config(cfg, task_name, seed, hp), run, "finetune", tags=[task_name, f"seed{seed}"]
-        ),
-        callbacks=run_callbacks(cfg, run, steps_per_epoch),
-    )
-
-    def finish(seconds: float) -> None:
-        evaluate_and_save(
-            run,
-            module.model,
+        train = splits["train"]
+        steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, len(train), hp)
+        module = FinetuneModule(
+            init.model_cfg,
             task,
-            splits,
-            pad,
             hp,
-            seconds,
-            len(train) * hp["epochs"],
+            total,
+            seed,
+            # the intermediate tasks start from the same seed's MNLI run; read here, dropped once loaded
+            open_checkpoint(planned.start.run.dir, label="from").encoder_state
+            if planned.start
+            else init.take_state(),
             pruning,
-            init.tokenizer,
-            known={task.dev_splits[0]: module.final_val} if module.final_val is not None else None,
+            prune_warmup,
+            teacher,
+            cfg.distill,
+            cfg.trainer.fused_adamw,
+        )
+        prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
+        pad = init.tokenizer.pad_id
+        group = bool(cfg.get("group_by_length", False))
+        data = FinetuneData(
+            train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers, group
         )
 
-    train_attempt(cfg, run, trainer, module, data, finish, task=task_name, seed=seed)
+        set_threads(cfg.trainer)
+        trainer = pl.Trainer(
+            default_root_dir=str(run.dir),
+            accelerator=cfg.trainer.accelerator,
+            devices=1,
+            plugins=cluster_plugins(),
+            precision=cfg.trainer.precision,
+            max_steps=total,
+            val_check_interval=steps_per_epoch,
+            check_val_every_n_epoch=None,
+            num_sanity_val_steps=0,
+            gradient_clip_val=hp["grad_clip"],
+            log_every_n_steps=cfg.trainer.log_every_n_steps,
+            use_distributed_sampler=False,
+            enable_model_summary=False,
+            logger=make_loggers(
+                _logged_config(cfg, task_name, seed, hp), run, "finetune", tags=[task_name, f"seed{seed}"]
+            ),
+            callbacks=run_callbacks(cfg, run, steps_per_epoch),
+        )
+
+        def finish(seconds: float) -> None:
+            evaluate_and_save(
+                run,
+                module.model,
+                task,
+                splits,
+                pad,
+                hp,
+                seconds,
+                len(train) * hp["epochs"],
+                pruning,
+                init.tokenizer,
+                known={task.dev_splits[0]: module.final_val} if module.final_val is not None else None,
+            )
+
+        train_attempt(cfg, run, trainer, module, data, finish, task=task_name, seed=seed)
     return run
 
 
@@ -357,6 +365,7 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
 
     datasets.disable_progress_bars()
     init = resolve_init(cfg)
+    check_teacher(cfg)
     check_max_len(init.model_cfg, [cfg, *task_cfgs.values()])
     if cfg.task.name == "custom":  # a user's task: its config says what it is (data/custom.py)
         register(custom_task(cfg.task), replace=True)
@@ -381,7 +390,8 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
                 finetune_one(tcfg, init, planned, splits)
             except RunDiverged as e:  # one seed diverging does not stop the others
                 diverged.append(planned.run)
-                print(f"diverged: {planned.run.dir}: {e}", flush=True)
+                said = str(e) if str(e).startswith(str(planned.run.dir)) else f"{planned.run.dir}: {e}"
+                print(f"diverged: {said}", flush=True)
     if summary:
         by_task: dict = {}
         for p in runs:
@@ -391,6 +401,6 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
     if diverged:
         raise RunDiverged(
             f"{len(diverged)} of {len(runs)} runs diverged ({', '.join(r.id for r in diverged)}); "
-            "their status.json says where; lower the learning rate"
+            "their status.json says where; lower the learning rate (a re-run refuses them; retry_diverged=true trains them again)"
         )
     return out if summary else None

@@ -14,7 +14,7 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-from ..checkpoint import open_checkpoint
+from ..checkpoint import Checkpoint, open_checkpoint
 from ..config import to_model_config
 from ..data.pretraining import StreamingBlocks, prepare_pretraining_data
 from ..errors import UserError
@@ -191,12 +191,12 @@ def run_pretrain(cfg: DictConfig) -> Run:
         warn_if_other_version(run)
         print(f"already finished: {run.dir} (nothing to do)")
         return run
+    run.refuse_diverged(cfg.retry_diverged)
     if run.last_checkpoint() and not cfg.resume:
         raise UserError(
             f"{run.dir} has an unfinished run; pass resume=true to continue it or name=<label> for a new run"
         )
-    if cfg.init:  # a bad checkpoint fails here, before any file is written
-        open_checkpoint(cfg.init, label="init", weights=False)
+    init = open_checkpoint(cfg.init, label="init") if cfg.init else None  # a bad one fails before any file is written
     model_cfg = to_model_config(cfg.model)
     if model_cfg.absolute_positions and model_cfg.max_position_embeddings < cfg.seq_len:
         raise UserError(
@@ -208,12 +208,18 @@ def run_pretrain(cfg: DictConfig) -> Run:
     )
     tok = data.tokenizer
     model_cfg = dataclasses.replace(model_cfg, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
-    with run.attempt(wait=cfg.trainer.lock_wait, stage="pretrain") as started:
+    if init is not None and init.model_cfg.vocab_size != model_cfg.vocab_size:
+        raise UserError(
+            f"init={cfg.init} has a vocabulary of {init.model_cfg.vocab_size} tokens but the tokenizer has "
+            f"{model_cfg.vocab_size}; use the checkpoint's own tokenizer (tokenizer=pretrained "
+            "tokenizer.path=<its vocab.txt or tokenizer.json>)"
+        )
+    with run.removed_on_refusal(), run.attempt(wait=cfg.trainer.lock_wait, stage="pretrain") as started:
         if not started:
             print(f"already finished: {run.dir} (by another process)")
             return run
         try:
-            _train(cfg, run, model_cfg, data)
+            _train(cfg, run, model_cfg, data, init)
         finally:
             finish_wandb()
     return run
@@ -224,7 +230,7 @@ def token_info(tok) -> TokenInfo:
     return TokenInfo(tok.vocab_size, tok.mask_id, tuple(sorted(tok.special_ids)), tok.continuation_mask())
 
 
-def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
+def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data, init: Checkpoint | None) -> None:
     """One attempt (the run's lock held): train from the last intact checkpoint, then finish."""
     tok = data.tokenizer
     run.write_config(cfg)
@@ -236,8 +242,8 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
     cuda = on_cuda(cfg.trainer)
     set_tf32(cfg.trainer, cuda)
     module = PretrainModule(model_cfg, cfg, tokens, steps)
-    if cfg.init:
-        _init_weights(module.objective.encoder, cfg.init, model_cfg)
+    if init is not None:
+        _init_weights(module.objective.encoder, init, model_cfg)
     prepare_encoders(module.objective, cfg.trainer)
     columns = COLUMNS + (("pair_label",) if cfg.objective.pair_format in ("nsp", "sop") else ())
     batch = per_device_batch(cfg.trainer.batch_size, cfg.trainer)
@@ -298,19 +304,13 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data) -> None:
         _finish(run, trainer, module, model_cfg, data, metrics, time.time() - started)
 
 
-def _init_weights(encoder, init: str, model_cfg: ModelConfig) -> None:
-    """Continue pre-training from a checkpoint (see :func:`convexp.checkpoint.open_checkpoint`)."""
-    ckpt = open_checkpoint(init)
-    src = ckpt.model_cfg
-    if src.vocab_size != model_cfg.vocab_size:
-        raise UserError(
-            f"init={init} has a vocabulary of {src.vocab_size} tokens but the tokenizer has {model_cfg.vocab_size}; "
-            "use the checkpoint's own tokenizer (tokenizer=pretrained tokenizer.path=<its vocab.txt or tokenizer.json>)"
-        )
-    missing, unexpected = encoder.load_state_dict(ckpt.encoder_state, strict=False)
+def _init_weights(encoder, init: Checkpoint, model_cfg: ModelConfig) -> None:
+    """Continue pre-training from a checkpoint (see :func:`convexp.checkpoint.open_checkpoint`;
+    its vocabulary was checked against the tokenizer before the run started)."""
+    missing, unexpected = encoder.load_state_dict(init.encoder_state, strict=False)
     if missing or unexpected:
         raise UserError(
-            f"init={init} does not match model={model_cfg.name}: missing {missing[:3]}, unexpected {unexpected[:3]}"
+            f"{init.name} does not match model={model_cfg.name}: missing {missing[:3]}, unexpected {unexpected[:3]}"
         )
 
 

@@ -34,7 +34,7 @@ from ..record import warn_if_other_version
 from ..runs import Run
 from .accel import prepare_encoders, set_threads
 from .common import cluster_plugins, make_loggers, step_seed
-from .finetune import Init, _logged_config, resolve_init
+from .finetune import Init, _logged_config, check_teacher, resolve_init
 from .rundirs import GlueRun
 from .squad_eval import evaluate_squad
 from .squad_runs import check_squad_config, qa_settings, squad_runs, squad_source
@@ -215,6 +215,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
     seed, hp, run, run_cfg = planned.seed, planned.hp, planned.run, planned.run_cfg
     if run.finished:
         return run
+    run.refuse_diverged(cfg.retry_diverged)
     if run.last_checkpoint() and not cfg.resume:
         raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it")
     if init.model_cfg.max_position_embeddings < run_cfg.qa["max_len"]:
@@ -223,57 +224,58 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
             f"positions; pass squad.max_len={init.model_cfg.max_position_embeddings} (or a model trained longer)"
         )
     qa = dict(run_cfg.qa)
-    run.dir.mkdir(parents=True, exist_ok=True)
-    run.write_config(run_cfg)
     teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
-    pl.seed_everything(seed, verbose=False)
+    with run.removed_on_refusal():
+        run.dir.mkdir(parents=True, exist_ok=True)
+        run.write_config(run_cfg)
+        pl.seed_everything(seed, verbose=False)
 
-    train = data["train"]
-    steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, len(train), hp)
-    module = SquadModule(
-        init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill,
-        cfg.trainer.fused_adamw,
-    )
-    prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
-    pad = init.tokenizer.pad_id
-    datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)
+        train = data["train"]
+        steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, len(train), hp)
+        module = SquadModule(
+            init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill,
+            cfg.trainer.fused_adamw,
+        )
+        prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
+        pad = init.tokenizer.pad_id
+        datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)
 
-    task = cfg.task.name
-    set_threads(cfg.trainer)
-    trainer = pl.Trainer(
-        default_root_dir=str(run.dir),
-        accelerator=cfg.trainer.accelerator,
-        devices=1,
-        plugins=cluster_plugins(),
-        precision=cfg.trainer.precision,
-        max_steps=total,
-        limit_val_batches=0,  # evaluated once, after training (decoding every window is costly)
-        num_sanity_val_steps=0,
-        gradient_clip_val=hp["grad_clip"],
-        log_every_n_steps=cfg.trainer.log_every_n_steps,
-        use_distributed_sampler=False,
-        enable_model_summary=False,
-        logger=make_loggers(_logged_config(cfg, task, seed, hp), run, "finetune", tags=[task, f"seed{seed}"]),
-        callbacks=run_callbacks(cfg, run, steps_per_epoch),
-    )
-
-    def finish(seconds: float) -> None:
-        evaluate_squad(
-            run,
-            module.model,
-            qa,
-            data["dev_records"],
-            data["dev"],
-            pad,
-            hp,
-            seconds,
-            len(train) * hp["epochs"],
-            pruning,
-            init.tokenizer,
-            task,
+        task = cfg.task.name
+        set_threads(cfg.trainer)
+        trainer = pl.Trainer(
+            default_root_dir=str(run.dir),
+            accelerator=cfg.trainer.accelerator,
+            devices=1,
+            plugins=cluster_plugins(),
+            precision=cfg.trainer.precision,
+            max_steps=total,
+            limit_val_batches=0,  # evaluated once, after training (decoding every window is costly)
+            num_sanity_val_steps=0,
+            gradient_clip_val=hp["grad_clip"],
+            log_every_n_steps=cfg.trainer.log_every_n_steps,
+            use_distributed_sampler=False,
+            enable_model_summary=False,
+            logger=make_loggers(_logged_config(cfg, task, seed, hp), run, "finetune", tags=[task, f"seed{seed}"]),
+            callbacks=run_callbacks(cfg, run, steps_per_epoch),
         )
 
-    train_attempt(cfg, run, trainer, module, datamodule, finish, task=task, seed=seed)
+        def finish(seconds: float) -> None:
+            evaluate_squad(
+                run,
+                module.model,
+                qa,
+                data["dev_records"],
+                data["dev"],
+                pad,
+                hp,
+                seconds,
+                len(train) * hp["epochs"],
+                pruning,
+                init.tokenizer,
+                task,
+            )
+
+        train_attempt(cfg, run, trainer, module, datamodule, finish, task=task, seed=seed)
     return run
 
 
@@ -286,6 +288,7 @@ def run_squad(cfg: DictConfig) -> list[Run]:
     if cfg.task.max_len is not None:  # e.g. a sweep's finetune.task.max_len meant for its GLUE tasks
         print(f"note: task.max_len={cfg.task.max_len} is GLUE's; SQuAD's windows: squad.max_len, squad.doc_stride")
     init = resolve_init(cfg)
+    check_teacher(cfg)
     runs = squad_runs(cfg, init.slug, init.model_cfg.hidden_size)
     todo = [p for p in runs if not p.run.finished]
     for p in runs:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import CONF_DIR, compose, compose_stage, group_options, override_key, parse_overrides, with_key
+from ..schema import check_sweep_settings
 from .spec import SweepError
 
 STAGES = ("pretrain", "finetune")
@@ -69,4 +70,5 @@ def sweep_settings(own: list[str]) -> DictConfig:
         raise SweepError(
             f"unknown scale {settings.scale!r}; choose one of: {', '.join(group_options('scale'))}"
         )
+    check_sweep_settings(settings)
     return settings

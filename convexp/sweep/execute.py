@@ -7,7 +7,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from ..config import compose_stage
+from ..config import compose_stage, override_key, parse_overrides
 from ..data.squad import SQUAD_TASKS
 from ..record import invocation_record
 from ..runs import Run
@@ -45,15 +45,17 @@ class Outcome:
 def settled(node: Node) -> Outcome | None:
     """What is known about a node without running it: one of its runs is being written by another
     process (another sweep agent: ``held``, picked up by the next invocation), or diverged (never
-    re-run silently, never counted as done: delete the run directory to try again)."""
+    re-run silently, never counted as done: ``retry_diverged=true`` trains it again, as for a stage
+    command, or delete the run directory)."""
     for run in node.runs:
         holder = run.locked_by()
         if holder:
             return Outcome("held", error=f"{run.dir} is being written by {holder}")
+    retry = any(override_key(o) == "retry_diverged" and o.value() is True for o in parse_overrides(node.overrides))
     for run in node.runs:
-        if run.status == "diverged":
+        if run.status == "diverged" and not retry:
             why = (run.read_json("status.json") or {}).get("error") or "training diverged"
-            return Outcome("diverged", error=f"{why} (delete {run.dir} to run it again)")
+            return Outcome("diverged", error=f"{why} (retry_diverged=true trains it again, or delete {run.dir})")
     return None
 
 
