@@ -107,6 +107,7 @@ class LoggerSchema:
     group: Optional[str] = None
     tags: List[str] = field(default_factory=list)
     mode: str = "auto"
+    log_model: bool = False  # the final model/ (and a fine-tuning run's predictions/) as W&B artifacts
 
     def __post_init__(self) -> None:
         choose("logger.mode", self.mode, ("auto", "online", "offline", "disabled"), "offline")
@@ -122,6 +123,7 @@ class TaskSchema:
     batch_size: Dict[str, Optional[int]] = field(default_factory=dict)
     lr: Dict[str, Optional[float]] = field(default_factory=dict)
     intermediate_from: Optional[str] = None
+    unordered: bool = False  # sentence order carries no meaning (MRPC, STS-B): protocol=convbert's both_orders
     grid: Optional[bool] = None
     max_train_samples: Optional[int] = None
     max_eval_samples: Optional[int] = None
@@ -256,7 +258,12 @@ class LauncherSchema:
     cpus_per_task: int = 8
     mem_gb: float = 32.0
     array_parallelism: int = 64
+    max_requeues: int = 100
     additional: Dict[str, Any] = field(default_factory=dict)
+    poll_s: float = 60.0  # --follow
+    gpus: Optional[int] = None  # --dry-run's time on the cluster (sweep/schedule.py)
+    device: Optional[str] = None
+    tflops: Optional[float] = None
 
     def __post_init__(self) -> None:
         choose("launcher.name", self.name, ("local", "node", "submitit"), "submitit (launcher=submitit)")
@@ -267,6 +274,11 @@ class LauncherSchema:
             count(f"launcher.{key}", getattr(self, key))
         count("launcher.gpus_per_node", self.gpus_per_node, low=0)
         positive("launcher.mem_gb", self.mem_gb)
+        count("launcher.max_requeues", self.max_requeues, low=0)
+        positive("launcher.poll_s", self.poll_s)
+        count("launcher.gpus", self.gpus, none_means="no wall-clock estimate")
+        choose("launcher.device", self.device, (None, "a100", "h100", "v100"), "h100")
+        positive("launcher.tflops", self.tflops, "the device's rate, else the sweep's tflops")
 
 
 @dataclass

@@ -460,5 +460,5 @@ def test_distillation_epochs_are_shown_as_an_assumption(tmp_path, capsys):
         assert bool(assumed) == distilled, card.title
         if distilled:  # Tables 8-10: MNLI 6, QQP and SQuAD 10
             assert card.get("epochs") == {"mnli": 6, "qqp": 10, "squad1": 10}[card.title], card.title
-    text = (make_report("bermo-distill", ["scale=paper"], out=tmp_path) / "table.md").read_text()
+    text = (make_report("bermo-distill", ["scale=paper"], out=tmp_path, require_results=False) / "table.md").read_text()
     assert "Epochs (assumption)" in text and "Table 11 gives no number of epochs" in text

@@ -4,13 +4,34 @@ import json
 import os
 from pathlib import Path
 
-from test_squad_stage import local_squad
-from test_task_data import custom_overrides, write_nli_csv
+from helpers import official_json
 
 from convexp.config import compose_stage
 from convexp.data.digests import cache_file, input_digests
 from convexp.stages.rundirs import glue_runs, pretrain_run
 from convexp.stages.squad_runs import squad_runs
+
+
+def local_squad(root: Path, size: int = 20) -> Path:
+    """A v1.1 SQuAD folder of synthetic questions in the official JSON layout."""
+    from convexp.data.squad import synthetic_squad
+
+    data = synthetic_squad(size, 3, "v1.1")
+    root.mkdir(parents=True)
+    for split, name in (("train", "train"), ("validation", "dev")):
+        official_json(root / f"{name}-v1.1.json", data[split], "v1.1")
+    return root
+
+
+def custom_task(folder: Path) -> tuple[Path, list[str]]:
+    """A custom pair-classification task's CSV files, and the overrides that name them."""
+    folder.mkdir(parents=True)
+    for split in ("train", "dev"):
+        rows = [f"a man walks {i},he {'walks' if i % 2 else 'sits'},{i % 2}" for i in range(12)]
+        (folder / f"{split}.csv").write_text("\n".join(["premise,hypothesis,label", *rows]) + "\n")
+    over = ["task=custom", f"task.train_file={folder / 'train.csv'}", f"task.validation_file={folder / 'dev.csv'}",
+            "task.text_fields=[premise,hypothesis]", "task.label_field=label", "task.num_labels=2"]  # fmt: skip
+    return folder / "train.csv", over
 
 
 def edit_one_line(path: Path) -> None:
@@ -26,7 +47,7 @@ def squad_id(outputs: Path, data: Path) -> str:
 
 
 def test_editing_a_local_squad_file_makes_a_new_run(tmp_path):
-    data = local_squad(tmp_path / "squad", "v1.1", size=20)
+    data = local_squad(tmp_path / "squad")
     before = squad_id(tmp_path, data)
     assert squad_id(tmp_path, data) == before  # the same files, the same run
     os.utime(data / "train-v1.1.json")  # touched, same bytes: the same run (the cache re-hashes it)
@@ -37,15 +58,15 @@ def test_editing_a_local_squad_file_makes_a_new_run(tmp_path):
 
 
 def test_editing_a_custom_task_or_glue_folder_makes_a_new_run(tmp_path):
-    files = write_nli_csv(tmp_path / "nli")
+    train, custom_over = custom_task(tmp_path / "nli")
 
     def ids(*over):
         cfg = compose_stage("finetune", [f"outputs={tmp_path}", "init=x", "seeds=[1]", *over])
         return [r.run.id for r in glue_runs(cfg, "m", 64, {})]
 
-    custom = ids(*custom_overrides(files, "task.num_labels=3"))
-    edit_one_line(files["train"])
-    assert ids(*custom_overrides(files, "task.num_labels=3")) != custom
+    custom = ids(*custom_over)
+    edit_one_line(train)
+    assert ids(*custom_over) != custom
 
     glue = tmp_path / "glue"
     (glue / "RTE").mkdir(parents=True)

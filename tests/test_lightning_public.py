@@ -136,4 +136,4 @@ def test_progress_bar_counts_optimizer_steps_of_the_whole_run(tmp_path):
     t = trainer(tmp_path, 20, callbacks=[bar, Snapshot()], max_epochs=-1)
     fit(t, Tiny(), train_dataloaders=DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4))
     assert [s[0] for s in seen] == list(range(1, 21)) and {s[1] for s in seen} == {20}
-    assert seen[0][2].endswith("steps (epoch 1)") and seen[-1][2].endswith("steps (epoch 3)")
+    assert seen[0][2].endswith("epoch 1") and seen[-1][2].endswith("epoch 3")

@@ -46,7 +46,11 @@ def print_sweeps() -> None:
         tasks = tasks or (",".join(s.finetune.tasks) if s.finetune else None)
         stages = (s.init or "pretrain") + (f" → {tasks}" if tasks else "")
         table.add_row(name, f"{paper}, {s.source.get('ref', '?')}", str(len(s.variants)), stages)
-    Console(width=min(100, shutil.get_terminal_size((100, 24)).columns)).print(table)
+    console = Console(width=min(100, shutil.get_terminal_size((100, 24)).columns))
+    console.print(table)
+    for name in sweeps:  # what a sweep assumes where its paper is silent
+        if assumed := load_sweep(name).source.get("assumption"):
+            console.print(f"{name}: assumption: {assumed}", highlight=False)
     print("convexp ablate NAME --dry-run: what the sweep reproduces, its plan, compute and recipe cards")
 
 

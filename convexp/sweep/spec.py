@@ -133,7 +133,7 @@ def load_sweep(name: str) -> Sweep:
             f"{where}: tokenizer {tokenizer!r} is not a tokenizer config; choose one of: "
             f"{', '.join(group_options('tokenizer'))}"
         )
-    source = _mapping(d.get("source") or {}, f"{where}: source", {"paper", "ref", "note"})
+    source = _mapping(d.get("source") or {}, f"{where}: source", {"paper", "ref", "note", "assumption"})
     if not d.get("variants"):
         raise SweepError(f"{where}: no variants; add `variants:` with at least one named set of overrides")
     variants = {}
