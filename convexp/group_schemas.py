@@ -30,6 +30,7 @@ class DataSchema:
     val_fraction: Optional[float] = None
     val_docs: Optional[int] = None
     val_split: Optional[str] = None
+    parts: Optional[List[Any]] = None  # hub datasets read in turn (checked by data/corpus.py's _check_parts)
 
     def __post_init__(self) -> None:
         from .data.corpus import SOURCES

@@ -36,7 +36,9 @@ def pretrain_run(cfg: DictConfig) -> Run:
     hashed = cfg
     if cfg.get("init"):  # a run it continues by its id, not its path: the same id in any run store
         hashed = OmegaConf.merge(cfg, {"init": _identity(str(cfg.init))})
-    inputs = input_digests({"data.path": cfg.data.get("path"), "tokenizer.path": cfg.tokenizer.get("path")})
+    named = {"data.path": cfg.data.get("path"), "tokenizer.path": cfg.tokenizer.get("path")}
+    named.update({f"data.parts.{i}.path": part.get("path") for i, part in enumerate(cfg.data.get("parts") or [])})
+    inputs = input_digests(named)
     if inputs:  # local corpus or tokenizer files: their contents, not only their paths
         hashed = OmegaConf.create({**OmegaConf.to_container(hashed, resolve=True), "inputs": inputs})
     return Run.for_config(cfg.outputs, "pretrain", slug, hashed)
