@@ -148,8 +148,9 @@ def test_cfg_prints_the_composed_config(tmp_path):
 @pytest.mark.parametrize(
     "extra, logged",
     [
-        (["objective.pair_format=nsp"], "train/pair_loss"),
-        (["objective.pair_format=sop", "objective.whole_word=true", "objective.exact_count=false"], "train/pair_loss"),
+        (["objective.pair_format=nsp", "data.examples=packed"], "train/pair_loss"),  # ELECTRA's examples: no pair label
+        (["objective.pair_format=sop", "objective.whole_word=true", "objective.exact_count=false", "data.examples=packed"],
+         "train/pair_loss"),
         (["trainer.precision=bf16-mixed", "model=chang_small_composite_conv_qk"], "train/mlm_loss"),
         (["tokenizer=unigram"], "train/mlm_loss"),
     ],

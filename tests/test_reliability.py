@@ -233,6 +233,7 @@ def test_a_truncated_last_checkpoint_falls_back_to_the_newest_intact_one(tmp_pat
 
 STEPS = [
     *TINY,
+    "data.val_docs=24",  # 3 validation batches of 8 (ELECTRA's examples: one a synthetic document)
     "trainer.max_steps=60",
     "trainer.checkpoint_every_n_steps=20",
     "trainer.val_every_n_steps=30",
