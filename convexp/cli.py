@@ -395,8 +395,8 @@ def bench(
     quick: bool = QUICK,
 ) -> None:
     """Time masked-LM training steps against Hugging Face. CPU: ConvBERT-small (fp32, bf16) and
-    attention vs mixed-attention blocks, each row printed as it is measured (about 10 minutes on a
-    quiet 2-core CPU; --quick about 3). CUDA: ConvBERT-small, ELECTRA-small and ConvBERT-base with
+    attention vs mixed-attention blocks, each row printed as it is measured (171 s on a quiet
+    2-core CPU, --quick 74 s; a busy machine takes several times longer). CUDA: ConvBERT-small, ELECTRA-small and ConvBERT-base with
     MFU against the measured matrix rate. `bench finetune` and `bench pretrain` time whole jobs."""
     if quick:  # in place of the defaults, not of values given
         steps = 3 if steps == 10 else steps
