@@ -341,3 +341,14 @@ def test_a_sweep_skips_a_diverged_node_unless_retry_diverged(tmp_path):
     skipped = settled(Node("finetune/a/rte/s42", "finetune", "a", ["task=rte"], [run]))
     assert skipped.status == "diverged" and "retry_diverged=true" in skipped.error and str(run.dir) in skipped.error
     assert settled(Node("finetune/a/rte/s42", "finetune", "a", ["task=rte", "retry_diverged=true"], [run])) is None
+
+
+@pytest.mark.parametrize("name", ["pretrain init missing", "GLUE folder missing"])
+def test_bad_input_on_a_gpu_host_is_still_one_line(tmp_path, files, monkeypatch, name):
+    """Where CUDA is visible a smoke run notes that it runs on the CPU, but only once its inputs
+    are checked: bad input still gets its one line (the suite first ran on an H200 this way)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    args, words = next(c[1:] for c in CASES if c[0] == name)
+    test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, files, monkeypatch, args, words)

@@ -26,6 +26,7 @@ import torch
 from helpers import official_json, write_vocab
 
 transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
 
 from convexp.config import compose_stage  # noqa: E402
 from convexp.data.squad import synthetic_squad  # noqa: E402
@@ -178,6 +179,9 @@ def test_windows_are_run_qa_windows(tmp_path, squad_records):
     d = hf_init(tmp_path, "BertModel", [t for r in squad_records for t in (r["context"], r["question"])])
     hf_tok = transformers.BertTokenizerFast(str(d / "vocab.txt"), do_lower_case=True)
     tok = Tokenizer.load(d / "vocab.txt")
+    if len(run_qa_train_windows(squad_records[:1], hf_tok, 24, 4)) < 3:
+        pytest.skip(f"tokenizers {tokenizers.__version__} returns at most one overflowing window "
+                    "(a bug of 0.23.2, the GPU image's), so run_qa's reference would be short")  # fmt: skip
     for max_len, stride in ((32, 8), (24, 4), (40, 16)):
         ours = squad_features(squad_records, tok, max_len=max_len, doc_stride=stride, stride_mode="overlap")
         ref = run_qa_train_windows(squad_records, hf_tok, max_len, stride)

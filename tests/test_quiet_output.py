@@ -101,3 +101,20 @@ def test_bad_threads_is_one_line(tmp_path, value):
 
     res = CliRunner().invoke(app, ["pretrain", f"trainer.threads={value}", f"outputs={tmp_path}", "--cfg"])
     assert res.exit_code == 2 and "trainer.threads" in res.output and "Traceback" not in res.output
+
+
+def test_the_gpu_host_note_comes_with_the_threads_line(monkeypatch, capsys):
+    import torch
+    from omegaconf import OmegaConf
+
+    from convexp.stages import accel
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(accel, "_THREADS_SAID", [])
+    threads = torch.get_num_threads()
+    try:
+        accel.set_threads(OmegaConf.create({"accelerator": "cpu", "threads": 1}))
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr()
+    assert "trainer.accelerator=gpu" in out.err and out.out.startswith("threads: 1")

@@ -527,6 +527,29 @@ def test_fine_tuning_compiles_its_blocks_and_checkpoints_them_with_the_same_grad
     torch._dynamo.reset()
 
 
+def test_a_cpu_runs_checkpoints_hold_when_cuda_comes_up_inside_a_block(monkeypatch):
+    """On a GPU host dynamo brings CUDA up as it compiles a block inside a checkpoint (seen on an
+    H200); a CPU run's gradient checkpointing keeps the CPU's random state and does not mind."""
+    import torch.utils.checkpoint
+    from convexp.models import SequenceClassifier
+    from convexp.models.encoder import Block
+
+    monkeypatch.setattr(torch.utils.checkpoint.DefaultDeviceType, "_default_device_type", "cuda")
+    cfg = tiny_cfg(**MIXERS["convbert_sdconv"])
+    model = SequenceClassifier(cfg, 3)
+    prepare_encoders(model, pretrain_cfg("trainer.gradient_checkpointing=true").trainer)
+    forward = Block.forward
+
+    def cuda_comes_up(self, *args):
+        monkeypatch.setattr(torch.cuda, "_initialized", True)
+        return forward(self, *args)
+
+    monkeypatch.setattr(Block, "forward", cuda_comes_up)
+    model.train()
+    model(torch.randint(5, 60, (2, 16)), keep_mask().long(), labels=torch.tensor([0, 2])).loss.backward()
+    assert all(p.grad is not None for p in model.encoder.layers.parameters())
+
+
 @pytest.mark.parametrize("K", [3, 9, 17])
 def test_band_form_of_the_lightweight_conv_equals_the_shifted_sum(K):
     """The GPU form (banded matrix, one batched product) computes the CPU form's sum and gradients

@@ -171,15 +171,19 @@ def run_cuda_benchmarks(rounds: int, hf: bool, compile_modes: tuple[str, ...] = 
     peak = matmul_tflops()
     device = torch.cuda.get_device_name()
     out.print(f"torch {torch.__version__}, {device}: bf16 matrix product {peak:.0f} TFLOP/s (measured)")
-    rows = []
-    for name, batch_size, seq_len in shapes:
-        small = batch_size * seq_len <= 128 * 128
-        rows += bench_model(name, batch_size, seq_len, rounds, peak, hf, compile_modes if small else ())
+    rows: list[dict] = []
+
+    def measured():  # each model's rows as soon as they are timed (a compile takes a minute or more)
+        for name, batch_size, seq_len in shapes:
+            small = batch_size * seq_len <= 128 * 128
+            for r in bench_model(name, batch_size, seq_len, rounds, peak, hf, compile_modes if small else ()):
+                for k in ("vs HF", "compile s"):
+                    r.setdefault(k, float("nan"))
+                rows.append(r)
+                yield r
+
     fmt = {"ms/step": ".2f", "tokens/s": ",.0f", "MFU %": ".1f", "vs HF": ".2f", "compile s": ".0f"}
-    for r in rows:
-        for k in ("vs HF", "compile s"):
-            r.setdefault(k, float("nan"))
-    _print(f"MLM training step (forward+backward+fused AdamW), bf16 autocast, {device}", rows, fmt, out, "rows")
+    _print(f"MLM training step (forward+backward+fused AdamW), bf16 autocast, {device}", measured(), fmt, out, "rows")
     ratio = _ratio(rows, "convbert_small", "electra_small")
     if ratio:
         out.print(f"ConvBERT-small step / ELECTRA-small step (convexp, eager): {ratio:.2f}")

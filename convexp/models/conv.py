@@ -89,7 +89,8 @@ class _LightweightConv(torch.autograd.Function):
             out.addcmul_(vp[:, j : j + L], kernel[..., j : j + 1])
         ctx.save_for_backward(vp, kernel)
         ctx.v_dtype = v.dtype
-        return out
+        # Traced by torch 2.11's dynamo, an output mutated in place gets wrong gradients (not 2.13's)
+        return out.clone() if torch.compiler.is_compiling() else out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # grad: [B, L, H, d]

@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+import torch.utils.checkpoint
 
 
 def on_cuda(trainer_cfg) -> bool:
@@ -85,7 +86,9 @@ _THREADS_SAID: list[str] = []
 def set_threads(trainer_cfg) -> str:
     """Set torch's intra-op threads from ``trainer.threads`` (auto: OMP_NUM_THREADS when set, else
     :func:`usable_cores`) as a run starts training, and print the line that says so (once per process
-    while it stays the same). Data-loader workers run one thread each (torch sets that in every worker)."""
+    while it stays the same), after it :func:`cpu_on_gpu_host`'s note where one applies: both come
+    once every input is checked, so bad input still gets its one line. Data-loader workers run one
+    thread each (torch sets that in every worker)."""
     setting = trainer_cfg.get("threads", "auto")
     if setting != "auto":
         n, why = int(setting), "trainer.threads"
@@ -96,6 +99,8 @@ def set_threads(trainer_cfg) -> str:
     torch.set_num_threads(n)
     line = f"threads: {n} ({why}; trainer.threads=N to change)"
     if _THREADS_SAID != [line]:
+        if note := cpu_on_gpu_host(trainer_cfg):
+            print(note, file=sys.stderr, flush=True)
         print(line, flush=True)
         _THREADS_SAID[:] = [line]
     return line
@@ -104,7 +109,7 @@ def set_threads(trainer_cfg) -> str:
 def cpu_on_gpu_host(trainer_cfg) -> str | None:
     """The line to print when a run is set to the CPU (``scale=smoke`` is) where a CUDA GPU is
     visible; None otherwise."""
-    if str(trainer_cfg.accelerator) != "cpu" or not torch.cuda.is_available():
+    if str(trainer_cfg.get("accelerator", "auto")) != "cpu" or not torch.cuda.is_available():
         return None
     return (
         "note: runs on the CPU (scale=smoke's trainer.accelerator=cpu); for the GPU: trainer.accelerator=gpu"
@@ -186,6 +191,11 @@ def prepare_encoders(model: torch.nn.Module, trainer_cfg, backend: str = "induct
     ``BLOCK_VARIANTS``. ``backend``: torch.compile's (the tests trace with ``aot_eager``)."""
     from ..models.encoder import Encoder
 
+    if trainer_cfg.gradient_checkpointing and str(trainer_cfg.accelerator) == "cpu":
+        # A CPU run's checkpoints keep the CPU's random state. Left at torch's default ("cuda"),
+        # checkpoint refuses a forward during which CUDA came up, and on a GPU host dynamo brings
+        # it up as it compiles a block inside one (seen on an H200).
+        torch.utils.checkpoint.DefaultDeviceType.set_device_type("cpu")
     for encoder in (m for m in model.modules() if isinstance(m, Encoder)):
         encoder.gradient_checkpointing = bool(trainer_cfg.gradient_checkpointing)
         mode = compile_mode(trainer_cfg.compile)
