@@ -127,10 +127,6 @@ def _composed(stage: str, overrides: list[str], print_cfg: str | None):
         _fail(f"--cfg {print_cfg}: choose one of {', '.join(CFG_KINDS)}")
     composed = compose_stage(stage, overrides)
     if print_cfg is None:
-        from .stages.accel import cpu_on_gpu_host
-
-        if note := cpu_on_gpu_host(composed.trainer):
-            typer.echo(note, err=True)
         return composed
     if print_cfg in ("job", "all"):
         shown = OmegaConf.masked_copy(composed, [k for k in composed if k != "invocation"])
@@ -410,7 +406,7 @@ def bench_finetune(
     rows: int = typer.Option(4000, help="SST-2 training rows (synthetic, or the first N of --data)."),
     dev_rows: int = typer.Option(872, help="Synthetic dev rows (with --data: SST-2's whole dev set)."),
     repeats: int = typer.Option(
-        3, help="Runs of each tool, interleaved (convexp, plain, convexp, ...); repeat i uses seed 42 + i."
+        3, help="Runs of each tool, interleaved (convexp, plain, Trainer, convexp, ...); repeat i uses seed 42 + i."
     ),
     epochs: int = typer.Option(1, help="Training epochs."),
     batch_size: int = typer.Option(32, help="Training batch size."),
@@ -426,10 +422,12 @@ def bench_finetune(
     workdir: Optional[str] = typer.Option(
         None, help="Where the runs and generated inputs go (default: a temporary folder)."
     ),
-    skip_hf: bool = SKIP_HF,
+    skip_hf: bool = typer.Option(False, help="Skip the Hugging Face contenders (plain loop and Trainer)."),
+    device: str = typer.Option("auto", help="cpu (fp32) | cuda (bf16 autocast) | auto (cuda where a GPU is visible)."),
 ) -> None:
-    """Time a whole SST-2 fine-tuning job through convexp and through a plain transformers loop:
-    wall time, CPU time, examples/s, peak RSS, dev accuracy, and their ratios."""
+    """Time a whole SST-2 fine-tuning job through convexp, a plain transformers loop and the
+    transformers Trainer (length-grouped, fused AdamW): wall time, CPU time, examples/s, peak RSS,
+    dev accuracy, and convexp's ratios to each."""
     from .bench.finetune import SHAPES, bench_finetune
 
     for flag, value in (
@@ -443,8 +441,9 @@ def bench_finetune(
     if model not in SHAPES:
         _fail(f"--model {model!r}: use one of {', '.join(SHAPES)}")
     bench_finetune(
-        rows, dev_rows, repeats, epochs, batch_size, max_len, model, init, data, out, workdir, hf=not skip_hf
-    )
+        rows, dev_rows, repeats, epochs, batch_size, max_len, model, init, data, out, workdir, hf=not skip_hf,
+        device=device,
+    )  # fmt: skip
 
 
 

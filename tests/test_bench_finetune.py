@@ -41,7 +41,7 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, args, message):
 
 
 @pytest.mark.slow
-def test_tiny_job_writes_the_record_of_both_tools(tmp_path):
+def test_tiny_job_writes_the_record_of_every_tool(tmp_path):
     from convexp.bench.step import transformers_available
 
     out = tmp_path / "record.json"
@@ -53,7 +53,7 @@ def test_tiny_job_writes_the_record_of_both_tools(tmp_path):
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
-    tools = ["convexp", "transformers"] if transformers_available() else ["convexp"]
+    tools = ["convexp", "plain", "trainer"] if transformers_available() else ["convexp"]
     runs = [(r["tool"], r["repeat"], r["seed"]) for r in rec["runs"]]
     assert runs == [(t, i, 42 + i) for i in range(2) for t in tools]
     assert rec["job"]["seeds"] == [42, 43] and "seeds=[42]" in rec["job"]["convexp_command"]
@@ -64,11 +64,14 @@ def test_tiny_job_writes_the_record_of_both_tools(tmp_path):
     assert rec["job"]["convexp_command"][:4] == ["convexp", "finetune", "glue", "task=sst2"]  # runnable as written
     s = rec["summary"]
     assert s["convexp"]["examples_per_s"] == pytest.approx(96 / s["convexp"]["wall_s"])
-    if "transformers" in tools:
-        assert s["ratio"]["wall_s"] == pytest.approx(s["convexp"]["wall_s"] / s["transformers"]["wall_s"])
-        assert len(s["ratio"]["wall_s_per_pair"]) == 2
-        assert s["dev_accuracy_within_1_point"] == (abs(s["dev_accuracy_difference"]) <= 1)
-    assert "wall time" in res.output and "peak RSS" in res.output
+    for other in tools[1:]:
+        r = s["ratio"][other]
+        assert r["wall_s"] == pytest.approx(s["convexp"]["wall_s"] / s[other]["wall_s"])
+        assert len(r["wall_s_per_pair"]) == 2
+        assert r["dev_accuracy_within_1_point"] == (abs(r["dev_accuracy_difference"]) <= 1)
+        assert rec["job"][f"{other}_command"][0] == "python"
+    assert rec["job"]["device"] == "cpu" and rec["job"]["precision"] == "fp32"
+    assert "wall time" in res.output and "peak RSS" in res.output and "vs Trainer" in res.output
     # convexp's run kept its results and dropped its resume checkpoints
     run = next((tmp_path / "work" / "convexp-0" / "runs" / "finetune").iterdir())
     assert (run / "metrics.json").exists() and (run / "predictions" / "validation.tsv").exists()
@@ -82,6 +85,37 @@ def test_step_benchmark_times_every_contender_in_turn():
     t = _time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=3, warmup=1)
     assert order == ["a", "b", "a", "b", "a", "b", "a", "b"]  # warm-up each, then turns
     assert set(t) == {"a", "b"} and all(v >= 0 for v in t.values())
+
+
+def test_cuda_step_table_prints_each_models_rows_as_they_are_timed(monkeypatch, capsys):
+    """On a GPU a compile takes a minute or more: each model's rows print when timed, and the
+    ConvBERT/ELECTRA ratio comes from the eager rows (the CUDA work itself runs in the gpu tier)."""
+    import torch
+
+    from convexp.bench import cuda_step
+
+    timed = []
+
+    def bench_model(name, batch_size, seq_len, rounds, peak, hf, modes):
+        timed.append(name)
+        print(f"timing {name}")
+        ms = {"convbert_small": 3.0, "electra_small": 2.0, "convbert_base": 9.0}[name]
+        return [{"model": name, "shape": f"{batch_size}x{seq_len}", "contender": "convexp", "ms/step": ms,
+                 "tokens/s": 1.0, "MFU %": 1.0}]  # fmt: skip
+
+    monkeypatch.setattr(cuda_step, "bench_model", bench_model)
+    monkeypatch.setattr(cuda_step, "matmul_tflops", lambda: 100.0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "a GPU")
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        record = cuda_step.run_cuda_benchmarks(1, hf=False)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    out = capsys.readouterr().out
+    assert timed == ["convbert_small", "electra_small", "convbert_base"]
+    assert out.index("model convbert_small") < out.index("timing electra_small")  # printed before the next
+    assert "ConvBERT-small step / ELECTRA-small step (convexp, eager): 1.50" in out
+    assert [r["model"] for r in record["rows"]] == timed and all("compile s" in r for r in record["rows"])
 
 
 @pytest.mark.slow

@@ -1,22 +1,26 @@
-"""``convexp bench finetune``: a whole fine-tuning job through convexp against a plain ``transformers``
-loop (plain_finetune.py), same data, model and settings, each in its own process.
+"""``convexp bench finetune``: a whole fine-tuning job through convexp against what a researcher would
+use instead, same data, model and settings, each in its own process: a plain ``transformers`` loop
+(plain_finetune.py) and the ``transformers`` Trainer with its speed flags, length-grouped batches
+and fused AdamW (trainer_finetune.py).
 
 The job (issue 17): a BERT of MiniLM-L6's shape (6 layers, hidden 384, 12 heads, FFN 1536,
 vocabulary 30522) in Hugging Face layout, SST-2, 1 epoch, batch 32, max length 64, AdamW at a
-linear schedule (10% warm-up, no weight decay, no layer-wise decay: ``protocol=chang``), fp32,
-dev accuracy at the end. Without ``--init`` the model directory is made here with random weights
+linear schedule (10% warm-up, no weight decay, no layer-wise decay: ``protocol=chang``), fp32 on
+the CPU, bf16 autocast on a CUDA GPU (``--device``), dev accuracy at the end. Without ``--init`` the model directory is made here with random weights
 (no hub access is needed); without ``--data`` the SST-2 files are synthetic sentences whose label
 is given by a few cue words among neutral filler, with SST-2's length spread.
 
 Each child's wall time comes from the parent's clock; its CPU time (user + system) and peak
 resident memory (``ru_maxrss``: the largest of the process and the children it waited for)
-from ``os.wait4``. Repeats alternate (convexp, plain, convexp, plain, ...) so that load on a
-shared machine falls on both; repeat i runs both with seed 42 + i. The summary takes medians
-and reports convexp / plain ratios, and whether the median dev accuracies agree within one point.
+from ``os.wait4``. Repeats alternate (convexp, plain, Trainer, convexp, ...) so that load on a
+shared machine falls on all; repeat i runs each with seed 42 + i. The summary takes medians and
+reports convexp / plain and convexp / Trainer ratios, and whether the median dev accuracies agree
+within one point.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -37,7 +41,11 @@ SHAPES = {  # BERT shapes: MiniLM-L6 (the issue's job) and a tiny one for tests
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 LR = 1e-4  # one rate for both (the papers' small-model rate is 3e-4; 1e-4 is stabler from random weights)
 SEED = 42
-PLAIN = Path(__file__).with_name("plain_finetune.py")
+SCRIPTS = {  # the contenders beside convexp: scripts that import transformers, never convexp
+    "plain": Path(__file__).with_name("plain_finetune.py"),
+    "trainer": Path(__file__).with_name("trainer_finetune.py"),
+}
+LABELS = {"convexp": "convexp", "plain": "plain loop", "trainer": "Trainer"}
 
 
 # ----------------------------------------------------------------------------- the job's inputs
@@ -143,7 +151,7 @@ def _convexp_accuracy(outputs: Path) -> float | None:
     return json.loads(found[0].read_text())["dev"]["validation"]["accuracy"]
 
 
-def _plain_accuracy(stdout: str) -> float | None:
+def _script_accuracy(stdout: str) -> float | None:
     lines = [x for x in stdout.splitlines() if x.startswith("{")]
     return json.loads(lines[-1])["dev_accuracy"] if lines else None
 
@@ -176,6 +184,7 @@ def bench_finetune(
     out: str | None = None,
     workdir: str | None = None,
     hf: bool = True,
+    device: str = "auto",
 ) -> dict:
     """Run the job ``repeats`` times through each tool, interleaved; the JSON record (see the
     module docstring), written to ``out`` or printed; a table of the medians and ratios."""
@@ -185,12 +194,17 @@ def bench_finetune(
 
     console = Console()
     check_inputs(init, data)
+    contenders = ["plain", "trainer"] if hf else []
     if hf and not transformers_available():
         console.print(
             "transformers is not installed: timing convexp alone "
-            '(`pip install "convexp\\[bench]"` adds the plain loop)'
+            '(`pip install "convexp\\[bench]"` adds the plain loop and the Trainer)'
         )
-        hf = False
+        contenders = []
+    elif hf and importlib.util.find_spec("accelerate") is None:
+        console.print('accelerate is not installed: no Trainer (`pip install "convexp\\[bench]"` adds it)')
+        contenders = ["plain"]
+    cuda = _cuda(device)
     work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-ft-"))
     work.mkdir(parents=True, exist_ok=True)
     data_dir = work / "glue"
@@ -204,13 +218,12 @@ def bench_finetune(
             sys.executable, "-m", "convexp.cli", "finetune", "glue", "task=sst2",
             f"init={model_dir}", "glue.source=local", f"glue.path={data_dir}", "protocol=chang",
             f"epochs={epochs}", f"batch_size={batch_size}", f"task.max_len={max_len}", f"lr={LR}",
-            f"seeds=[{seed}]",
+            f"seeds=[{seed}]", "group_by_length=true",  # as the Trainer's flag (off at the default scale=paper)
+            *(["trainer.accelerator=gpu", "trainer.precision=bf16-mixed"] if cuda else []),
         ]  # fmt: skip
-        plain_cmd = [
-            sys.executable, str(PLAIN), str(model_dir), str(data_dir), str(epochs), str(batch_size),
-            str(max_len), str(LR), str(seed),
-        ]  # fmt: skip
-        return {"convexp": convexp_cmd, **({"transformers": plain_cmd} if hf else {})}
+        script_args = [str(model_dir), str(data_dir), str(epochs), str(batch_size), str(max_len), str(LR), str(seed),
+                       "cuda" if cuda else "cpu"]  # fmt: skip
+        return {"convexp": convexp_cmd, **{c: [sys.executable, str(SCRIPTS[c]), *script_args] for c in contenders}}
 
     # Repeat i runs both tools with seed 42 + i: the tools draw their random numbers differently, so
     # one seed's accuracies differ by seed noise; the medians over the repeats compare the tools.
@@ -224,7 +237,7 @@ def bench_finetune(
             r = timed(cmd, env, work / f"{tool}-{i}")
             if r["returncode"] != 0:
                 raise UserError(f"{tool} failed (exit {r['returncode']}): {r['stderr_tail'][-600:]}")
-            acc = _convexp_accuracy(outputs) if tool == "convexp" else _plain_accuracy(r["stdout"])
+            acc = _convexp_accuracy(outputs) if tool == "convexp" else _script_accuracy(r["stdout"])
             run = {"tool": tool, "repeat": i, "seed": seed, "dev_accuracy": acc}
             runs.append({**run, **_drop(r, "stdout", "stderr_tail")})
             console.print(
@@ -245,10 +258,11 @@ def bench_finetune(
             "batch_size": batch_size,
             "max_len": max_len,
             "lr": LR,
-            "precision": "fp32",
+            "device": "cuda" if cuda else "cpu",
+            "precision": "bf16-mixed" if cuda else "fp32",
             "seeds": seeds,  # repeat i: seed seeds[i] in both commands
             "convexp_command": ["convexp", *commands(SEED)["convexp"][3:]],  # runnable as written
-            "plain_command": ["python", *commands(SEED)["transformers"][1:]] if hf else None,
+            **{f"{c}_command": ["python", *commands(SEED)[c][1:]] for c in contenders},
         },
         "machine": _machine(),
         "repeats": repeats,
@@ -266,8 +280,9 @@ def bench_finetune(
 
 
 def summarize(runs: list[dict], examples: int) -> dict:
-    """Medians per tool, convexp / plain ratios (below 1: convexp is faster or smaller) and the
-    dev accuracy agreement."""
+    """Medians per tool; ``ratio[contender]``: convexp / that contender (below 1: convexp is faster
+    or smaller), per repeat too (the interleaved runs shared the machine's load); the dev accuracy
+    differences and whether they are within one point."""
     out: dict = {}
     for tool in dict.fromkeys(r["tool"] for r in runs):
         mine = [r for r in runs if r["tool"] == tool]
@@ -278,33 +293,30 @@ def summarize(runs: list[dict], examples: int) -> dict:
             "examples_per_s": examples / med["wall_s"],
             "dev_accuracy": statistics.median(accs) if accs else None,
         }
-    if "transformers" in out:
-        a, b = out["convexp"], out["transformers"]
-        out["ratio"] = {k: a[k] / b[k] for k in ("wall_s", "cpu_s", "peak_rss_mib")}
-        pairs = [  # per repeat: the interleaved pair ran under the same load
-            (x, y)
-            for x in runs
-            for y in runs
-            if x["tool"] == "convexp" and y["tool"] == "transformers" and x["repeat"] == y["repeat"]
-        ]
-        out["ratio"]["wall_s_per_pair"] = [x["wall_s"] / y["wall_s"] for x, y in pairs]
+    a = out["convexp"]
+    for other in [t for t in out if t != "convexp"]:
+        b = out[other]
+        ratio = {k: a[k] / b[k] for k in ("wall_s", "cpu_s", "peak_rss_mib")}
+        mine, theirs = ({r["repeat"]: r for r in runs if r["tool"] == t} for t in ("convexp", other))
+        ratio["wall_s_per_pair"] = [mine[i]["wall_s"] / theirs[i]["wall_s"] for i in sorted(mine) if i in theirs]
         if a["dev_accuracy"] is not None and b["dev_accuracy"] is not None:
-            diff = a["dev_accuracy"] - b["dev_accuracy"]
-            out["dev_accuracy_difference"] = diff
-            out["dev_accuracy_within_1_point"] = abs(diff) <= 1.0
+            ratio["dev_accuracy_difference"] = a["dev_accuracy"] - b["dev_accuracy"]
+            ratio["dev_accuracy_within_1_point"] = abs(ratio["dev_accuracy_difference"]) <= 1.0
+        out.setdefault("ratio", {})[other] = ratio
     return out
 
 
 def _print_table(console, summary: dict) -> None:
     from rich.table import Table
 
-    tools = [t for t in ("convexp", "transformers") if t in summary]
-    table = Table(title="Fine-tuning job, medians (ratio = convexp / plain transformers; below 1 is better)")
+    tools = [t for t in LABELS if t in summary]
+    others = list(summary.get("ratio", {}))
+    table = Table(title="Fine-tuning job, medians (ratio = convexp / the other; below 1 is better)")
     table.add_column("")
     for t in tools:
-        table.add_column(t, justify="right")
-    if "ratio" in summary:
-        table.add_column("ratio", justify="right")
+        table.add_column(LABELS[t], justify="right")
+    for t in others:
+        table.add_column(f"vs {LABELS[t]}", justify="right")
     for key, label, fmt in (
         ("wall_s", "wall time (s)", ".1f"),
         ("cpu_s", "CPU time (s)", ".1f"),
@@ -313,14 +325,26 @@ def _print_table(console, summary: dict) -> None:
         ("dev_accuracy", "dev accuracy (%)", ".2f"),
     ):
         cells = [format(summary[t][key], fmt) if summary[t][key] is not None else "-" for t in tools]
-        if "ratio" in summary:
-            r = summary["ratio"].get(key)
-            if key == "dev_accuracy" and "dev_accuracy_difference" in summary:
-                cells.append(f"{summary['dev_accuracy_difference']:+.2f} pt")
+        for t in others:
+            r = summary["ratio"][t]
+            if key == "dev_accuracy":
+                d = r.get("dev_accuracy_difference")
+                cells.append(f"{d:+.2f} pt" if d is not None else "")
             else:
-                cells.append(f"{r:.2f}" if r is not None else "")
+                cells.append(f"{r[key]:.2f}" if key in r else f"{summary['convexp'][key] / summary[t][key]:.2f}")
         table.add_row(label, *cells)
     console.print(table)
+
+
+def _cuda(device: str) -> bool:
+    """``--device``: cpu, cuda, or auto (cuda where a GPU is visible)."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"--device {device}: use cpu, cuda or auto")
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA GPU is visible here; use --device cpu")
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
 
 
 def _cut(src: Path, dst: Path, rows: int, vocab: int) -> list[str]:
