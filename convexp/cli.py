@@ -316,7 +316,7 @@ def cp(
 
 bench_app = typer.Typer(
     help="Benchmarks against what a researcher would use instead: `convexp bench` "
-    "times the training step, `bench finetune` a whole fine-tuning job, `bench pretrain` the stage.",
+    "times the training step, `bench finetune` and `bench squad` whole fine-tuning jobs, `bench pretrain` the stage.",
 )
 app.add_typer(bench_app, name="bench")
 STEPS = typer.Option(10, help="Timed training steps per configuration (on CUDA: rounds of 5 steps).")
@@ -445,6 +445,43 @@ def bench_finetune(
         device=device,
     )  # fmt: skip
 
+
+
+@bench_app.command("squad")
+def bench_squad(
+    questions: int = typer.Option(600, help="SQuAD training questions (synthetic, or the first N of --data)."),
+    dev_questions: Optional[int] = typer.Option(
+        None, help="Dev questions [synthetic: a quarter of --questions, at least 50; --data: the first 1000]."
+    ),
+    repeats: int = typer.Option(
+        3, help="Runs of each tool, interleaved (convexp, plain, Trainer, convexp, ...); repeat i uses seed 42 + i."
+    ),
+    epochs: int = typer.Option(1, help="Training epochs."),
+    batch_size: int = typer.Option(16, help="Training batch size (windows)."),
+    max_len: int = typer.Option(256, help="Window length in tokens."),
+    stride: int = typer.Option(128, help="Tokens two consecutive windows of a context share (run_qa.py's stride)."),
+    model: str = typer.Option("minilm", help="Shape of the random model made without --init: minilm | tiny."),
+    init: Optional[str] = typer.Option(None, help="A Hugging Face BERT directory (default: a random MiniLM-L6-shaped one)."),
+    data: Optional[str] = typer.Option(None, help="A folder of the official train-v1.1.json and dev-v1.1.json (default: synthetic)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write the JSON record here (default: print it)."),
+    workdir: Optional[str] = typer.Option(None, help="Where the runs and generated inputs go (default: a temporary folder)."),
+    skip_hf: bool = typer.Option(False, help="Skip the Hugging Face contenders (plain loop and Trainer)."),
+    device: str = typer.Option("auto", help="cpu (fp32) | cuda (bf16 autocast) | auto (cuda where a GPU is visible)."),
+) -> None:
+    """Time a whole SQuAD v1.1 fine-tune (windows, training, n-best decoding, official F1) through
+    convexp, a plain transformers QA loop and the transformers Trainer: wall time, CPU time,
+    training windows/s, peak RSS, dev F1, and convexp's ratios to each."""
+    from .bench.finetune import SHAPES
+    from .bench.squad import bench_squad
+
+    for flag, value in (("--questions", questions), ("--repeats", repeats), ("--epochs", epochs),
+                        ("--batch-size", batch_size), ("--dev-questions", dev_questions)):  # fmt: skip
+        if value is not None and value < 1:
+            _fail(f"{flag} must be a positive integer, got {value}")
+    if model not in SHAPES:
+        _fail(f"--model {model!r}: use one of {', '.join(SHAPES)}")
+    bench_squad(questions, dev_questions, repeats, epochs, batch_size, max_len, stride, model, init, data, out,
+                workdir, hf=not skip_hf, device=device)  # fmt: skip
 
 
 @bench_app.command(

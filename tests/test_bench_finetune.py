@@ -15,7 +15,7 @@ runner = CliRunner()
 
 def test_bench_lists_step_and_finetune_and_keeps_its_step_options():
     res = runner.invoke(app, ["bench", "--help"], terminal_width=200)
-    assert res.exit_code == 0 and "finetune" in res.output and "pretrain" in res.output
+    assert res.exit_code == 0 and "finetune" in res.output and "pretrain" in res.output and "squad" in res.output
     assert "--steps" in res.output
     res = runner.invoke(app, ["bench", "finetune", "--help"], terminal_width=200)
     assert res.exit_code == 0 and "--repeats" in res.output and "--init" in res.output

@@ -151,9 +151,31 @@ def _convexp_accuracy(outputs: Path) -> float | None:
     return json.loads(found[0].read_text())["dev"]["validation"]["accuracy"]
 
 
-def _script_accuracy(stdout: str) -> float | None:
+def _script_metric(stdout: str, key: str) -> float | None:
+    """``key`` of the JSON line a contender script prints last."""
     lines = [x for x in stdout.splitlines() if x.startswith("{")]
-    return json.loads(lines[-1])["dev_accuracy"] if lines else None
+    return json.loads(lines[-1])[key] if lines else None
+
+
+def run_repeats(commands, seeds: list[int], work: Path, console, metric: str, label: str, score) -> list[dict]:
+    """Run ``commands(seed)`` (tool -> command) for every seed, the tools taking turns; each run's
+    timing and ``metric`` (``score(tool, its outputs folder, its stdout)``), printed as it ends."""
+    runs = []
+    for i, seed in enumerate(seeds):
+        for tool, cmd in commands(seed).items():
+            outputs = work / f"{tool}-{i}"
+            env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs)}
+            console.print(f"[{i + 1}/{len(seeds)}] {tool} ...", end=" ")
+            r = timed(cmd, env, work / f"{tool}-{i}")
+            if r["returncode"] != 0:
+                raise UserError(f"{tool} failed (exit {r['returncode']}): {r['stderr_tail'][-600:]}")
+            value = score(tool, outputs, r["stdout"])
+            runs.append({"tool": tool, "repeat": i, "seed": seed, metric: value, **_drop(r, "stdout", "stderr_tail")})
+            console.print(
+                f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} CPU-s, {r['peak_rss_mib']:.0f} MiB, "
+                f"{label} {value:.2f}"
+            )
+    return runs
 
 
 # ----------------------------------------------------------------------------- the benchmark
@@ -190,20 +212,9 @@ def bench_finetune(
     module docstring), written to ``out`` or printed; a table of the medians and ratios."""
     from rich.console import Console
 
-    from .step import transformers_available
-
     console = Console()
     check_inputs(init, data)
-    contenders = ["plain", "trainer"] if hf else []
-    if hf and not transformers_available():
-        console.print(
-            "transformers is not installed: timing convexp alone "
-            '(`pip install "convexp\\[bench]"` adds the plain loop and the Trainer)'
-        )
-        contenders = []
-    elif hf and importlib.util.find_spec("accelerate") is None:
-        console.print('accelerate is not installed: no Trainer (`pip install "convexp\\[bench]"` adds it)')
-        contenders = ["plain"]
+    contenders = hf_contenders(hf, console)
     cuda = _cuda(device)
     work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-ft-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -225,25 +236,12 @@ def bench_finetune(
                        "cuda" if cuda else "cpu"]  # fmt: skip
         return {"convexp": convexp_cmd, **{c: [sys.executable, str(SCRIPTS[c]), *script_args] for c in contenders}}
 
-    # Repeat i runs both tools with seed 42 + i: the tools draw their random numbers differently, so
+    # Repeat i runs every tool with seed 42 + i: the tools draw their random numbers differently, so
     # one seed's accuracies differ by seed noise; the medians over the repeats compare the tools.
     seeds = [SEED + i for i in range(repeats)]
-    runs = []
-    for i, seed in enumerate(seeds):
-        for tool, cmd in commands(seed).items():
-            outputs = work / f"{tool}-{i}"
-            env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs)}
-            console.print(f"[{i + 1}/{repeats}] {tool} ...", end=" ")
-            r = timed(cmd, env, work / f"{tool}-{i}")
-            if r["returncode"] != 0:
-                raise UserError(f"{tool} failed (exit {r['returncode']}): {r['stderr_tail'][-600:]}")
-            acc = _convexp_accuracy(outputs) if tool == "convexp" else _script_accuracy(r["stdout"])
-            run = {"tool": tool, "repeat": i, "seed": seed, "dev_accuracy": acc}
-            runs.append({**run, **_drop(r, "stdout", "stderr_tail")})
-            console.print(
-                f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} CPU-s, {r['peak_rss_mib']:.0f} MiB, "
-                f"dev accuracy {acc:.2f}"
-            )
+    runs = run_repeats(commands, seeds, work, console, "dev_accuracy", "dev accuracy",
+                       lambda tool, outputs, stdout: _convexp_accuracy(outputs) if tool == "convexp"
+                       else _script_metric(stdout, "dev_accuracy"))  # fmt: skip
     record = {
         "benchmark": "finetune",
         "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
@@ -269,49 +267,54 @@ def bench_finetune(
         "runs": runs,
         "summary": summarize(runs, epochs * _rows(data_dir / "SST-2" / "train.tsv")),
     }
+    write_record(record, out)
+    print_table(console, record["summary"])
+    return record
+
+
+def write_record(record: dict, out: str | None) -> None:
+    """The JSON record to ``out``, or printed."""
     text = json.dumps(record, indent=1)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text + "\n")
     else:
         print(text)
-    _print_table(console, record["summary"])
-    return record
 
 
-def summarize(runs: list[dict], examples: int) -> dict:
-    """Medians per tool; ``ratio[contender]``: convexp / that contender (below 1: convexp is faster
-    or smaller), per repeat too (the interleaved runs shared the machine's load); the dev accuracy
-    differences and whether they are within one point."""
+def summarize(runs: list[dict], examples: int, metric: str = "dev_accuracy", rate: str = "examples_per_s",
+              within: float = 1.0) -> dict:  # fmt: skip
+    """Medians per tool (``rate``: ``examples`` / the median wall time); ``ratio[contender]``:
+    convexp / that contender (below 1: convexp is faster or smaller), per repeat too (the
+    interleaved runs shared the machine's load); the dev ``metric``'s differences and whether they
+    are within ``within`` points."""
     out: dict = {}
     for tool in dict.fromkeys(r["tool"] for r in runs):
         mine = [r for r in runs if r["tool"] == tool]
         med = {k: statistics.median(r[k] for r in mine) for k in ("wall_s", "cpu_s", "peak_rss_mib")}
-        accs = [r["dev_accuracy"] for r in mine if r["dev_accuracy"] is not None]
-        out[tool] = {
-            **med,
-            "examples_per_s": examples / med["wall_s"],
-            "dev_accuracy": statistics.median(accs) if accs else None,
-        }
+        scores = [r[metric] for r in mine if r[metric] is not None]
+        out[tool] = {**med, rate: examples / med["wall_s"], metric: statistics.median(scores) if scores else None}
     a = out["convexp"]
     for other in [t for t in out if t != "convexp"]:
         b = out[other]
         ratio = {k: a[k] / b[k] for k in ("wall_s", "cpu_s", "peak_rss_mib")}
         mine, theirs = ({r["repeat"]: r for r in runs if r["tool"] == t} for t in ("convexp", other))
         ratio["wall_s_per_pair"] = [mine[i]["wall_s"] / theirs[i]["wall_s"] for i in sorted(mine) if i in theirs]
-        if a["dev_accuracy"] is not None and b["dev_accuracy"] is not None:
-            ratio["dev_accuracy_difference"] = a["dev_accuracy"] - b["dev_accuracy"]
-            ratio["dev_accuracy_within_1_point"] = abs(ratio["dev_accuracy_difference"]) <= 1.0
+        if a[metric] is not None and b[metric] is not None:
+            ratio[f"{metric}_difference"] = a[metric] - b[metric]
+            ratio[f"{metric}_within_{within:g}_point{'s' if within != 1 else ''}"] = abs(a[metric] - b[metric]) <= within
         out.setdefault("ratio", {})[other] = ratio
     return out
 
 
-def _print_table(console, summary: dict) -> None:
+def print_table(console, summary: dict, job: str = "Fine-tuning job", metric: str = "dev_accuracy",
+                metric_label: str = "dev accuracy (%)", rate: str = "examples_per_s",
+                rate_label: str = "train examples / wall s") -> None:  # fmt: skip
     from rich.table import Table
 
     tools = [t for t in LABELS if t in summary]
     others = list(summary.get("ratio", {}))
-    table = Table(title="Fine-tuning job, medians (ratio = convexp / the other; below 1 is better)")
+    table = Table(title=f"{job}, medians (ratio = convexp / the other; below 1 is better)")
     table.add_column("")
     for t in tools:
         table.add_column(LABELS[t], justify="right")
@@ -320,20 +323,39 @@ def _print_table(console, summary: dict) -> None:
     for key, label, fmt in (
         ("wall_s", "wall time (s)", ".1f"),
         ("cpu_s", "CPU time (s)", ".1f"),
-        ("examples_per_s", "train examples / wall s", ".1f"),
+        (rate, rate_label, ".1f"),
         ("peak_rss_mib", "peak RSS (MiB)", ".0f"),
-        ("dev_accuracy", "dev accuracy (%)", ".2f"),
+        (metric, metric_label, ".2f"),
     ):
         cells = [format(summary[t][key], fmt) if summary[t][key] is not None else "-" for t in tools]
         for t in others:
             r = summary["ratio"][t]
-            if key == "dev_accuracy":
-                d = r.get("dev_accuracy_difference")
+            if key == metric:
+                d = r.get(f"{metric}_difference")
                 cells.append(f"{d:+.2f} pt" if d is not None else "")
             else:
                 cells.append(f"{r[key]:.2f}" if key in r else f"{summary['convexp'][key] / summary[t][key]:.2f}")
         table.add_row(label, *cells)
     console.print(table)
+
+
+def hf_contenders(hf: bool, console) -> list[str]:
+    """The Hugging Face contenders that can run here: the plain loop needs transformers, the
+    Trainer also accelerate; what is missing is said in one line."""
+    if not hf:
+        return []
+    from .step import transformers_available
+
+    if not transformers_available():
+        console.print(
+            "transformers is not installed: timing convexp alone "
+            '(`pip install "convexp\\[bench]"` adds the plain loop and the Trainer)'
+        )
+        return []
+    if importlib.util.find_spec("accelerate") is None:
+        console.print('accelerate is not installed: no Trainer (`pip install "convexp\\[bench]"` adds it)')
+        return ["plain"]
+    return ["plain", "trainer"]
 
 
 def _cuda(device: str) -> bool:
