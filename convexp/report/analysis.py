@@ -34,6 +34,7 @@ display, no global backend switch).
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import torch
@@ -42,6 +43,7 @@ from matplotlib.figure import Figure
 from ..models.config import ModelConfig
 from ..models.encoder import Encoder
 from ..models.io import load_encoder_weights, read_model_config
+from .figures import fit_title
 
 WIDTH = 4  # ConvBERT §6.5: |i - j| ≤ 4 is "local"
 NUM_EXAMPLES, SEQ_LEN, SEED = 8, 64, 0  # default examples
@@ -238,7 +240,7 @@ def attention_figure(maps: torch.Tensor, tokens: list[str], title: str, width: i
     bar = fig.colorbar(im, ax=axes, shrink=0.6, aspect=30)
     bar.set_label(r"attention probability $\alpha_{ij}$ (each row sums to 1; log scale)", fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    fig.suptitle(_wrap_lines(title, int(fig.get_figwidth() * 12)), fontsize=9)
+    fig.suptitle(fit_title(title, fig, 9), fontsize=9)
     return fig
 
 
@@ -285,22 +287,15 @@ def kernel_figure(fixed: torch.Tensor | None, depthwise: torch.Tensor | None, ti
                 ax.set_yticks(range(wl.shape[0]), [str(h + 1) for h in range(wl.shape[0])])
         axes[r, 0].set_ylabel(ylabel, fontsize=8)
         bar = fig.colorbar(im, ax=list(axes[r]), shrink=0.8)
-        bar.set_label(_wrap_lines(KERNEL_BARS[ylabel], 34), fontsize=7)
+        bar.set_label("\n".join(textwrap.wrap(KERNEL_BARS[ylabel], 34)), fontsize=7)
         bar.ax.tick_params(labelsize=7)
-    fig.suptitle(_wrap_lines(title, int(fig.get_figwidth() * 12)), fontsize=9)
+    fig.suptitle(fit_title(title, fig, 9), fontsize=9)
     return fig
 
 
 def plot_kernels(fixed: torch.Tensor | None, depthwise: torch.Tensor | None, path: Path, title: str) -> None:
     """``kernel_figure`` saved as PNG."""
     kernel_figure(fixed, depthwise, title).savefig(path, dpi=DPI)
-
-
-def _wrap_lines(text: str, width: int) -> str:
-    """Each line of ``text`` wrapped at ``width`` characters (titles that fit their figure)."""
-    import textwrap
-
-    return "\n".join(part for line in text.splitlines() for part in textwrap.wrap(line, width) or [""])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,12 +53,13 @@ def curve(sweep, rows, varies: dict, title: str, path: Path) -> Path:
         ax.set_title(header(y), fontsize=10)
         if xs and all(isinstance(x, (int, float)) and x > 0 for x in xs) and max(xs) / min(xs) > 8:
             ax.set_xscale("log", base=2)
+            ax.minorticks_off()
         if xs:
             ax.set_xticks(sorted(set(xs)), [f"{x:g}" for x in sorted(set(xs))])
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(fit_title(title, fig, 10), fontsize=10)
     fig.savefig(path, dpi=DPI)
     return path
 
@@ -86,6 +87,14 @@ def _same(value: str | None, x) -> bool:
 UNITS = "points: the task's metric × 100 (Chang et al.'s style: the mean of its metrics)"
 
 
+def fit_title(text: str, fig, fontsize: float) -> str:
+    """``text`` with each line wrapped to the figure's width (about 0.55 em per character)."""
+    import textwrap
+
+    width = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))
+    return "\n".join(part for line in text.splitlines() for part in textwrap.wrap(line, width) or [""])
+
+
 def _wrap(label: str, width: int = 20) -> str:
     import textwrap
 
@@ -97,8 +106,8 @@ def variant_labels(rows, varies: dict) -> list[str]:
     variants' axis names the ablated component and its values."""
     out = []
     for r in rows:
-        own = settings(varies, r.variant)
-        out.append(_wrap(r.label) + (f"\n{_wrap(own, 26)}" if own and own != r.label else ""))
+        own = "\n".join(f"{k}={v}" for k, v in varies.get(r.variant, {}).items())  # a line per swept key
+        out.append(_wrap(r.label) + (f"\n{own}" if own and own != r.label else ""))
     return out
 
 
@@ -122,7 +131,7 @@ def _panels(columns: list[str], labels: list[str], title: str, note: str):
     axes[0, 0].set_ylim(len(labels) - 0.5, -0.5)
     for ax in axes[:, 0]:
         ax.set_ylabel("variant", fontsize=9)
-    fig.suptitle(f"{title}\n{note}", fontsize=11)
+    fig.suptitle(fit_title(f"{title}\n{note}", fig, 11), fontsize=11)
     return fig, dict(zip(columns, axes.flat))
 
 

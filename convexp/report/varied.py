@@ -30,14 +30,16 @@ def _overrides(variant) -> dict[str, str]:
 
 
 def describe(varies: dict[str, dict[str, str]], width: int = 90) -> str:
-    """The line a figure's title carries: "varies model.kernel_size: 9 vs 17" (one clause per key,
-    values in the plan's order), wrapped at ``width``; "one variant" / "no override differs"."""
+    """The line a figure's title carries: "varies model.kernel_size: 9 vs 17" ("1, 3, 5" for more
+    values; one clause per key, values in the plan's order), wrapped at ``width``; "one variant" /
+    "no override differs"."""
     if len(varies) < 2:
         return "one variant"
     keys = list(dict.fromkeys(k for kv in varies.values() for k in kv))
     if not keys:
         return "no override differs between the variants"
-    clauses = [f"{k}: {' vs '.join(dict.fromkeys(kv[k] for kv in varies.values()))}" for k in keys]
+    values = {k: list(dict.fromkeys(kv[k] for kv in varies.values())) for k in keys}
+    clauses = [f"{k}: {(' vs ' if len(vs) == 2 else ', ').join(vs)}" for k, vs in values.items()]
     return "\n".join(textwrap.wrap("varies " + "; ".join(clauses), width))
 
 
