@@ -103,7 +103,7 @@ def test_the_report_decides_with_known_scores(store, monkeypatch):
 
 
 GLUE_NOTE = (
-    "GLUE*: ours averages only the tasks that were run, 2 (MRPC, RTE) of them, while Chang et al.'s GLUE "
+    "GLUE*: ours averages only the columns of the tasks that were run, 2 (MRPC, RTE), while Chang et al.'s GLUE "
     "score is the mean of their 9 columns (CoLA, MNLI-m, MNLI-mm, MRPC, QNLI, QQP, RTE, SST-2, STS-B; WNLI "
     "left out): not the same number, so no verdict is given on it."
 )
@@ -139,7 +139,7 @@ def test_full_glue_averages_say_they_match_the_papers():
     assert glue_note([Row("v", "V", {"glue": Cell(80.0)}, {}, glue_over=full)], "convbert") is None
     partial = Row("v", "V", {"glue": Cell(80.0, note="*")}, {}, glue_over=full[:4])
     assert glue_note([partial], "convbert") == (
-        "GLUE*: averages only the tasks that were run, 4 (CoLA, SST-2, MRPC, STS-B) of the 8."
+        "GLUE*: averages only the columns of the tasks that were run, 4 (CoLA, SST-2, MRPC, STS-B) of the 8."
     )
 
 

@@ -62,6 +62,7 @@ def test_the_curve_names_the_swept_key_and_shows_the_papers_points(tmp_path, dra
     figures.curve(sweep, rows, v, f"title\n{describe(v)}", tmp_path / "figure.png")
     fig = drawn["figure.png"]
     assert "varies epochs: 2 vs 4" in fig.get_suptitle()
+    assert [ax.get_title() for ax in fig.axes] == ["MNLI-m", "QQP acc"]  # SQuAD not run: no empty panel
     ax = fig.axes[0]
     assert ax.get_xlabel() == "epochs" and texts(ax.get_xticklabels()) == ["2", "4"]
     assert ax.get_ylabel() == "MNLI-m, mean over seeds (points)"

@@ -210,7 +210,7 @@ def attention_figure(maps: torch.Tensor, tokens: list[str], title: str, width: i
     """Grid of one example's maps [layers, H, L, L] (ConvBERT Fig. 2 draws one example): one column
     per layer, the head mean on top, then one row per head, each panel titled with its C. Axes are
     the example's tokens (thinned), query i down, key j across; one log colour scale for every panel,
-    its colour bar labelled."""
+    its colour bar labelled, from the smallest to the largest probability drawn (at most 4 decades)."""
     from matplotlib.colors import LogNorm
 
     layers, H, L, _ = maps.shape
@@ -218,7 +218,8 @@ def attention_figure(maps: torch.Tensor, tokens: list[str], title: str, width: i
     side = 2.0 if L > 16 else 1.6
     fig = Figure(figsize=(side * layers + 2.4, side * (H + 1) + 1.6), layout="constrained")
     axes = fig.subplots(H + 1, layers, squeeze=False, sharex=True, sharey=True)
-    norm = LogNorm(vmin=min(1e-3, 0.1 / L), vmax=1.0, clip=True)
+    top = maps.max().item()  # one log scale over the maps' own range (a near-uniform map still shows)
+    norm = LogNorm(vmin=max(maps.min().item(), top * 1e-4, 1e-12), vmax=top, clip=True)
     positions, labels = thinned_ticks(tokens)
     for l in range(layers):
         panels = [(maps[l].mean(0), f"layer {l + 1}: head mean\nC={_fmt(c_layer[l].item())}")]

@@ -16,11 +16,14 @@ def curve(sweep, rows, varies: dict, title: str, path: Path) -> Path:
     (accuracy vs epochs, one line per model). One panel per ``y`` column; one line per variant
     ``series`` (ours with standard errors when the sweep aggregates by mean, and the paper's points
     where printed, beside ours); a variant without ``x`` is a horizontal reference line (BERMO's
-    unpruned baseline). The x axis names the swept key(s) whose values are the variants' ``x``."""
+    unpruned baseline). The x axis names the swept key(s) whose values are the variants' ``x``.
+    Columns with no number (their tasks not run, no paper point) get no panel."""
     from matplotlib.figure import Figure
 
     spec = sweep.report.figure
     ys = spec["y"] if isinstance(spec["y"], list) else [spec["y"]]
+    drawn = [y for y in ys if any(r.ours[y].value is not None or _number(r.paper.get(y)) for r in rows)]
+    ys = drawn or ys[:1]  # a panel per column with a number to draw (tasks not run: none)
     fig = Figure(figsize=(5 * len(ys), 3.9), layout="constrained")
     axes = fig.subplots(1, len(ys), squeeze=False)
     series: dict[str, list] = {}
@@ -42,7 +45,7 @@ def curve(sweep, rows, varies: dict, title: str, path: Path) -> Path:
                     capsize=3,
                     label=f"{name}, ours",
                 )
-            paper = [(x, r.paper[y]) for x, r in points if isinstance(r.paper.get(y), (int, float))]
+            paper = [(x, r.paper[y]) for x, r in points if _number(r.paper.get(y))]
             if paper:
                 ax.plot([x for x, _ in paper], [v for _, v in paper], "s--", label=f"{name}, paper")
             for r in members:
@@ -62,6 +65,10 @@ def curve(sweep, rows, varies: dict, title: str, path: Path) -> Path:
     fig.suptitle(fit_title(title, fig, 10), fontsize=10)
     fig.savefig(path, dpi=DPI)
     return path
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _x_label(name: str, sweep, rows, varies: dict) -> str:

@@ -277,9 +277,9 @@ def glue_note(rows: list[Row], style: str) -> str | None:
         return f"GLUE: ours averages the same tasks as the paper's score; {paper}." if papers else None
     ours = " or ".join(f"{len(o)} ({', '.join(header(c) for c in o)})" for o in overs if o != full)
     if not papers:
-        return f"GLUE*: averages only the tasks that were run, {ours} of the {len(full)}."
+        return f"GLUE*: averages only the columns of the tasks that were run, {ours} of the {len(full)}."
     return (
-        f"GLUE*: ours averages only the tasks that were run, {ours} of them, while {paper}: "
+        f"GLUE*: ours averages only the columns of the tasks that were run, {ours}, while {paper}: "
         "not the same number, so no verdict is given on it."
     )
 
