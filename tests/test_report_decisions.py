@@ -154,7 +154,8 @@ def test_seed_and_difference_figures_name_the_swept_key(store, monkeypatch, draw
         assert "\nvaries model.num_layers: default vs 2\n" in fig.get_suptitle()
         first = fig.axes[0]
         assert [t.get_text() for t in first.get_yticklabels()] == labels and first.get_ylabel() == "variant"
-    assert "(model.num_layers=default)" in drawn["differences.png"].get_suptitle()  # the baseline's
+    assert "baseline “Baseline” with model.num_layers=default" in drawn["differences.png"].get_suptitle()
+    assert drawn["seeds.png"].axes[2].get_title() == "GLUE* (2 columns run)"  # RTE and MRPC of the 9
 
 
 def test_report_settings_on_the_command_line(store, monkeypatch):

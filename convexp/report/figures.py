@@ -142,6 +142,14 @@ def _panels(columns: list[str], labels: list[str], title: str, note: str):
     return fig, dict(zip(columns, axes.flat))
 
 
+def _mark_partial(axes: dict, rows) -> None:
+    """A GLUE panel over fewer tasks than the paper's average says so (as the table's GLUE*)."""
+    partial = [r.glue_over for r in rows if "glue" in axes and r.ours["glue"].note]
+    if partial:
+        ax = axes["glue"]
+        ax.set_title(f"GLUE* ({len(partial[0])} columns run)", fontsize=ax.title.get_fontsize())
+
+
 def _legend_and_save(fig, axes, path: Path, xlabel: str) -> Path:
     for ax in axes.values():
         ax.set_xlabel(xlabel, fontsize=9)
@@ -172,6 +180,7 @@ def seed_scores(dec, rows, varies: dict, split: str, title: str, path: Path) -> 
                             label=f"ours ({dec.how} over seeds)")  # fmt: skip
             if comparable(r, c):
                 ax.scatter([r.paper[c]], [y], marker="D", s=30, color="C3", zorder=5, label="paper")
+    _mark_partial(axes, rows)
     return _legend_and_save(fig, axes, path, f"{split} score (points)")
 
 
@@ -182,7 +191,7 @@ def differences(dec, rows, varies: dict, title: str, path: Path) -> Path:
     others = [r for r in rows if r is not base]
     own = settings(varies, base.variant)
     note = (
-        f"difference from the baseline {base.label}{f' ({own})' if own else ''} (variant − baseline, mean over seeds) with its 95% "
+        f"difference from the baseline “{base.label}”{f' with {own}' if own else ''} (variant − baseline, mean over seeds) with its 95% "
         f"interval, filled where it excludes 0;\nin {UNITS}"
     )
     fig, axes = _panels(dec.columns, variant_labels(others, varies), title, note)
@@ -197,4 +206,5 @@ def differences(dec, rows, varies: dict, title: str, path: Path) -> Path:
             if comparable(r, c) and comparable(base, c):
                 ax.scatter([r.paper[c] - base.paper[c]], [y], marker="x", s=36, color="C3", zorder=5,
                            label="paper's difference")  # fmt: skip
-    return _legend_and_save(fig, axes, path, f"Δ vs {_wrap(base.label, 28)} (points)")
+    _mark_partial(axes, rows)
+    return _legend_and_save(fig, axes, path, "Δ vs baseline (points)")
