@@ -8,8 +8,7 @@ import statistics
 
 import pytest
 import yaml
-from helpers import convexp, write_sweep
-from test_report_figures import drawn  # noqa: F401  (a fixture)
+from helpers import convexp, record_figures, write_sweep
 from wandb_records import api_serving, run_info
 
 from typer.testing import CliRunner
@@ -143,10 +142,11 @@ def test_full_glue_averages_say_they_match_the_papers():
     )
 
 
-def test_seed_and_difference_figures_name_the_swept_key(store, monkeypatch, drawn):  # noqa: F811
+def test_seed_and_difference_figures_name_the_swept_key(store, monkeypatch):
     """The variants' axis and the title say what the sweep varies (model.num_layers: default vs 2)."""
     tmp, sweep = store
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp))
+    drawn = record_figures(monkeypatch)
     make_report(str(sweep), ARGS, out=tmp / "figures")
     for name, labels in (("seeds.png", ["Baseline\nmodel.num_layers=default", "Better\nmodel.num_layers=2"]),
                          ("differences.png", ["Better\nmodel.num_layers=2"])):  # fmt: skip

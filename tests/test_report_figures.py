@@ -2,12 +2,12 @@
 every colour map has a labelled colour bar, attention grids carry the example's tokens, the
 paper's numbers stand beside ours. Checked on the matplotlib figures as they are saved."""
 
-from pathlib import Path
 
 import pytest
 import torch
-from test_analysis import save, tiny
+from helpers import analysis_model_dir, record_figures
 
+from convexp.models import ModelConfig
 from convexp.report import analysis, figures
 from convexp.report.tables import Cell, Row
 from convexp.report.varied import describe, settings, varied
@@ -16,17 +16,7 @@ from convexp.sweep.spec import load_sweep
 
 @pytest.fixture
 def drawn(monkeypatch):
-    """{file name: the Figure saved to it}, for every figure saved during the test."""
-    from matplotlib.figure import Figure
-
-    figs, save_png = {}, Figure.savefig
-
-    def record(self, path, *args, **kwargs):
-        figs[Path(path).name] = self
-        return save_png(self, path, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", record)
-    return figs
+    return record_figures(monkeypatch)
 
 
 def texts(labels) -> list[str]:
@@ -84,8 +74,12 @@ def test_attention_and_kernel_figures_are_labelled(tmp_path, drawn):
 
     texts_ = synthetic_corpus(20, seed=3)
     tok = build_tokenizer({"kind": "wordpiece", "vocab_size": 300}, lambda: iter([texts_]))
-    cfg = tiny(vocab_size=tok.vocab_size, fixed_conv=True, depthwise_conv=True, absolute_positions=False)
-    model_dir, _ = save(tmp_path, "m", cfg, extra_files=sorted(tok.save(tmp_path / "tok").iterdir()))
+    cfg = ModelConfig(
+        vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, kernel_size=5,
+        fixed_conv=True, depthwise_conv=True, absolute_positions=False, initializer_range=0.5,
+    )  # fmt: skip
+    files = sorted(tok.save(tmp_path / "tok").iterdir())
+    model_dir, _ = analysis_model_dir(tmp_path, "m", cfg, extra_files=files)
     about = "toy (scale=smoke), variant m: model.kernel_size=5"
     result = analysis.analyze_model(model_dir, tmp_path / "out", "m", about=about)
     examples, _ = analysis.default_examples(model_dir, cfg)
