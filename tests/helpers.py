@@ -251,3 +251,36 @@ def kill_heads(model) -> None:
                     lin.weight[r * d : (r + 1) * d] = 0
                     if mixer.depthwise is not None:  # a zero value does not kill a head there
                         mixer.out.weight[:, h * d : (h + 1) * d] = 0
+
+
+# --- convexp report: models to analyse, figures as saved
+
+
+def analysis_model_dir(tmp_path: Path, name: str, cfg: ModelConfig, extra_files=()):
+    """A model directory of a MaskedLM with ``cfg`` (fixed β drawn from N(0, 1), not 0) for
+    ``analyze_model``: (its path, its encoder in eval mode)."""
+    from convexp.models import MaskedLM
+    from convexp.models.io import save_model_dir
+
+    torch.manual_seed(0)
+    model = MaskedLM(cfg)
+    with torch.no_grad():
+        for layer in model.encoder.layers:
+            if getattr(layer.mixer, "fixed", None) is not None:
+                layer.mixer.fixed.normal_()
+    save_model_dir(model, cfg, tmp_path / name, extra_files=extra_files)
+    return tmp_path / name, model.encoder.eval()
+
+
+def record_figures(monkeypatch) -> dict:
+    """{file name: the matplotlib Figure saved to it}, filled by every ``Figure.savefig`` from now on."""
+    from matplotlib.figure import Figure
+
+    figs, save_png = {}, Figure.savefig
+
+    def record(self, path, *args, **kwargs):
+        figs[Path(path).name] = self
+        return save_png(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    return figs

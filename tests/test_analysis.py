@@ -12,12 +12,12 @@ import math
 
 import pytest
 import torch
+from helpers import analysis_model_dir as save
 
-from convexp.models import MaskedLM, ModelConfig
+from convexp.models import ModelConfig
 from convexp.models.attention import MixedAttention, merge_heads, split_heads, zero_padding
 from convexp.models.conv import depthwise_conv
 from convexp.models.encoder import Encoder
-from convexp.models.io import save_model_dir
 from convexp.report import analysis
 
 V, L = 64, 10
@@ -45,17 +45,6 @@ def encoder_for(cfg: ModelConfig) -> Encoder:
             if getattr(layer.mixer, "fixed", None) is not None:
                 layer.mixer.fixed.normal_()  # β starts at 0: give it values to find again
     return enc
-
-
-def save(tmp_path, name: str, cfg: ModelConfig, extra_files=()):
-    torch.manual_seed(0)
-    model = MaskedLM(cfg)
-    with torch.no_grad():
-        for layer in model.encoder.layers:
-            if getattr(layer.mixer, "fixed", None) is not None:
-                layer.mixer.fixed.normal_()
-    save_model_dir(model, cfg, tmp_path / name, extra_files=extra_files)
-    return tmp_path / name, model.encoder.eval()
 
 
 def random_ids(B: int, n: int = L) -> torch.Tensor:

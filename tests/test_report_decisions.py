@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 import yaml
-from helpers import convexp, write_sweep
+from helpers import convexp, record_figures, write_sweep
 from wandb_records import api_serving, run_info
 
 from typer.testing import CliRunner
@@ -99,6 +99,63 @@ def test_the_report_decides_with_known_scores(store, monkeypatch):
     # figures by default: every seed per variant, and the forest plot of the differences
     assert report["figures"] == [str(out / "seeds.png"), str(out / "differences.png")]
     assert all((out / f).read_bytes()[:4] == b"\x89PNG" for f in ("seeds.png", "differences.png"))
+
+
+GLUE_NOTE = (
+    "GLUE*: ours averages only the columns of the tasks that were run, 2 (MRPC, RTE), while Chang et al.'s GLUE "
+    "score is the mean of their 9 columns (CoLA, MNLI-m, MNLI-mm, MRPC, QNLI, QQP, RTE, SST-2, STS-B; WNLI "
+    "left out): not the same number, so no verdict is given on it."
+)
+
+
+def test_the_glue_averages_are_told_apart_in_every_format(store, monkeypatch):
+    """Our 2-task GLUE average beside the paper's 9-column score: one line says they differ, in the
+    markdown table, the LaTeX caption, and on the terminal for CSV (whose file stays data)."""
+    tmp, sweep = store
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    for fmt, file in (("md", "table.md"), ("latex", "table.tex"), ("csv", "table.csv")):
+        res = CliRunner().invoke(app, ["report", str(sweep), *ARGS, "--no-figures", "--format", fmt])
+        assert res.exit_code == 0, res.output
+        assert GLUE_NOTE in res.output.replace("\n", " ")
+        written = (tmp / "reports" / "toy" / file).read_text()
+        if fmt == "latex":
+            caption = next(line for line in written.splitlines() if line.startswith(r"\caption{"))
+            assert caption.endswith(" " + GLUE_NOTE + "}")
+        else:
+            assert (GLUE_NOTE in written) == (fmt == "md")
+
+
+def test_full_glue_averages_say_they_match_the_papers():
+    from convexp.report.tables import Cell, Row, glue_columns, glue_note
+
+    full = glue_columns("convbert")
+    row = Row("v", "V", {"glue": Cell(80.0)}, {"glue": 86.4}, glue_over=full)
+    assert glue_note([row], "convbert") == (
+        "GLUE: ours averages the same tasks as the paper's score; ConvBERT's GLUE score is the mean of its "
+        "8 tasks (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE; WNLI left out)."
+    )
+    assert glue_note([Row("v", "V", {"glue": Cell(80.0)}, {}, glue_over=full)], "convbert") is None
+    partial = Row("v", "V", {"glue": Cell(80.0, note="*")}, {}, glue_over=full[:4])
+    assert glue_note([partial], "convbert") == (
+        "GLUE*: averages only the columns of the tasks that were run, 4 (CoLA, SST-2, MRPC, STS-B) of the 8."
+    )
+
+
+def test_seed_and_difference_figures_name_the_swept_key(store, monkeypatch):
+    """The variants' axis and the title say what the sweep varies (model.num_layers: default vs 2)."""
+    tmp, sweep = store
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp))
+    drawn = record_figures(monkeypatch)
+    make_report(str(sweep), ARGS, out=tmp / "figures")
+    for name, labels in (("seeds.png", ["Baseline\nmodel.num_layers=default", "Better\nmodel.num_layers=2"]),
+                         ("differences.png", ["Better\nmodel.num_layers=2"])):  # fmt: skip
+        fig = drawn[name]
+        assert "\nvaries model.num_layers: default vs 2\n" in fig.get_suptitle()
+        first = fig.axes[0]
+        assert [t.get_text() for t in first.get_yticklabels()] == labels and first.get_ylabel() == "variant"
+    assert "baseline “Baseline” with model.num_layers=default" in drawn["differences.png"].get_suptitle()
+    assert drawn["seeds.png"].axes[2].get_title() == "GLUE* (2 columns run)"  # RTE and MRPC of the 9
 
 
 def test_report_settings_on_the_command_line(store, monkeypatch):

@@ -34,6 +34,7 @@ display, no global backend switch).
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import torch
@@ -42,9 +43,13 @@ from matplotlib.figure import Figure
 from ..models.config import ModelConfig
 from ..models.encoder import Encoder
 from ..models.io import load_encoder_weights, read_model_config
+from .figures import fit_title
 
 WIDTH = 4  # ConvBERT §6.5: |i - j| ≤ 4 is "local"
 NUM_EXAMPLES, SEQ_LEN, SEED = 8, 64, 0  # default examples
+SOURCES = {"synthetic": "synthetic corpus", "random": "random token ids", "given": "given ids"}
+MAX_TICKS = 16  # token tick labels per attention axis
+DPI = 100
 
 
 def load_encoder(model_dir: Path) -> Encoder:
@@ -180,39 +185,85 @@ def _fmt(c: float) -> str:
     return "∞" if math.isinf(c) else f"{c:.2f}"
 
 
-def plot_attention(maps: torch.Tensor, path: Path, title: str, width: int = WIDTH) -> None:
-    """Grid of averaged maps [layers, H, L, L]: one column per layer, the head mean on top, then one
-    row per head; each panel titled with its C, the overall C in the figure title. Each panel has its
-    own colour scale from 0 to its largest probability."""
+def token_names(model_dir: Path, ids: list[int]) -> list[str]:
+    """The tokens of ``ids`` from the tokenizer saved with the model ("#<id>" without one)."""
+    from ..data.errors import TokenizerError
+    from ..data.tokenizer import Tokenizer
+
+    try:
+        backend = Tokenizer.load(model_dir).backend
+    except TokenizerError:
+        backend = None
+    names = [backend.id_to_token(i) if backend is not None else None for i in ids]
+    return [n if n is not None else f"#{i}" for n, i in zip(names, ids)]
+
+
+def thinned_ticks(tokens: list[str], most: int = MAX_TICKS) -> tuple[list[int], list[str]]:
+    """Every k-th position and its token (k chosen so at most ``most`` are labelled): readable ticks
+    for sequences of any length."""
+    step = max(1, -(-len(tokens) // most))
+    positions = list(range(0, len(tokens), step))
+    return positions, [f"{tokens[p][:10]}" for p in positions]
+
+
+def attention_figure(maps: torch.Tensor, tokens: list[str], title: str, width: int = WIDTH) -> Figure:
+    """Grid of one example's maps [layers, H, L, L] (ConvBERT Fig. 2 draws one example): one column
+    per layer, the head mean on top, then one row per head, each panel titled with its C. Axes are
+    the example's tokens (thinned), query i down, key j across; one log colour scale for every panel,
+    its colour bar labelled, from the smallest to the largest probability drawn (at most 4 decades)."""
+    from matplotlib.colors import LogNorm
+
     layers, H, L, _ = maps.shape
     c_head, c_layer = diagonal_concentration(maps, width), diagonal_concentration(maps.mean(1), width)
-    c_all = diagonal_concentration(maps.mean((0, 1)), width).item()
-    fig = Figure(figsize=(max(1.45 * layers, 7.0), 1.6 * (H + 1) + 0.9), layout="constrained")
-    axes = fig.subplots(H + 1, layers, squeeze=False)
+    side = 2.0 if L > 16 else 1.6
+    fig = Figure(figsize=(side * layers + 2.4, side * (H + 1) + 1.6), layout="constrained")
+    axes = fig.subplots(H + 1, layers, squeeze=False, sharex=True, sharey=True)
+    top = maps.max().item()  # one log scale over the maps' own range (a near-uniform map still shows)
+    norm = LogNorm(vmin=max(maps.min().item(), top * 1e-4, 1e-12), vmax=top, clip=True)
+    positions, labels = thinned_ticks(tokens)
     for l in range(layers):
-        panels = [(maps[l].mean(0), f"layer {l + 1}: mean\nC={_fmt(c_layer[l].item())}")]
+        panels = [(maps[l].mean(0), f"layer {l + 1}: head mean\nC={_fmt(c_layer[l].item())}")]
         panels += [
             (maps[l, h], f"layer {l + 1}: head {h + 1}\nC={_fmt(c_head[l, h].item())}") for h in range(H)
         ]
         for ax, (m, text) in zip(axes[:, l], panels):
-            ax.imshow(m.numpy(), cmap="viridis", vmin=0, interpolation="nearest")
+            im = ax.imshow(m.numpy(), cmap="viridis", norm=norm, interpolation="nearest")
             ax.set_title(text, fontsize=7)
-            ax.set_xticks([])
-            ax.set_yticks([])
-    fig.suptitle(
-        f"{title}\nrow i (query) attends to column j (key); C = Σ_{{|i-j|≤{width}}} M / Σ_{{|i-j|>{width}}} M\n"
-        f"overall C = {_fmt(c_all)} (a uniform map: {_fmt(uniform_concentration(L, width))})",
-        fontsize=9,
-    )
-    fig.savefig(path, dpi=100)
+    axes[0, 0].set_xticks(positions, labels)
+    axes[0, 0].set_yticks(positions, labels)
+    for ax in axes.flat:
+        ax.tick_params(labelsize=5, length=2)
+        ax.tick_params(axis="x", labelrotation=90)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("key token j", fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("query token i", fontsize=7)
+    bar = fig.colorbar(im, ax=axes, shrink=0.6, aspect=30)
+    bar.set_label(r"attention probability $\alpha_{ij}$ (each row sums to 1; log scale)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    fig.suptitle(fit_title(title, fig, 9), fontsize=9)
+    return fig
 
 
-def plot_kernels(fixed: torch.Tensor | None, depthwise: torch.Tensor | None, path: Path, title: str) -> None:
+def plot_attention(maps: torch.Tensor, path: Path, title: str, tokens: list[str] | None = None) -> None:
+    """``attention_figure`` saved as PNG (tokens: "0", "1", ... when not given)."""
+    L = maps.shape[-1]
+    attention_figure(maps, tokens or [str(i) for i in range(L)], title).savefig(path, dpi=DPI)
+
+
+KERNEL_BARS = {
+    "head": "$\\beta_{h,j-i}$: learned weight added to the attention logits (eq.\u00a04), no unit",
+    "channel (sorted)": "$\\beta_{j-i,c}$: learned depthwise convolution weight (eq.\u00a07), no unit",
+}
+
+
+def kernel_figure(fixed: torch.Tensor | None, depthwise: torch.Tensor | None, title: str) -> Figure:
     """Heatmaps of the kernels, one panel per layer: fixed β [H, 2k+1] (top row) and depthwise β
-    [C, 2k+1] with channels sorted by previous_next_order (bottom row); x is the offset j - i."""
+    [C, 2k+1] with channels sorted by previous_next_order (bottom row); x is the offset j - i. One
+    colour scale per row, symmetric about 0, with a labelled colour bar."""
     rows = [(w, lab) for w, lab in ((fixed, "head"), (depthwise, "channel (sorted)")) if w is not None]
     layers = rows[0][0].shape[0]
-    fig = Figure(figsize=(max(1.7 * layers, 4.0) + 1.0, 2.8 * len(rows) + 0.5), layout="constrained")
+    fig = Figure(figsize=(max(1.7 * layers, 4.0) + 1.6, 2.8 * len(rows) + 0.8), layout="constrained")
     axes = fig.subplots(len(rows), layers, squeeze=False)
     for r, (w, ylabel) in enumerate(rows):
         k = w.shape[-1] // 2
@@ -231,14 +282,21 @@ def plot_kernels(fixed: torch.Tensor | None, depthwise: torch.Tensor | None, pat
             )
             kind = "fixed β (eq. 4)" if ylabel == "head" else "depthwise β (eq. 7)"
             ax.set_title(f"layer {l + 1}: {kind}", fontsize=7)
-            ax.set_xlabel("j - i", fontsize=7)
+            ax.set_xlabel("offset j − i (tokens)", fontsize=7)
             ax.tick_params(labelsize=6)
             if ylabel == "head":
                 ax.set_yticks(range(wl.shape[0]), [str(h + 1) for h in range(wl.shape[0])])
         axes[r, 0].set_ylabel(ylabel, fontsize=8)
-        fig.colorbar(im, ax=list(axes[r]), shrink=0.8)
-    fig.suptitle(title, fontsize=9)
-    fig.savefig(path, dpi=100)
+        bar = fig.colorbar(im, ax=list(axes[r]), shrink=0.8)
+        bar.set_label("\n".join(textwrap.wrap(KERNEL_BARS[ylabel], 34)), fontsize=7)
+        bar.ax.tick_params(labelsize=7)
+    fig.suptitle(fit_title(title, fig, 9), fontsize=9)
+    return fig
+
+
+def plot_kernels(fixed: torch.Tensor | None, depthwise: torch.Tensor | None, path: Path, title: str) -> None:
+    """``kernel_figure`` saved as PNG."""
+    kernel_figure(fixed, depthwise, title).savefig(path, dpi=DPI)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,11 +308,16 @@ def _num(c: float) -> float | None:
     return c if math.isfinite(c) else None  # strict JSON has no ∞
 
 
-def analyze_model(model_dir: Path, out_dir: Path, name: str, examples: list[list[int]] | None = None) -> dict:
+def analyze_model(
+    model_dir: Path, out_dir: Path, name: str, examples: list[list[int]] | None = None, about: str = ""
+) -> dict:
     """Write ``attention_<name>.png`` (and ``kernels_<name>.png`` when the model has fixed or depthwise
-    kernels) into out_dir; return the numbers as a JSON-serialisable dict.
+    kernels) into out_dir; return the numbers as a JSON-serialisable dict. ``about``: the figures'
+    first title line (the sweep, the variant and its values of the swept keys; default ``name``).
 
-    C values are floats, None where infinite (no attention mass off the band)."""
+    The numbers (C) are of the maps averaged over the examples; the attention figure draws the
+    first example's maps, its tokens on the axes. C values are floats, None where infinite (no
+    attention mass off the band)."""
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = read_model_config(model_dir)
@@ -264,12 +327,19 @@ def analyze_model(model_dir: Path, out_dir: Path, name: str, examples: list[list
         examples, source = default_examples(model_dir, cfg)
     maps = average_attention(encoder, examples)  # [layers, H, L, L]
     layers, H, L, _ = maps.shape
+    first = examples[0][:L]
+    one = attention_maps(encoder, torch.tensor([first]))[:, 0]  # [layers, H, L, L]
+    about = about or name
 
     attention_png = out_dir / f"attention_{name}.png"
     heads = "attention heads only" if cfg.mixer == "mixed" else "all heads"
-    plot_attention(
-        maps, attention_png, f"{name}: average attention, {len(examples)} examples × {L} tokens ({heads})"
+    c_all = diagonal_concentration(maps.mean((0, 1))).item()
+    title = (
+        f"{about}\nattention maps of example 1 ({SOURCES[source]}, {L} tokens; {heads}); "
+        f"row i (query) attends to column j (key)\neach panel's C = band mass |i − j| ≤ {WIDTH} / mass outside it; over all "
+        f"{len(examples)} examples C = {_fmt(c_all)} (a uniform map: {_fmt(uniform_concentration(L))})"
     )
+    plot_attention(one, attention_png, title, token_names(model_dir, first))
     files = [str(attention_png)]
 
     fixed, depthwise = fixed_kernels(encoder), depthwise_kernels(encoder)
@@ -280,7 +350,8 @@ def analyze_model(model_dir: Path, out_dir: Path, name: str, examples: list[list
         kernels["depthwise"] = {"shape": list(depthwise.shape)}
     if kernels:
         kernels_png = out_dir / f"kernels_{name}.png"
-        plot_kernels(fixed, depthwise, kernels_png, f"{name}: learned relative-convolution kernels")
+        title = f"{about}\nlearned relative-convolution kernels (Chang et al. Figs. 2–3)"
+        plot_kernels(fixed, depthwise, kernels_png, title)
         files.append(str(kernels_png))
 
     return {

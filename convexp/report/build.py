@@ -21,6 +21,7 @@ from ..sweep.spec import check_detect, load_sweep
 from . import decide, tables
 from .flops import NOTE as FLOPS_NOTE
 from .flops import table3_flops
+from .varied import describe, settings, varied
 
 FORMATS = {"md": "table.md", "csv": "table.csv", "latex": "table.tex"}
 
@@ -152,16 +153,20 @@ def make_report(
     out = Path(out) if out else plan.outputs / "reports" / sweep.name
     out.mkdir(parents=True, exist_ok=True)
     title = f"{sweep.name}: {sweep.title}"
-    lines = _header_lines(plan, rows, finetune, missing)
+    glue = tables.glue_note(rows, spec.style)  # ours beside the paper's GLUE: what each averages
+    lines = _header_lines(plan, rows, finetune, missing, glue)
     if fmt == "md":  # the verdicts beside the paper's numbers; the decisions' lines and tables under it
         text = tables.to_markdown(rows, columns, title, lines, decide.verdict_cells(dec) if dec else {})
         text += "".join(f"\n{x}" for x in decide.below_table(dec, rows, _paper_se(plan))) if dec else ""
     elif fmt == "latex":
-        text = tables.to_latex(rows, columns, title, decide.verdict_cells(dec, decide.tex) if dec else {})
+        beside = decide.verdict_cells(dec, decide.tex) if dec else {}
+        text = tables.to_latex(rows, columns, title, beside, (glue,) if glue else ())
         text += decide.latex(dec, rows) if dec else ""
     else:
         text = tables.to_csv(rows, columns)
     atomic_write(out / FORMATS[fmt], text)
+    if fmt == "csv" and glue:  # the file stays data; the terminal says it
+        text += glue + "\n"
     if dec:
         atomic_write(out / "statistics.csv", decide.to_csv(dec))
     written = _figures(plan, spec, rows, dec, out) if figures else []
@@ -245,17 +250,18 @@ def _decisions(plan: Plan, spec, rows: list, columns: list[str]) -> decide.Decis
 
 def _figures(plan: Plan, spec, rows: list, dec, out: Path) -> list[str]:
     """The sweep's own figure (``figure.png``), every seed's score per variant (``seeds.png``) and
-    the forest plot of the differences (``differences.png``)."""
+    the forest plot of the differences (``differences.png``), each titled with what the sweep varies."""
     from . import figures
 
+    varies = varied(plan.sweep, plan.variants)
+    title = f"{plan.sweep.name} (scale={plan.settings.scale}): {plan.sweep.title}\n{describe(varies)}"
     written = []
     if spec.figure:
-        written.append(str(figures.curve(plan.sweep, rows, out / "figure.png")))
+        written.append(str(figures.curve(plan.sweep, rows, varies, title, out / "figure.png")))
     if dec is not None:
-        title = f"{plan.sweep.name} (scale={plan.settings.scale}): {plan.sweep.title}"
-        written.append(str(figures.seed_scores(dec, rows, spec.split, title, out / "seeds.png")))
+        written.append(str(figures.seed_scores(dec, rows, varies, spec.split, title, out / "seeds.png")))
         if any(d is not None for d in dec.differences.values()):
-            written.append(str(figures.differences(dec, rows, title, out / "differences.png")))
+            written.append(str(figures.differences(dec, rows, varies, title, out / "differences.png")))
     return written
 
 
@@ -298,7 +304,7 @@ def _columns(plan: Plan) -> list[str]:
     return out
 
 
-def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) -> list[str]:
+def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str], glue: str | None) -> list[str]:
     spec, sweep = plan.sweep.report, plan.sweep
     seeds = sorted({m["seed"] for ms in finetune.values() for m in ms})
     tasks = list(sweep.finetune.tasks) if sweep.finetune else []
@@ -324,10 +330,8 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str]) ->
     start = next(iter(plan.starts.values()))
     if start.node is None:
         lines.append(f"Every variant fine-tunes the checkpoint {start.init} (no pre-training).")
-    if any(m["task"] for ms in finetune.values() for m in ms) and "*" in "".join(
-        r.ours["glue"].note for r in rows if "glue" in r.ours
-    ):
-        lines.append("GLUE marked * averages only the tasks that were run.")
+    if glue:
+        lines.append(glue)
     groups = [c for c in ("surface", "syntactic", "semantic", "probing") if any(c in r.ours for r in rows)]
     if any(r.ours[c].note == "*" for r in rows for c in groups):
         lines.append("Averages marked * leave out tasks without a result (not run, or every run collapsed).")
@@ -357,4 +361,7 @@ def _analyze(plan: Plan, variant: str, out: Path) -> dict:
         return {"error": f"{run.dir} has not finished"}
     from .analysis import analyze_model
 
-    return analyze_model(run.model_dir, out, variant)
+    own = settings(varied(plan.sweep, plan.variants), variant)
+    about = f"{plan.sweep.name} (scale={plan.settings.scale}), variant {variant}"
+    about += f": {own}" if own else ""
+    return analyze_model(run.model_dir, out, variant, about=about)

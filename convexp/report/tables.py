@@ -119,6 +119,7 @@ class Row:
     paper: dict[str, object]
     runs: dict[str, list[str]] = field(default_factory=dict)  # column -> run ids behind it
     seeds: dict[str, dict[int, float]] = field(default_factory=dict)  # column -> {seed: score} behind it
+    glue_over: tuple[str, ...] = ()  # the task columns our GLUE average is over (those that were run)
 
 
 def aggregate(values: list[float], how: str) -> Cell:
@@ -222,7 +223,8 @@ def variant_row(
             if col.rsplit(".", 1)[-1] not in RUN_FACTS:  # a score: its seeds are compared
                 by_seed[col] = {s: vs[col] for s, vs in per_seed.items() if col in vs}
     by_seed = {c: v for c, v in by_seed.items() if v}
-    return Row(variant.name, variant.label, ours, dict(variant.paper), ids, by_seed)
+    over = tuple(c for c in glue_columns(style) if c in per_column) if "glue" in columns else ()
+    return Row(variant.name, variant.label, ours, dict(variant.paper), ids, by_seed, over)
 
 
 def glue_columns(style: str) -> tuple[str, ...]:
@@ -249,6 +251,37 @@ def _glue_cell(per_seed: dict, per_column: dict, style: str, how: str) -> Cell:
     cell = aggregate(list(_glue_by_seed(per_seed, per_column, style).values()), how)
     cell.note = note
     return cell
+
+
+# what each paper's printed GLUE score averages (REFERENCE.md §4; WNLI left out by all three papers)
+PAPER_GLUE = {
+    "convbert": "ConvBERT's GLUE score is the mean of its 8 tasks",  # §4.1: "the average of all 8 tasks"
+    "chang": "Chang et al.'s GLUE score is the mean of their 9 columns",  # MNLI-m and MNLI-mm apart
+}
+
+
+def glue_note(rows: list[Row], style: str) -> str | None:
+    """One line for a table with a GLUE column: which tasks our average is over (those that were run)
+    and, where the paper's GLUE score stands beside it, what that score averages, so that a 4-task
+    mean is not read as the paper's score. None when every average is over all the tasks and no
+    paper score is shown."""
+    shown = [r for r in rows if r.glue_over]
+    if not shown:
+        return None
+    full = glue_columns(style)
+    overs = list(dict.fromkeys(r.glue_over for r in shown))
+    papers = any(isinstance(r.paper.get("glue"), (int, float)) for r in shown)
+    names = ", ".join(header(c) for c in full)
+    paper = f"{PAPER_GLUE.get(style, PAPER_GLUE['chang'])} ({names}; WNLI left out)"
+    if overs == [full]:
+        return f"GLUE: ours averages the same tasks as the paper's score; {paper}." if papers else None
+    ours = " or ".join(f"{len(o)} ({', '.join(header(c) for c in o)})" for o in overs if o != full)
+    if not papers:
+        return f"GLUE*: averages only the columns of the tasks that were run, {ours} of the {len(full)}."
+    return (
+        f"GLUE*: ours averages only the columns of the tasks that were run, {ours}, while {paper}: "
+        "not the same number, so no verdict is given on it."
+    )
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -320,8 +353,11 @@ def _tex(s: str) -> str:
     return s.translate(_TEX)
 
 
-def to_latex(rows: list[Row], columns: list[str], title: str, beside: dict | None = None) -> str:
-    """``beside``: {variant: {column: LaTeX}}, a row under the paper's (the verdicts, "vs paper")."""
+def to_latex(
+    rows: list[Row], columns: list[str], title: str, beside: dict | None = None, notes: tuple[str, ...] = ()
+) -> str:
+    """``beside``: {variant: {column: LaTeX}}, a row under the paper's (the verdicts, "vs paper");
+    ``notes``: sentences the caption carries after the title (e.g. :func:`glue_note`)."""
     heads = ["Model", ""] + [header(c) for c in columns]
     out = [
         r"\begin{table}[t]",
@@ -339,7 +375,8 @@ def to_latex(rows: list[Row], columns: list[str], title: str, beside: dict | Non
         if (beside or {}).get(r.variant):
             cells = [beside[r.variant].get(c, "") for c in columns]
             out.append(" & ".join(["", r"\textit{vs paper}", *cells]) + r" \\")
-    out += [r"\hline", r"\end{tabular}", r"\caption{" + _tex(title) + "}", r"\end{table}"]
+    caption = _tex(". ".join([title, " ".join(notes)]) if notes else title)
+    out += [r"\hline", r"\end{tabular}", r"\caption{" + caption + "}", r"\end{table}"]
     return "\n".join(out) + "\n"
 
 
