@@ -70,7 +70,10 @@ def command_varied(cfg: DictConfig) -> list[str]:
     if not named:
         return []
     kept = [o for o, p in zip(given, parse_overrides(given)) if override_key(p) in UNNAMED]
-    base = compose_stage(cfg.stage, kept)
+    try:
+        base = compose_stage(cfg.stage, kept)
+    except UserError:  # the defaults alone do not compose (a key the command needs): name them all
+        return [varied_token(k, v) for k, v in named]
     choices, base_choices = cfg.get("choices") or {}, base.get("choices") or {}
 
     def differs(key: str) -> bool:
