@@ -216,9 +216,8 @@ class Run:
     def removed_on_refusal(self) -> Iterator[None]:
         """A run directory that the block makes is removed again when the block refuses the input
         (a UserError before any checkpoint was written: nothing of the run exists yet), with the
-        store's folders it made (an empty one too: made by a sweep for this command, see
-        sweep.launchers.reserve); a diverged run is a result and stays."""
-        new = not self.dir.exists() or not any(self.dir.iterdir())
+        store's folders it made; a diverged run is a result and stays."""
+        new = not self.dir.exists()
         try:
             yield
         except UserError as e:

@@ -155,16 +155,3 @@ def test_variant_tokens_leave_out_slug_and_execution_keys():
         "final_threshold0.1",
     ]
 
-
-def test_a_refused_command_removes_the_empty_directory_its_sweep_made(tmp_path):
-    from convexp.errors import UserError
-
-    reserved = Run(tmp_path / "runs" / "pretrain" / "convbert-small-mlm+kernel_size5-1a2b3c4d5e")
-    reserved.dir.mkdir(parents=True)
-    with pytest.raises(UserError), reserved.removed_on_refusal():
-        raise UserError("bad input")
-    assert not reserved.dir.exists()
-    kept = finished(tmp_path / "runs" / "pretrain" / "convbert-small-mlm-0a0b0c0d0e")
-    with pytest.raises(UserError), kept.removed_on_refusal():
-        raise UserError("bad input")
-    assert kept.finished

@@ -67,7 +67,8 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
 def reserve(node: Node) -> None:
     """Make the node's run directories under the names the plan gave them, before its stage
     command runs: the command finds its run by hash (convexp.runs.find_run), so it writes there
-    instead of naming the run by its own overrides (which hold the sweep's base too)."""
+    instead of naming the run by its own overrides (which hold the sweep's base too). A node that
+    fails before writing anything leaves its directory empty; the next attempt uses it."""
     for run in node.runs:
         run.dir.mkdir(parents=True, exist_ok=True)
 
