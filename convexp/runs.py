@@ -126,7 +126,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")  # a token holds these only ('+' and '-
 _VARIED = re.compile(rf"(?:\+[A-Za-z0-9_.]+)+(?=-[0-9a-f]{{{HASH_LENGTH}}}(?:-|$))")
 
 
-def varied_token(key: str, value: Any) -> str:
+def name_token(key: str, value: Any) -> str:
     """``model.kernel_size``, 9 -> ``kernel_size9``: the key's last component and the value, with
     every run of other characters than letters, digits, ``_`` and ``.`` made one ``_``."""
     if isinstance(value, bool):
@@ -137,12 +137,12 @@ def varied_token(key: str, value: Any) -> str:
     return text or "_"
 
 
-def run_name(slug: str, varied: list[str], digest: str) -> str:
-    """``<slug>+<token>+<token>-<hash>``: the tokens of :func:`varied_token` in their order, as many
+def run_name(slug: str, tokens: list[str], digest: str) -> str:
+    """``<slug>+<token>+<token>-<hash>``: the tokens of :func:`name_token` in their order, as many
     as fit in VARIED_MAX characters (the last one cut to fit); the hash, not the name, says which
     run it is."""
     out = ""
-    for token in varied:
+    for token in tokens:
         room = VARIED_MAX - len(out) - 1
         if room <= 0:
             break
@@ -163,13 +163,13 @@ class Run:
 
     @classmethod
     def for_config(
-        cls, outputs: str | Path, stage: str, slug: str, cfg: DictConfig, varied: list[str] = ()
+        cls, outputs: str | Path, stage: str, slug: str, cfg: DictConfig, tokens: list[str] = ()
     ) -> "Run":
         """The run of ``cfg``: the store's run with its hash when there is one (whatever its name),
         else a new directory named :func:`run_name`."""
         digest = run_hash(cfg)
         folder = Path(outputs) / "runs" / stage
-        named = cls(folder / run_name(slug, list(varied), digest))
+        named = cls(folder / run_name(slug, list(tokens), digest))
         if named.finished:  # the common case, without listing the folder
             return named
         return cls(find_run(folder, digest) or named.dir)

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from convexp.config import compose_stage
-from convexp.runs import VARIED_MAX, Run, run_key, run_name, varied_token
-from convexp.stages.rundirs import finetune_run, pretrain_run, varied
+from convexp.runs import VARIED_MAX, Run, run_key, run_name, name_token
+from convexp.stages.rundirs import finetune_run, pretrain_run, variant_tokens
 from convexp.sweep.args import sweep_settings
 from convexp.sweep.nodes import pretrain_node
 from convexp.sweep.spec import load_sweep
@@ -37,19 +37,19 @@ def finished(run_dir):
 
 
 def test_tokens_use_the_last_key_component_and_safe_characters():
-    assert varied_token("model.kernel_size", 9) == "kernel_size9"
-    assert varied_token("optim.lr", 0.0001) == "lr0.0001"
-    assert varied_token("model.mixers", ["conv", "attn"]) == "mixersconv_attn"
-    assert varied_token("both_orders", True) == "both_orderstrue"
-    odd = varied_token("data.path", "/home/me/my corpus:v2/*.txt")
+    assert name_token("model.kernel_size", 9) == "kernel_size9"
+    assert name_token("optim.lr", 0.0001) == "lr0.0001"
+    assert name_token("model.mixers", ["conv", "attn"]) == "mixersconv_attn"
+    assert name_token("both_orders", True) == "both_orderstrue"
+    odd = name_token("data.path", "/home/me/my corpus:v2/*.txt")
     assert SAFE.fullmatch(odd) and "+" not in odd and "-" not in odd and "/" not in odd, odd
 
 
-def test_name_shows_varied_tokens_before_the_hash_and_is_capped():
+def test_name_shows_name_tokens_before_the_hash_and_is_capped():
     name = run_name("convbert-small-mlm", ["kernel_size9"], "1a2b3c4d5e")
     assert name == "convbert-small-mlm+kernel_size9-1a2b3c4d5e"
     assert run_name("convbert-small-mlm", [], "1a2b3c4d5e") == "convbert-small-mlm-1a2b3c4d5e"
-    many = [varied_token(f"model.key{i}", "x" * 20) for i in range(10)]
+    many = [name_token(f"model.key{i}", "x" * 20) for i in range(10)]
     name = run_name("convbert-small-mlm", many, "1a2b3c4d5e")
     assert name.startswith("convbert-small-mlm+key0") and name.endswith("-1a2b3c4d5e")
     assert len(name) <= len("convbert-small-mlm") + VARIED_MAX + 11, name
@@ -143,14 +143,14 @@ def test_fine_tune_ids_hash_the_init_without_its_tokens(outputs):
     assert new.id == "convbert-small-mlm+kernel_size5-1a2b3c4d5e-rte-s42-" + old.id[-10:]
     finished(old.dir)
     init = "convbert-small-mlm+kernel_size5-1a2b3c4d5e"
-    again, _ = finetune_run(cfg, init, "rte", 42, hp, varied=["lr0.01"])
+    again, _ = finetune_run(cfg, init, "rte", 42, hp, tokens=["lr0.01"])
     assert again.dir == old.dir  # found by its hash
 
 
 def test_variant_tokens_leave_out_slug_and_execution_keys():
     unnamed = ["model=convbert_base", "logger.group=g", "trainer.devices=2", "scalar_mix=true", "~name"]
-    assert varied(["model.kernel_size=9", *unnamed]) == ["kernel_size9"]
-    assert varied(["pruning=movement", "pruning.final_threshold=0.1", "seeds=[1,2]", "task=rte"]) == [
+    assert variant_tokens(["model.kernel_size=9", *unnamed]) == ["kernel_size9"]
+    assert variant_tokens(["pruning=movement", "pruning.final_threshold=0.1", "seeds=[1,2]", "task=rte"]) == [
         "pruningmovement",
         "final_threshold0.1",
     ]

@@ -7,8 +7,8 @@ results again. Configs arrive composed: a GLUE invocation's per-task configs are
 caller (the CLI, the sweep planner) for the tasks :func:`glue_task_names` lists.
 
 A run's name also shows what varies (``+<key><value>`` tokens, convexp.runs.run_name): for a sweep,
-the variant's own overrides (the planner passes ``varied``); for a command, the overrides it was
-given whose values differ from the defaults (:func:`command_varied`). The hash alone says which run
+the variant's own overrides (the planner passes ``tokens``); for a command, the overrides it was
+given whose values differ from the defaults (:func:`command_tokens`). The hash alone says which run
 it is: the store finds a run by its hash whatever its name.
 """
 
@@ -26,7 +26,7 @@ from ..data.digests import input_digests
 from ..data.loading import task_data
 from ..data.tasks import PROBING_ORDER
 from ..errors import UserError
-from ..runs import EXECUTION_KEYS, Run, run_key, varied_token
+from ..runs import EXECUTION_KEYS, Run, name_token, run_key
 
 TASK_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
 TASK_SETS = {"all": TASK_ORDER, "probing_all": PROBING_ORDER}  # task=<set>: these tasks in turn
@@ -55,13 +55,13 @@ def named_overrides(overrides: list[str]) -> list[tuple[str, object]]:
     return out
 
 
-def varied(overrides: list[str]) -> list[str]:
+def variant_tokens(overrides: list[str]) -> list[str]:
     """The name tokens (``kernel_size9``) of a sweep variant's overrides: what differs from the
     sweep's base."""
-    return [varied_token(k, v) for k, v in named_overrides(overrides)]
+    return [name_token(k, v) for k, v in named_overrides(overrides)]
 
 
-def command_varied(cfg: DictConfig) -> list[str]:
+def command_tokens(cfg: DictConfig) -> list[str]:
     """The name tokens of the overrides a command was given (``cfg.invocation``) whose values
     differ from the defaults: from the same command composed with only its UNNAMED overrides
     (preset, task, scale...), so ``model.kernel_size=9`` on a preset whose kernel is 9 names nothing."""
@@ -73,7 +73,7 @@ def command_varied(cfg: DictConfig) -> list[str]:
     try:
         base = compose_stage(cfg.stage, kept)
     except UserError:  # the defaults alone do not compose (a key the command needs): name them all
-        return [varied_token(k, v) for k, v in named]
+        return [name_token(k, v) for k, v in named]
     choices, base_choices = cfg.get("choices") or {}, base.get("choices") or {}
 
     def differs(key: str) -> bool:
@@ -81,7 +81,7 @@ def command_varied(cfg: DictConfig) -> list[str]:
             return choices[key] != base_choices.get(key)
         return _plain(OmegaConf.select(cfg, key)) != _plain(OmegaConf.select(base, key))
 
-    return [varied_token(k, v) for k, v in named if differs(k)]
+    return [name_token(k, v) for k, v in named if differs(k)]
 
 
 def _plain(value):
@@ -90,10 +90,10 @@ def _plain(value):
     return value
 
 
-def pretrain_run(cfg: DictConfig, varied: list[str] | None = None) -> Run:
+def pretrain_run(cfg: DictConfig, tokens: list[str] | None = None) -> Run:
     """The run directory of a composed pre-training config (known before it runs): its recipe
     (conf/recipe/) is part of the composed config, so the id hashes every value the run uses.
-    ``varied``: the name's tokens (a sweep's); None: the command's (:func:`command_varied`)."""
+    ``tokens``: the name's tokens (a sweep's); None: the command's (:func:`command_tokens`)."""
     slug = "-".join(filter(None, [cfg.model.name, cfg.objective.name, cfg.name]))
     hashed = cfg
     if cfg.get("init"):  # a run it continues by its id, not its path: the same id in any run store
@@ -103,7 +103,7 @@ def pretrain_run(cfg: DictConfig, varied: list[str] | None = None) -> Run:
     inputs = input_digests(named)
     if inputs:  # local corpus or tokenizer files: their contents, not only their paths
         hashed = OmegaConf.create({**OmegaConf.to_container(hashed, resolve=True), "inputs": inputs})
-    tokens = command_varied(cfg) if varied is None else varied
+    tokens = command_tokens(cfg) if tokens is None else tokens
     return Run.for_config(cfg.outputs, "pretrain", slug, hashed, tokens)
 
 
@@ -199,15 +199,15 @@ def glue_runs(
     init_slug: str,
     hidden_size: int,
     task_cfgs: Mapping[str, DictConfig],
-    varied: list[str] | None = None,
+    tokens: list[str] | None = None,
 ) -> list[GlueRun]:
     """Every run of a GLUE invocation, in execution order (MNLI before the tasks that start from it).
 
     ``task_cfgs``: the composed config of each task of :func:`glue_task_names` (``cfg`` itself for
     its own task may be left out). Needs only the init's name and width, not its weights:
     ``convexp ablate`` lays out fine-tunes of models that are not pre-trained yet, and ``convexp
-    report`` finds them again. ``varied``: the names' tokens (a sweep's); None: the command's."""
-    tokens = command_varied(cfg) if varied is None else varied
+    report`` finds them again. ``tokens``: the names' tokens (a sweep's); None: the command's."""
+    tokens = command_tokens(cfg) if tokens is None else tokens
     intermediate = cfg.intermediate
     runs: list[GlueRun] = []
     mnli: dict[int, GlueRun] = {}
@@ -271,10 +271,10 @@ def finetune_run(
     hp: dict,
     start_slug: str = "",
     extra: Mapping | None = None,
-    varied: list[str] = (),
+    tokens: list[str] = (),
 ) -> tuple[Run, DictConfig]:
     """The run directory of one (task, seed, hyper-parameters) fine-tune, and what its id hashes
-    (``extra``: more keys a task family adds, e.g. SQuAD's windows and data source; ``varied``: the
+    (``extra``: more keys a task family adds, e.g. SQuAD's windows and data source; ``tokens``: the
     name's tokens). The init and the start run are hashed by :func:`runs.run_key` of their names,
     so that their names' tokens never change this run's id."""
     run_cfg = OmegaConf.create(
@@ -323,7 +323,7 @@ def finetune_run(
         run_cfg.inputs = inputs
     bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
     slug = "-".join(filter(None, [init_slug, bermo, task_name, f"s{seed}", cfg.name]))
-    return Run.for_config(cfg.outputs, "finetune", slug, run_cfg, varied), run_cfg
+    return Run.for_config(cfg.outputs, "finetune", slug, run_cfg, tokens), run_cfg
 
 
 def _local_inputs(run_cfg: DictConfig) -> dict:
