@@ -151,10 +151,15 @@ def _convexp_accuracy(outputs: Path) -> float | None:
     return json.loads(found[0].read_text())["dev"]["validation"]["accuracy"]
 
 
-def _script_metric(stdout: str, key: str) -> float | None:
-    """``key`` of the JSON line a contender script prints last."""
+def script_result(stdout: str) -> dict | None:
+    """The JSON line a contender script prints last."""
     lines = [x for x in stdout.splitlines() if x.startswith("{")]
-    return json.loads(lines[-1])[key] if lines else None
+    return json.loads(lines[-1]) if lines else None
+
+
+def _script_metric(stdout: str, key: str) -> float | None:
+    result = script_result(stdout)
+    return result[key] if result else None
 
 
 def run_repeats(commands, seeds: list[int], work: Path, console, metric: str, label: str, score) -> list[dict]:

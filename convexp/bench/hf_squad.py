@@ -63,8 +63,11 @@ def windows(records, train):
     return out
 
 
+PUNCTUATION = set(string.punctuation)
+
+
 def normalize(s):
-    s = "".join(c for c in s.lower() if c not in set(string.punctuation))
+    s = "".join(c for c in s.lower() if c not in PUNCTUATION)
     return " ".join(re.sub(r"\b(a|an|the)\b", " ", s).split())
 
 

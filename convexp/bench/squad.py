@@ -34,6 +34,7 @@ from .finetune import (
     hf_contenders,
     print_table,
     run_repeats,
+    script_result,
     summarize,
     write_model_dir,
     write_record,
@@ -175,10 +176,9 @@ def bench_squad(
 
 def _script_f1(stdout: str, windows: int) -> float | None:
     """The contender's dev F1; it must have trained on the same windows as convexp."""
-    lines = [x for x in stdout.splitlines() if x.startswith("{")]
-    if not lines:
+    result = script_result(stdout)
+    if result is None:
         return None
-    result = json.loads(lines[-1])
     if result["train_windows"] != windows:
         raise UserError(f"the contender made {result['train_windows']} training windows, convexp {windows}: "
                         "the jobs differ (tokenizers 0.23.2 drops overflowing windows; upgrade it)")  # fmt: skip
