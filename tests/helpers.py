@@ -45,9 +45,9 @@ def convexp(
     )
 
 
-def kill_when(args: list[str], outputs: Path, pattern: str) -> None:
+def kill_when(args: list[str], outputs: Path, pattern: str, env: dict | None = None) -> None:
     """Run `convexp ARGS` and SIGKILL it as soon as a file matching `pattern` exists under outputs."""
-    env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "WANDB_MODE": "offline"}
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "WANDB_MODE": "offline", **(env or {})}
     proc = subprocess.Popen(
         [sys.executable, "-m", "convexp.cli", *args],
         env=env,

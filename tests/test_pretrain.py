@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,8 +64,24 @@ def test_pretrain_runs_exports_and_logs_offline(tmp_path, objective):
     assert len(run_dirs(tmp_path)) == 1
 
 
+@pytest.fixture
+def parent_wandb_service():
+    """``WANDB_SERVICE`` of a W&B service another process runs, as a notebook or a test runner that
+    used wandb hands it to the convexp processes it starts."""
+    code = "import os, time, wandb; wandb.setup(); print(os.environ['WANDB_SERVICE'], flush=True); time.sleep(900)"
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        yield {"WANDB_SERVICE": parent.stdout.readline().strip()}
+    finally:
+        parent.kill()
+        parent.wait()
+
+
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_same_result(tmp_path):
+def test_killed_run_resumes_to_the_same_result(tmp_path, parent_wandb_service):
+    """Under a parent's W&B service too: the killed run's ID stays registered in a service it
+    shared, which would refuse the resume."""
+    env = parent_wandb_service
     args = [
         *TINY,
         "trainer.max_steps=300",
@@ -71,15 +89,15 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
         "trainer.val_every_n_steps=100",
         "trainer.deterministic=true",
     ]
-    ref = convexp("pretrain", *args, outputs=tmp_path / "ref")
+    ref = convexp("pretrain", *args, outputs=tmp_path / "ref", env=env)
     assert ref.returncode == 0, ref.stderr[-3000:]
 
     out = tmp_path / "killed"
-    kill_when(["pretrain", *args], out, "runs/pretrain/*/checkpoints/step=40.ckpt")
+    kill_when(["pretrain", *args], out, "runs/pretrain/*/checkpoints/step=40.ckpt", env=env)
     [run] = run_dirs(out)
     assert not (run / "metrics.json").exists(), "the run finished before it could be killed"
 
-    resumed = convexp("pretrain", *args, outputs=out)
+    resumed = convexp("pretrain", *args, outputs=out, env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = metrics(run_dirs(tmp_path / "ref")[0]), metrics(run)
     assert b["steps"] == a["steps"] == 300

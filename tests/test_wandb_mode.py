@@ -3,10 +3,12 @@ the netrc file (NETRC or ~/.netrc), the host `wandb login --host` saved."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from omegaconf import OmegaConf
 
-from convexp.stages.wandb_mode import wandb_mode
+from convexp.stages.wandb_mode import own_service, wandb_mode
 
 AUTO = OmegaConf.create({"mode": "auto"})
 VARIABLES = ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL", "NETRC")
@@ -76,3 +78,13 @@ def test_log_model_logs_the_final_model_as_an_artifact(tmp_path):
     [wb] = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
     kind, files = artifacts(wb)[f"model-{run.name}"]
     assert kind == "model" and {"model.safetensors", "model_config.json", "tokenizer.json"} <= set(files)
+
+
+def test_a_parents_wandb_service_is_left_for_this_processs_own(monkeypatch):
+    monkeypatch.setenv("WANDB_SERVICE", f"3-{os.getpid() + 1}-unix-/tmp/wandb-x/socket")
+    own_service()
+    assert "WANDB_SERVICE" not in os.environ  # a parent's: a killed run's ID would stay registered there
+    mine = f"3-{os.getpid()}-unix-/tmp/wandb-y/socket"
+    monkeypatch.setenv("WANDB_SERVICE", mine)
+    own_service()
+    assert os.environ["WANDB_SERVICE"] == mine  # this process's own: the runs it starts next share it

@@ -270,12 +270,13 @@ def _log_to_wandb(plan: Plan, report: dict, out: Path) -> None:
     summary, the figures as images."""
     import wandb
 
-    from ..stages.wandb_mode import wandb_mode
+    from ..stages.wandb_mode import own_service, wandb_mode
 
     cfg = plan.logger
     mode, _why = wandb_mode(cfg)
     if mode == "disabled":
         return
+    own_service()
     run = wandb.init(
         project=cfg.project,
         entity=cfg.entity,

@@ -13,7 +13,7 @@ from ..errors import UserError
 from ..runs import Run
 from .metrics_csv import AppendingCSVLogger
 from ..noise import is_quiet
-from .wandb_mode import wandb_mode
+from .wandb_mode import own_service, wandb_mode
 
 
 def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ()) -> list:
@@ -31,6 +31,7 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
     if mode != "disabled":
         import wandb
 
+        own_service()
         if silent:  # set up silent before the run: wandb validates the run's settings (and warns
             wandb.setup(settings=wandb.Settings(silent=True))  # about Lightning's anonymous=None) first
         loggers.append(

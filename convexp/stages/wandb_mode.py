@@ -60,3 +60,14 @@ def wandb_mode(logger_cfg) -> tuple[str, str]:
         return "online", f"the key for {host} in {path}"
     where = f"~/{path.relative_to(Path.home())}" if path.is_relative_to(Path.home()) else str(path)
     return "offline", f"no key for {host or url} in {where}: `wandb login`"
+
+
+def own_service() -> None:
+    """Start this process's own W&B service, never join one another process left in
+    ``WANDB_SERVICE`` (a parent that ran wandb, e.g. a notebook or a test runner, hands it to its
+    children). A run killed while it shared that service keeps its ID registered there, and the
+    service refuses the resume: "run ID ... is in use". The token reads ``3-<PID>-unix-<PATH>``,
+    PID the process that started the service."""
+    token = os.environ.get("WANDB_SERVICE", "")
+    if token and token.split("-")[1:2] != [str(os.getpid())]:
+        del os.environ["WANDB_SERVICE"]
