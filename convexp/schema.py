@@ -224,7 +224,7 @@ class FinetuneSchema:
     grid_values: Dict[str, List[Any]] = field(default_factory=dict)
     group_by_length: bool = True  # GLUE/probing training batches of rows of similar length
     checkpoint_every_s: float = 300.0  # fine-tuning's last.ckpt at most this often (0: every half epoch)
-    malloc_mmap_threshold_mib: Optional[float] = 1.0  # stages/accel.heap_mmap_threshold; null: glibc's own
+    malloc_mmap_threshold_mib: Any = "auto"  # auto, MiB or null (glibc's own): stages/accel.mmap_threshold_mib
     scalar_mix: Optional[bool] = None
     scalar_mix_norm: str = "per_layer"
     classifier: Optional[str] = None
@@ -238,8 +238,9 @@ class FinetuneSchema:
         choose("scalar_mix_norm", self.scalar_mix_norm, NORMS, "layers")
         choose("classifier", self.classifier, (None, *CLASSIFIERS), "pooler")
         m = self.malloc_mmap_threshold_mib
-        if m is not None and not 0 < m <= 32:
-            raise ValueError(f"malloc_mmap_threshold_mib={m}: give MiB in (0, 32] (glibc's range), or null for glibc's own")
+        number = isinstance(m, (int, float)) and not isinstance(m, bool)
+        if m not in ("auto", None) and not (number and 0 < m <= 32):
+            raise ValueError(f"malloc_mmap_threshold_mib={m}: give auto, MiB in (0, 32] (glibc's range), or null for glibc's own")
         if self.checkpoint_every_s < 0:
             raise ValueError(f"checkpoint_every_s={self.checkpoint_every_s}: give seconds >= 0")
         if not self.seeds:

@@ -27,7 +27,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from .. import pruning as pruner
 from ..record import write_record
 from ..runs import Run
-from .accel import fused_adamw, heap_mmap_threshold, on_cuda
+from .accel import fused_adamw, heap_mmap_threshold, mmap_threshold_mib, on_cuda
 from .common import OptimizerStep, adamw_with_linear_schedule, finish_wandb, layerwise_groups
 from .health import Health, fit
 from .progress import StepProgressBar, refresh_every
@@ -217,7 +217,8 @@ def train_attempt(
             if fresh:
                 write_record(run, cfg)
                 ckpt = run.resume_checkpoint()
-                with heap_mmap_threshold(cfg.get("malloc_mmap_threshold_mib")):
+                heap = mmap_threshold_mib(cfg.malloc_mmap_threshold_mib, squad="qa" in cfg.task)
+                with heap_mmap_threshold(heap):
                     fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
                     finish(time.time() - started)
                 drop_checkpoints(run)
