@@ -49,13 +49,25 @@ def _as_array(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def _valid(f: dict, s: int, e: int, max_answer_len: int, max_context_only: bool) -> bool:
+def _valid(f: dict, s: np.ndarray, e: np.ndarray, max_answer_len: int, max_context_only: bool) -> np.ndarray:
+    """Which spans (s, e) are candidates (the module docstring's rules), for integer arrays ``s``
+    and ``e`` that broadcast together (starts [k, 1] against ends [1, k] or [k, k]): a bool array."""
     n = len(f["offsets"])
-    if not (0 <= s < n and 0 <= e < n) or e < s or e - s + 1 > max_answer_len:
-        return False
-    if f["offsets"][s] is None or f["offsets"][e] is None:
-        return False
-    return not max_context_only or bool(f["max_context"][s])
+    inside = np.array([o is not None for o in f["offsets"]] + [False])  # [n + 1]: index n = out of range
+    s_at = np.where((s >= 0) & (s < n), s, n)
+    e_at = np.where((e >= 0) & (e < n), e, n)
+    ok_start = inside[s_at]
+    if max_context_only:
+        ok_start &= np.append(np.asarray(f["max_context"], dtype=bool), False)[s_at]
+    length = e - s + 1
+    return ok_start & inside[e_at] & (length >= 1) & (length <= max_answer_len)
+
+
+def _spans(f: dict, scores: np.ndarray, s: np.ndarray, e: np.ndarray, ok: np.ndarray) -> list:
+    """Candidates (score, feature, s, e) where ``ok`` (every array of one broadcast shape), in
+    row-major order: the order of a loop over starts, then ends."""
+    s, e = np.broadcast_to(s, ok.shape)[ok], np.broadcast_to(e, ok.shape)[ok]
+    return [(score, f, a, b) for score, a, b in zip(scores[ok].tolist(), s.tolist(), e.tolist())]
 
 
 def top_indices(scores: np.ndarray, k: int) -> list[int]:
@@ -142,13 +154,11 @@ def decode_independent(
         n = len(f["input_ids"])
         st = _as_array(start_logits[f["feature_index"]])[:n]  # [n]
         en = _as_array(end_logits[f["feature_index"]])[:n]  # [n]
-        found = [
-            (st[s] + en[e], f, s, e)
-            for s in top_indices(st, n_best)
-            for e in top_indices(en, n_best)
-            if _valid(f, s, e, max_answer_len, max_context_only)
-        ]
-        return found, (st[0] + en[0] if version_2 else None)  # null: [CLS] as start and end
+        s = np.array(top_indices(st, n_best))[:, None]  # [k, 1]
+        e = np.array(top_indices(en, n_best))[None, :]  # [1, k]
+        ok = _valid(f, s, e, max_answer_len, max_context_only)  # [k, k]
+        null = st[0] + en[0] if version_2 else None  # [CLS] as start and end
+        return _spans(f, st[s] + en[e], s, e, ok), null
 
     return _decode(records, features, window, n_best, False, null_threshold, version_2)
 
@@ -172,12 +182,9 @@ def decode_joint(
         i_f = f["feature_index"]
         s_lp, s_idx = _as_array(start_top_log_probs[i_f]), _as_array(start_top_index[i_f]).astype(int)
         e_lp, e_idx = _as_array(end_top_log_probs[i_f]), _as_array(end_top_index[i_f]).astype(int)
-        found = [
-            (s_lp[i] + e_lp[i, j], f, int(s), int(e))
-            for i, s in enumerate(s_idx)
-            for j, e in enumerate(e_idx[i])
-            if _valid(f, int(s), int(e), max_answer_len, max_context_only)
-        ]
-        return found, (float(_as_array(null_logits[i_f])) if null_logits is not None else None)
+        s, e = s_idx[:, None], e_idx  # [k, 1] starts, [k, k] the ends of each
+        ok = _valid(f, s, e, max_answer_len, max_context_only)  # [k, k]
+        null = float(_as_array(null_logits[i_f])) if null_logits is not None else None
+        return _spans(f, s_lp[:, None] + e_lp, s, e, ok), null
 
     return _decode(records, features, window, n_best, True, null_threshold, null_logits is not None)
