@@ -111,3 +111,11 @@ def test_long_sequences_get_thinned_ticks():
     maps = torch.softmax(torch.randn(1, 1, 40, 40), -1)
     fig = analysis.attention_figure(maps, [f"w{i}" for i in range(40)], "t")
     assert texts(fig.axes[-2].get_xticklabels()) == [f"w{i}" for i in range(0, 40, 3)]  # -1: the colour bar
+
+
+def test_the_figures_name_the_report_styles_own_score():
+    from convexp.report.figures import units
+
+    assert "Spearman for STS-B" in units("convbert")  # ConvBERT's and ELECTRA's tables
+    assert "mean of the task's metrics" in units("chang")  # Chang et al.: (F1 + acc) / 2 for MRPC
+    assert "accuracy" in units("probing") and "Chang" not in units("probing")

@@ -259,9 +259,9 @@ def _figures(plan: Plan, spec, rows: list, dec, out: Path) -> list[str]:
     if spec.figure:
         written.append(str(figures.curve(plan.sweep, rows, varies, title, out / "figure.png")))
     if dec is not None:
-        written.append(str(figures.seed_scores(dec, rows, varies, spec.split, title, out / "seeds.png")))
+        written.append(str(figures.seed_scores(dec, rows, varies, spec.split, spec.style, title, out / "seeds.png")))
         if any(d is not None for d in dec.differences.values()):
-            written.append(str(figures.differences(dec, rows, varies, title, out / "differences.png")))
+            written.append(str(figures.differences(dec, rows, varies, spec.style, title, out / "differences.png")))
     return written
 
 

@@ -91,7 +91,13 @@ def _same(value: str | None, x) -> bool:
 
 # ----------------------------------------------------------------------------- the decision figures
 
-UNITS = "points: the task's metric × 100 (Chang et al.'s style: the mean of its metrics)"
+def units(style: str) -> str:
+    """What a figure's score is: the report style's per-task score (tasks/scores.py), × 100."""
+    how = {
+        "convbert": "ConvBERT's style: MCC for CoLA, Spearman for STS-B, accuracy otherwise",
+        "probing": "the probing task's accuracy",
+    }.get(style, "Chang et al.'s style: the mean of the task's metrics")
+    return f"points: the task's metric × 100 ({how})"
 
 
 def fit_title(text: str, fig, fontsize: float) -> str:
@@ -162,12 +168,12 @@ def _legend_and_save(fig, axes, path: Path, xlabel: str) -> Path:
     return path
 
 
-def seed_scores(dec, rows, varies: dict, split: str, title: str, path: Path) -> Path:
+def seed_scores(dec, rows, varies: dict, split: str, style: str, title: str, path: Path) -> Path:
     """Every seed's score per variant, one panel per task (and the GLUE average): variants down the
     side (with their values of the swept keys), the seeds as dots, our aggregate as a bar, the
     paper's number as a red diamond beside them."""
     labels = variant_labels(rows, varies)
-    fig, axes = _panels(dec.columns, labels, title, f"every fine-tuning seed's {split} score, in {UNITS}")
+    fig, axes = _panels(dec.columns, labels, title, f"every fine-tuning seed's {split} score, in {units(style)}")
     for c, ax in axes.items():
         for y, r in enumerate(rows):
             scores = list(r.seeds.get(c, {}).values())
@@ -184,7 +190,7 @@ def seed_scores(dec, rows, varies: dict, split: str, title: str, path: Path) -> 
     return _legend_and_save(fig, axes, path, f"{split} score (points)")
 
 
-def differences(dec, rows, varies: dict, title: str, path: Path) -> Path:
+def differences(dec, rows, varies: dict, style: str, title: str, path: Path) -> Path:
     """A forest plot per task (and GLUE): each variant's difference from the baseline with its 95%
     interval, filled where the interval excludes 0; the paper's difference as a red cross."""
     base = next(r for r in rows if r.variant == dec.baseline)
@@ -192,7 +198,7 @@ def differences(dec, rows, varies: dict, title: str, path: Path) -> Path:
     own = settings(varies, base.variant)
     note = (
         f"difference from the baseline “{base.label}”{f' with {own}' if own else ''} (variant − baseline, mean over seeds) with its 95% "
-        f"interval, filled where it excludes 0;\nin {UNITS}"
+        f"interval, filled where it excludes 0;\nin {units(style)}"
     )
     fig, axes = _panels(dec.columns, variant_labels(others, varies), title, note)
     for c, ax in axes.items():
