@@ -54,13 +54,9 @@ def _main(
     _state["debug"] = debug
     if verbose and quiet:
         _fail("-v/--verbose and --quiet contradict each other: pass one")
-    if verbose or quiet:
-        from .logs import show_logs
+    from .logs import set_verbosity
 
-        show_logs(verbose, quiet)
-    from .noise import quiet as quiet_third_parties
-
-    quiet_third_parties(verbose=bool(verbose))  # -v: every third-party line too
+    set_verbosity(verbose, quiet)
     if config_dir:
         from .config import add_config_dirs
 

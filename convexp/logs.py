@@ -31,3 +31,24 @@ def show_logs(verbose: int = 0, quiet: bool = False) -> logging.Handler:
     for name in LIGHTNING if quiet else ():
         logging.getLogger(name).setLevel(logging.WARNING)
     return handler
+
+
+_CHOSEN: dict = {}  # the command line's -v / --quiet (set_verbosity), for the processes a sweep starts
+
+
+def set_verbosity(verbose: int = 0, quiet: bool = False) -> None:
+    """This process shows what the command line's ``-v`` / ``--quiet`` choose: :func:`show_logs`
+    with either flag, and the third parties silenced unless ``-v`` (convexp/noise.py). A sweep's
+    worker processes and SLURM jobs are handed the same choice (:func:`verbosity`)."""
+    _CHOSEN.update(verbose=verbose, quiet=quiet)
+    if verbose or quiet:
+        show_logs(verbose, quiet)
+    from .noise import quiet as quiet_third_parties
+
+    quiet_third_parties(verbose=bool(verbose))  # -v: every third-party line too
+
+
+def verbosity() -> dict | None:
+    """The choice :func:`set_verbosity` made in this process (keyword arguments for it), None when
+    the command line made none (convexp used as a library: its caller's logging is left alone)."""
+    return dict(_CHOSEN) or None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
+import torch
 
 from convexp.logs import LIGHTNING, show_logs
 from helpers import QUIET, TINY, convexp
@@ -55,3 +57,28 @@ def test_pretrain_with_v_shows_the_data_lines(tmp_path):
     assert "tokenizer" in loud.stderr and "packed" in loud.stderr, loud.stderr[-2000:]
     plain = convexp(*args, outputs=tmp_path / "plain", env=QUIET)
     assert plain.returncode == 0 and "packed" not in plain.stderr
+
+
+def test_a_sweeps_worker_process_is_as_verbose_as_the_command_line(tmp_path, monkeypatch, restore_logging):
+    """`convexp -v ablate ... launcher.workers=2`: each worker process (a fresh interpreter) applies
+    the command line's -v / --quiet before it runs its node, as a SLURM job does (NodeJob)."""
+    from convexp import logs, noise
+    from convexp.sweep import launchers
+
+    seen = {}
+
+    def node(stage, overrides):
+        seen.update(chosen=logs.verbosity(), third_parties_quiet=noise.is_quiet())
+        seen["lightning"] = logging.getLogger("pytorch_lightning").level
+
+    monkeypatch.setattr(launchers, "run_node", node)
+    monkeypatch.setattr(launchers.os, "dup2", lambda *a: None)  # the log file, not this test's output
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # nor this process's threads
+    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "2"))
+    monkeypatch.setattr(logs, "_CHOSEN", {})
+    monkeypatch.setitem(noise._STATE, "quiet", False)
+    assert launchers._pool_job("pretrain", [], str(tmp_path / "node.log"), 1, {"verbose": 0, "quiet": True}) is None
+    assert seen == {"chosen": {"verbose": 0, "quiet": True}, "third_parties_quiet": True, "lightning": logging.WARNING}
+    monkeypatch.setattr(logs, "_CHOSEN", {})
+    launchers._pool_job("pretrain", [], str(tmp_path / "node.log"), 1, {"verbose": 1, "quiet": False})
+    assert seen["chosen"] == {"verbose": 1, "quiet": False} and not seen["third_parties_quiet"]  # -v: all of it

@@ -95,11 +95,12 @@ def test_a_submitit_node_job_resubmits_the_same_node():
 
     from convexp.sweep.node_job import NodeJob
 
-    job = NodeJob()
+    job = NodeJob({"verbose": 1, "quiet": False})  # the submitting command line's -v
     overrides = ["scale=smoke", "trainer.max_steps=7"]
     again = job.checkpoint("pretrain", overrides)  # what submitit calls at the time-limit signal
     assert isinstance(again.function, NodeJob) and isinstance(again.function, Checkpointable)
     assert again.args == ("pretrain", overrides) and again.kwargs == {}
+    assert again.function.chosen == {"verbose": 1, "quiet": False}  # the requeued job is as verbose
 
 
 @pytest.mark.slow

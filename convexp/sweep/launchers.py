@@ -17,6 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from ..logs import set_verbosity, verbosity
 from ..record import warn_if_other_version
 from ..runs import error_line
 from . import slurm
@@ -143,13 +144,16 @@ def run_one(plan: Plan, key: str | None, wait_s: float, poll_s: float = 10.0) ->
 # ----------------------------------------------------------------------------- worker processes
 
 
-def _pool_job(stage: str, overrides: list[str], log: str, threads: int) -> str | None:
-    """In a fresh worker process: run one node with its output in ``log``; the error line or None."""
+def _pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: dict | None) -> str | None:
+    """In a fresh worker process: run one node with its output in ``log``, as verbose as the
+    command line chose (``chosen``: logs.verbosity()); the error line or None."""
     os.environ["OMP_NUM_THREADS"] = str(threads)
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", buffering=1) as f:
         os.dup2(f.fileno(), 1)  # the Trainer's progress and prints go to the log
         os.dup2(f.fileno(), 2)
+        if chosen is not None:
+            set_verbosity(**chosen)
         import torch
 
         torch.set_num_threads(threads)
@@ -182,7 +186,7 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int) -> None:
                     n_started += 1
                     _announce(node, n_started, n_total)
                     log = _log_path(plan, node)
-                    future = pool.submit(_pool_job, node.stage, node.overrides, str(log), threads)
+                    future = pool.submit(_pool_job, node.stage, node.overrides, str(log), threads, verbosity())
                     running[future] = (node, time.time(), log)
             if not running:
                 break
@@ -284,7 +288,8 @@ def submit_plan(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
             if after:
                 extra |= {"dependency": "afterok:" + ":".join(after), "kill-on-invalid-dep": "yes"}
             executor.update_parameters(slurm_additional_parameters=extra)
-            jobs = executor.map_array(NodeJob(), [n.stage for n in nodes], [n.overrides for n in nodes])
+            node_job = NodeJob(verbosity())
+            jobs = executor.map_array(node_job, [n.stage for n in nodes], [n.overrides for n in nodes])
             for node, job in zip(nodes, jobs):
                 ids[node.key] = job.job_id
                 ledger.outcomes[node.key] = Outcome("submitted", log=str(job.paths.stderr), job=job.job_id)
@@ -317,7 +322,7 @@ def run_submitit(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
         if not wave:
             break
         started = time.time()
-        jobs = executor.map_array(NodeJob(), [n.stage for n in wave], [n.overrides for n in wave])
+        jobs = executor.map_array(NodeJob(verbosity()), [n.stage for n in wave], [n.overrides for n in wave])
         print(
             f"submitted {len(jobs)} jobs (array {jobs[0].job_id.split('_')[0]}): "
             + ", ".join(n.key for n in wave),

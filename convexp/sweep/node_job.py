@@ -18,6 +18,7 @@ import os
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
+from ..logs import set_verbosity
 from .execute import run_node
 
 
@@ -28,11 +29,17 @@ def preempt_signal() -> str:
 
 
 class NodeJob(Checkpointable):
-    """``NodeJob()(stage, overrides)`` runs one node: what ``convexp <stage> OVERRIDES`` does."""
+    """``NodeJob(chosen)(stage, overrides)`` runs one node: what ``convexp <stage> OVERRIDES``
+    does, as verbose as the submitting command line chose (``chosen``: logs.verbosity())."""
+
+    def __init__(self, chosen: dict | None = None) -> None:
+        self.chosen = chosen
 
     def __call__(self, stage: str, overrides: list[str]) -> None:
+        if self.chosen is not None:
+            set_verbosity(**self.chosen)
         run_node(stage, [*overrides, f"trainer.requeue_signal={preempt_signal()}"])
 
     def checkpoint(self, stage: str, overrides: list[str]) -> DelayedSubmission:
         """The submission of the requeued job: the same node (it resumes from its checkpoint)."""
-        return DelayedSubmission(NodeJob(), stage, overrides)
+        return DelayedSubmission(NodeJob(self.chosen), stage, overrides)
