@@ -184,15 +184,15 @@ OPTIONAL_NULLS = {
 
 # what fine-tuning reads of its trainer node (conf/trainer/finetune.yaml): key -> (module, the read)
 TRAINER_READS = {
-    "accelerator": ("stages/finetune.py", "accelerator=cfg.trainer.accelerator"),
-    "precision": ("stages/finetune.py", "precision=cfg.trainer.precision"),
-    "log_every_n_steps": ("stages/finetune.py", "log_every_n_steps=cfg.trainer.log_every_n_steps"),
+    "accelerator": ("stages/task_module.py", "accelerator=cfg.trainer.accelerator"),
+    "precision": ("stages/task_module.py", "precision=cfg.trainer.precision"),
+    "log_every_n_steps": ("stages/task_module.py", "log_every_n_steps=cfg.trainer.log_every_n_steps"),
     "num_workers": ("stages/finetune.py", "cfg.trainer.num_workers"),
     "fused_adamw": ("stages/finetune.py", "cfg.trainer.fused_adamw"),
     "nonfinite_patience": ("stages/task_module.py", "Health(cfg.trainer.nonfinite_patience"),
     "requeue_signal": ("stages/task_module.py", "cfg.trainer.requeue_signal"),
     "lock_wait": ("stages/task_module.py", "wait=cfg.trainer.lock_wait"),
-    "threads": ("stages/accel.py", 'trainer_cfg.get("threads", "auto")'),  # set_threads(cfg.trainer)
+    "threads": ("stages/accel.py", 'trainer_cfg.get("threads", "auto")'),  # finetune_trainer: set_threads(cfg.trainer)
     "compile": ("stages/accel.py", "compile_mode(trainer_cfg.compile)"),  # prepare_encoders(..., cfg.trainer)
     "gradient_checkpointing": ("stages/accel.py", "bool(trainer_cfg.gradient_checkpointing)"),
 }

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from .. import pruning as pruner
@@ -35,13 +35,13 @@ from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
 from ..record import warn_if_other_version
 from ..runs import Run, RunDiverged
-from .accel import prepare_encoders, set_threads
-from .common import cluster_plugins, make_loggers, step_seed
+from .accel import prepare_encoders
+from .common import step_seed
 from .glue_eval import Padded, by_idx, eval_loader, evaluate_and_save
 from .glue_summary import write_summary
 from .rundirs import GlueRun, glue_runs, task_config
 from .streams import PermutedStream, StreamSampler
-from .task_module import TaskModule, run_callbacks, schedule, train_attempt
+from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
 
@@ -292,26 +292,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
             train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers, group
         )
 
-        set_threads(cfg.trainer)
-        trainer = pl.Trainer(
-            default_root_dir=str(run.dir),
-            accelerator=cfg.trainer.accelerator,
-            devices=1,
-            plugins=cluster_plugins(),
-            precision=cfg.trainer.precision,
-            max_steps=total,
-            val_check_interval=steps_per_epoch,
-            check_val_every_n_epoch=None,
-            num_sanity_val_steps=0,
-            gradient_clip_val=hp["grad_clip"],
-            log_every_n_steps=cfg.trainer.log_every_n_steps,
-            use_distributed_sampler=False,
-            enable_model_summary=False,
-            logger=make_loggers(
-                _logged_config(cfg, task_name, seed, hp), run, "finetune", tags=[task_name, f"seed{seed}"]
-            ),
-            callbacks=run_callbacks(cfg, run, steps_per_epoch),
-        )
+        trainer = finetune_trainer(cfg, run, hp, task_name, seed, total, steps_per_epoch, validate=True)
 
         def finish(seconds: float) -> None:
             evaluate_and_save(
@@ -330,13 +311,6 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
 
         train_attempt(cfg, run, trainer, module, data, finish, task=task_name, seed=seed)
     return run
-
-
-def _logged_config(cfg: DictConfig, task: str, seed: int, hp: dict) -> DictConfig:
-    c = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    with open_dict(c):
-        c.run = {"task": task, "seed": seed, "hp": hp}
-    return c
 
 
 # ----------------------------------------------------------------------------- a GLUE invocation

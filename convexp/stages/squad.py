@@ -32,14 +32,14 @@ from ..models import ModelConfig
 from ..models.qa import QuestionAnswerer
 from ..record import warn_if_other_version
 from ..runs import Run
-from .accel import prepare_encoders, set_threads
-from .common import cluster_plugins, make_loggers, step_seed
-from .finetune import Init, _logged_config, check_teacher, resolve_init
+from .accel import prepare_encoders
+from .common import step_seed
+from .finetune import Init, check_teacher, resolve_init
 from .rundirs import GlueRun
 from .squad_eval import evaluate_squad
 from .squad_runs import check_squad_config, qa_settings, squad_runs, squad_source
 from .streams import PermutedStream, StreamSampler
-from .task_module import TaskModule, run_callbacks, schedule, train_attempt
+from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
 
 COLUMNS = (
     "input_ids",
@@ -241,23 +241,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
         datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)
 
         task = cfg.task.name
-        set_threads(cfg.trainer)
-        trainer = pl.Trainer(
-            default_root_dir=str(run.dir),
-            accelerator=cfg.trainer.accelerator,
-            devices=1,
-            plugins=cluster_plugins(),
-            precision=cfg.trainer.precision,
-            max_steps=total,
-            limit_val_batches=0,  # evaluated once, after training (decoding every window is costly)
-            num_sanity_val_steps=0,
-            gradient_clip_val=hp["grad_clip"],
-            log_every_n_steps=cfg.trainer.log_every_n_steps,
-            use_distributed_sampler=False,
-            enable_model_summary=False,
-            logger=make_loggers(_logged_config(cfg, task, seed, hp), run, "finetune", tags=[task, f"seed{seed}"]),
-            callbacks=run_callbacks(cfg, run, steps_per_epoch),
-        )
+        trainer = finetune_trainer(cfg, run, hp, task, seed, total, steps_per_epoch, validate=False)
 
         def finish(seconds: float) -> None:
             evaluate_squad(

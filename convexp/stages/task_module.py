@@ -21,14 +21,21 @@ from collections.abc import Callable
 
 import pytorch_lightning as pl
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from .. import pruning as pruner
 from ..record import write_record
 from ..runs import Run
-from .accel import fused_adamw, heap_mmap_threshold, mmap_threshold_mib, on_cuda
-from .common import OptimizerStep, adamw_with_linear_schedule, finish_wandb, layerwise_groups
+from .accel import fused_adamw, heap_mmap_threshold, mmap_threshold_mib, on_cuda, set_threads
+from .common import (
+    OptimizerStep,
+    adamw_with_linear_schedule,
+    cluster_plugins,
+    finish_wandb,
+    layerwise_groups,
+    make_loggers,
+)
 from .health import Health, fit
 from .progress import StepProgressBar, refresh_every
 
@@ -170,6 +177,36 @@ def schedule(cfg: DictConfig, rows: int, hp: dict) -> tuple[int, int, DictConfig
             pruning.warmup_steps, steps_per_epoch, total, pruning.initial_warmup, pruning.final_warmup
         )
     return steps_per_epoch, total, pruning, prune_warmup
+
+
+def finetune_trainer(
+    cfg: DictConfig, run: Run, hp: dict, task: str, seed: int, total: int, steps_per_epoch: int, validate: bool
+) -> pl.Trainer:
+    """The Lightning Trainer of one fine-tuning run (GLUE, probing, SQuAD): one device, ``total``
+    steps, the run's loggers (its config with ``run: {task, seed, hp}``) and callbacks
+    (:func:`run_callbacks`). ``validate``: on the dev split after every epoch (GLUE, probing);
+    else never while training (SQuAD: decoding every window is costly; evaluated once after)."""
+    logged = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    with open_dict(logged):
+        logged.run = {"task": task, "seed": seed, "hp": hp}
+    when = {"val_check_interval": steps_per_epoch, "check_val_every_n_epoch": None} if validate else {"limit_val_batches": 0}
+    set_threads(cfg.trainer)
+    return pl.Trainer(
+        default_root_dir=str(run.dir),
+        accelerator=cfg.trainer.accelerator,
+        devices=1,
+        plugins=cluster_plugins(),
+        precision=cfg.trainer.precision,
+        max_steps=total,
+        **when,
+        num_sanity_val_steps=0,
+        gradient_clip_val=hp["grad_clip"],
+        log_every_n_steps=cfg.trainer.log_every_n_steps,
+        use_distributed_sampler=False,
+        enable_model_summary=False,
+        logger=make_loggers(logged, run, "finetune", tags=[task, f"seed{seed}"]),
+        callbacks=run_callbacks(cfg, run, steps_per_epoch),
+    )
 
 
 def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
