@@ -121,7 +121,9 @@ def run_hash(cfg: DictConfig | dict, ignore: tuple[str, ...] = EXECUTION_KEYS) -
 
 
 HASH_LENGTH = 10  # hex digits of run_hash at the end of every run name
-VARIED_MAX = 48  # characters of the ``+<key><value>`` tokens in a run name (names stay short)
+VARIED_MAX = 40  # characters of one run of ``+<key><value>`` tokens in a name
+NAME_MAX = 80  # characters of a whole name (unless its slug alone is longer): names stay short
+MORE = "+..."  # ends the tokens when some were left out to keep the name short
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")  # a token holds these only ('+' and '-' delimit)
 _VARIED = re.compile(rf"(?:\+[A-Za-z0-9_.]+)+(?=-[0-9a-f]{{{HASH_LENGTH}}}(?:-|$))")
 
@@ -138,15 +140,21 @@ def name_token(key: str, value: Any) -> str:
 
 
 def run_name(slug: str, tokens: list[str], digest: str) -> str:
-    """``<slug>+<token>+<token>-<hash>``: the tokens of :func:`name_token` in their order, as many
-    as fit in VARIED_MAX characters (the last one cut to fit); the hash, not the name, says which
-    run it is."""
+    """``<slug>+<token>+<token>-<hash>``: the tokens of :func:`name_token` in their order, whole,
+    as many as fit in VARIED_MAX characters and the name in NAME_MAX, then MORE if any was left
+    out (a value is never cut: ``lr0.00`` would name another value). A slug that holds another
+    run's name with its tokens (a fine-tune's init) and leaves no room shows MORE for those. The
+    hash, not the name, says which run it is."""
+    if len(slug) + 1 + HASH_LENGTH > NAME_MAX:
+        slug = _VARIED.sub(MORE, slug)
+    room = min(VARIED_MAX, NAME_MAX - len(slug) - 1 - HASH_LENGTH)
     out = ""
-    for token in tokens:
-        room = VARIED_MAX - len(out) - 1
-        if room <= 0:
+    for i, token in enumerate(tokens):
+        more = len(MORE) if i < len(tokens) - 1 else 0  # room for MORE after it, unless it is the last
+        if len(out) + 1 + len(token) + more > room:
+            out += MORE if len(out) + len(MORE) <= room else ""
             break
-        out += "+" + token[:room]
+        out += "+" + token
     return f"{slug}{out}-{digest}"
 
 
@@ -413,6 +421,17 @@ class Run:
 
     def read_config(self) -> DictConfig:
         return OmegaConf.load(self.dir / "config.yaml")
+
+
+def said(label: str, run_dir: Path, note: str = "", width: int = 80) -> str:
+    """``<label>: <run dir> <note>`` for the terminal: when that is wider than ``width`` columns,
+    the run's name on the first line and ``  in <its folder>`` on the next (a name shows what
+    varies, so it may be long; the output fits 80 columns)."""
+    note = f" {note}" if note else ""
+    line = f"{label}: {run_dir}{note}"
+    if len(line) <= width:
+        return line
+    return f"{label}: {run_dir.name}\n  in {run_dir.parent}{note}"
 
 
 def find_run(folder: Path, digest: str) -> Path | None:

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from convexp.config import compose_stage
-from convexp.runs import VARIED_MAX, Run, run_key, run_name, name_token
-from convexp.stages.rundirs import finetune_run, pretrain_run, variant_tokens
+from convexp.runs import NAME_MAX, VARIED_MAX, Run, name_token, run_key, run_name, said
+from convexp.stages.rundirs import command_tokens, finetune_run, pretrain_run, variant_tokens
 from convexp.sweep.args import sweep_settings
 from convexp.sweep.nodes import pretrain_node
 from convexp.sweep.spec import load_sweep
@@ -49,11 +49,18 @@ def test_name_shows_name_tokens_before_the_hash_and_is_capped():
     name = run_name("convbert-small-mlm", ["kernel_size9"], "1a2b3c4d5e")
     assert name == "convbert-small-mlm+kernel_size9-1a2b3c4d5e"
     assert run_name("convbert-small-mlm", [], "1a2b3c4d5e") == "convbert-small-mlm-1a2b3c4d5e"
-    many = [name_token(f"model.key{i}", "x" * 20) for i in range(10)]
+    many = [name_token(f"model.key{i}", "x" * 12) for i in range(10)]
     name = run_name("convbert-small-mlm", many, "1a2b3c4d5e")
-    assert name.startswith("convbert-small-mlm+key0") and name.endswith("-1a2b3c4d5e")
-    assert len(name) <= len("convbert-small-mlm") + VARIED_MAX + 11, name
-    assert SAFE.fullmatch(name)
+    # whole tokens while they fit, then "+..." for the rest: a value is never cut
+    assert name == "convbert-small-mlm+key0xxxxxxxxxxxx+key1xxxxxxxxxxxx+...-1a2b3c4d5e", name
+    assert len(name) <= len("convbert-small-mlm") + VARIED_MAX + 11 and len(name) <= NAME_MAX
+    assert SAFE.fullmatch(name) and run_key(name) == "convbert-small-mlm-1a2b3c4d5e"
+    assert run_name("convbert-small-mlm", ["lr0.003"] * 3, "1a2b3c4d5e").count("lr0.003") == 3
+    # a fine-tune of an init named with many tokens: the whole name stays within NAME_MAX
+    init = run_name("convbert-small-mlm", many, "1a2b3c4d5e")
+    ft = run_name(f"{init}-bermo-mnli-s42", ["pruningmovement", "alpha_ce0.1"], "0f0f0f0f0f")
+    assert ft == "convbert-small-mlm+...-1a2b3c4d5e-bermo-mnli-s42+pruningmovement+...-0f0f0f0f0f"
+    assert len(ft) <= NAME_MAX and run_key(ft) == run_key(f"{run_key(init)}-bermo-mnli-s42-0f0f0f0f0f")
 
 
 def test_run_key_is_the_name_without_its_tokens():
@@ -155,3 +162,41 @@ def test_variant_tokens_leave_out_slug_and_execution_keys():
         "final_threshold0.1",
     ]
 
+
+
+def test_names_show_no_path_and_no_data_source(outputs, tmp_path):
+    """Where the data comes from is no part of a name (the hash tells those runs apart): a path, as
+    a key's value or named by the key, and the data-source settings give no token; a corpus preset
+    by its name and the keys that shape the examples do."""
+    paths = [f"tokenizer_path={tmp_path}/vocab.txt", f"distill.teacher={tmp_path}/runs/finetune/t", "task.train_file=x.tsv"]
+    sources = ["glue.source=synthetic", "glue.synthetic_size=160", "glue.seed=3", "squad.source=local",
+               "squad.path=squad", "data.source=files", "data.num_docs=300", "data.seed=1", "protocol=chang"]  # fmt: skip
+    assert variant_tokens([*paths, *sources]) == []
+    kept = ["data=openwebtext", "data.examples=sentence_pairs", "squad.max_len=256", "model.kernel_size=5"]
+    assert variant_tokens([*paths, *kept, *sources]) == [
+        "dataopenwebtext",
+        "examplessentence_pairs",
+        "max_len256",
+        "kernel_size5",
+    ]
+    # a command given all of them names only what it changes in the model or recipe
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a b c\n")
+    given = ["scale=smoke", "data=files", f"data.path={corpus}", "data.val_fraction=0.5", "model.kernel_size=5"]
+    run = pretrain_run(compose_stage("pretrain", given))
+    assert re.fullmatch(r"convbert-small-mlm\+datafiles\+kernel_size5-[0-9a-f]{10}", run.id), run.id
+    ft_sources = [o for o in sources if not o.startswith("data.")]  # pre-training's
+    cfg = compose_stage("finetune", ["scale=smoke", "task=rte", "init=none", *paths[:1], *ft_sources, "lr=0.01"])
+    assert command_tokens(cfg) == ["lr0.01"]
+
+
+def test_a_long_name_is_printed_in_80_columns():
+    from pathlib import Path
+
+    short = Path("outputs/runs/pretrain/convbert-small-mlm-1a2b3c4d5e")
+    assert said("finished", short) == f"finished: {short}"
+    many = [name_token(f"model.key{i}", "x" * 12) for i in range(10)]
+    long = short.parent / run_name("convbert-small-mlm", many, "1a2b3c4d5e")
+    lines = said("finished", long).splitlines()
+    assert lines == [f"finished: {long.name}", "  in outputs/runs/pretrain"]
+    assert all(len(line) <= 80 for line in lines)

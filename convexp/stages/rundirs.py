@@ -35,21 +35,42 @@ BERMO_PROBING_SEEDS = (63, 77, 9, 96, 39)  # BERMO Table 12
 
 
 # Overrides that no run name shows: the slug shows them (preset, objective, task, seeds, name, BERMO's
-# mixing), or they say where a run starts or at which scale (its hash tells those runs apart).
+# mixing), or they say where a run starts, at which scale or under which protocol (the bundles the
+# rest of the recipe comes from; the hash tells those runs apart).
 UNNAMED = (
     *("model", "init_model", "objective", "name", "task", "seeds", "scalar_mix"),
-    *("init", "scale", "finetune_scale"),
+    *("init", "scale", "finetune_scale", "protocol"),
 )
+# Nor does a name show where the data comes from, only what the model and recipe are: a name with a
+# path is long and true on one machine only (`+path_home_me_data`), and the hash already tells such
+# runs apart (it holds the source settings, and a local file's contents: data/digests.py). So no
+# override whose key names a path (PATH_KEYS: ``tokenizer_path``, ``glue.path``, ``task.train_file``)
+# or whose value is one (a ``/`` in it: ``distill.teacher=runs/...``, a hub dataset), and none of the
+# data-source groups (SOURCE_GROUPS: source, folder, synthetic size and seed, corpus size, held-out
+# split) but the keys in them that shape the examples (SOURCE_RECIPE) and a corpus preset picked by
+# its short name (``data=openwebtext``: a config-group choice, a word).
+PATH_KEYS = ("path", "dir", "file", "files")
+SOURCE_GROUPS = ("data", "glue", "squad")
+SOURCE_RECIPE = ("data", "data.examples", "data.line_by_line", "squad.max_len", "squad.doc_stride")
+
+
+def names_data_source(key: str, value: object) -> bool:
+    """Whether override ``key=value`` says where data comes from (see PATH_KEYS, SOURCE_GROUPS)."""
+    text = str(value)
+    if key.rsplit(".", 1)[-1].endswith(PATH_KEYS) or "/" in text or "\\" in text:
+        return True
+    return key.split(".", 1)[0] in SOURCE_GROUPS and key not in SOURCE_RECIPE
 
 
 def named_overrides(overrides: list[str]) -> list[tuple[str, object]]:
     """(key, value) of the overrides a run name shows: not UNNAMED, not an execution key
-    (runs.EXECUTION_KEYS: logging, devices, outputs), not a deletion."""
+    (runs.EXECUTION_KEYS: logging, devices, outputs), not where data comes from
+    (:func:`names_data_source`), not a deletion."""
     out = []
     for o in parse_overrides(list(overrides)):
         key = override_key(o).split("@")[0]
         execution = any(key == k or key.startswith(f"{k}.") for k in EXECUTION_KEYS)
-        if o.is_delete() or key in UNNAMED or execution:
+        if o.is_delete() or key in UNNAMED or execution or names_data_source(key, o.value()):
             continue
         out.append((key, o.value()))
     return out
