@@ -36,10 +36,12 @@ BERMO_PROBING_SEEDS = (63, 77, 9, 96, 39)  # BERMO Table 12
 
 # Overrides that no run name shows: the slug shows them (preset, objective, task, seeds, name, BERMO's
 # mixing), or they say where a run starts, at which scale or under which protocol (the bundles the
-# rest of the recipe comes from; the hash tells those runs apart).
+# rest of the recipe comes from; the hash tells those runs apart), or how a fine-tune runs, not
+# what it computes (not in its id, as runs.EXECUTION_KEYS for pre-training).
 UNNAMED = (
     *("model", "init_model", "objective", "name", "task", "seeds", "scalar_mix"),
     *("init", "scale", "finetune_scale", "protocol"),
+    *("checkpoint_every_s", "malloc_mmap_threshold_mib"),
 )
 # Nor does a name show where the data comes from, only what the model and recipe are: a name with a
 # path is long and true on one machine only (`+path_home_me_data`), and the hash already tells such
