@@ -1,6 +1,6 @@
 """The run store: one directory per run, named by a hash of the configuration that matters.
 
-    outputs/runs/<stage>/<slug>-<hash>/
+    outputs/runs/<stage>/<slug>[+<varied>...]-<hash>/
         config.yaml      the composed configuration
         status.json      running | finished | failed | diverged | interrupted, the error line of the
                          current status and the history of attempts (start, end, status, host, pid)
@@ -10,7 +10,12 @@
         csv/             Lightning CSV logs;  wandb/  W&B files (offline runs: `wandb sync`)
         model/           the exported model (weights, model config, tokenizer)
 
-A repeated command finds the same directory: a finished run is reused, an unfinished one resumes.
+The slug says what the run is (model preset, objective, task, seed, ``name``), ``+<key><value>``
+tokens what varies (a sweep variant's overrides, or the overrides a command gave that differ from
+the defaults; :func:`run_name`), the hash which run it is. A run is found by its hash: a repeated
+command finds the same directory, even one named otherwise (before names showed what varies, or by
+a sweep where a command names it by its own overrides): a finished run is reused, an unfinished
+one resumes.
 Every file is written to a temporary name and renamed, so a crash never leaves a half-written
 result that a report would read as real. A run is finished only when status.json says so and
 metrics.json exists; the outputs of a finishing step that did not complete (exports, metrics) are
@@ -112,7 +117,52 @@ def run_hash(cfg: DictConfig | dict, ignore: tuple[str, ...] = EXECUTION_KEYS) -
             node = node.get(p, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict):
             node.pop(leaf, None)
-    return config_hash(d, length=10)
+    return config_hash(d, length=HASH_LENGTH)
+
+
+HASH_LENGTH = 10  # hex digits of run_hash at the end of every run name
+VARIED_MAX = 40  # characters of one run of ``+<key><value>`` tokens in a name
+NAME_MAX = 80  # characters of a whole name (unless its slug alone is longer): names stay short
+MORE = "+..."  # ends the tokens when some were left out to keep the name short
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")  # a token holds these only ('+' and '-' delimit)
+_VARIED = re.compile(rf"(?:\+[A-Za-z0-9_.]+)+(?=-[0-9a-f]{{{HASH_LENGTH}}}(?:-|$))")
+
+
+def name_token(key: str, value: Any) -> str:
+    """``model.kernel_size``, 9 -> ``kernel_size9``: the key's last component and the value, with
+    every run of other characters than letters, digits, ``_`` and ``.`` made one ``_``."""
+    if isinstance(value, bool):
+        value = str(value).lower()
+    elif isinstance(value, (list, tuple)):
+        value = "_".join(map(str, value))
+    text = _UNSAFE.sub("_", f"{key.rsplit('.', 1)[-1]}{value}").strip("_.")
+    return text or "_"
+
+
+def run_name(slug: str, tokens: list[str], digest: str) -> str:
+    """``<slug>+<token>+<token>-<hash>``: the tokens of :func:`name_token` in their order, whole,
+    as many as fit in VARIED_MAX characters and the name in NAME_MAX, then MORE if any was left
+    out (a value is never cut: ``lr0.00`` would name another value). A slug that holds another
+    run's name with its tokens (a fine-tune's init) and leaves no room shows MORE for those. The
+    hash, not the name, says which run it is."""
+    if len(slug) + 1 + HASH_LENGTH > NAME_MAX:
+        slug = _VARIED.sub(MORE, slug)
+    room = min(VARIED_MAX, NAME_MAX - len(slug) - 1 - HASH_LENGTH)
+    out = ""
+    for i, token in enumerate(tokens):
+        more = len(MORE) if i < len(tokens) - 1 else 0  # room for MORE after it, unless it is the last
+        if len(out) + 1 + len(token) + more > room:
+            out += MORE if len(out) + len(MORE) <= room else ""
+            break
+        out += "+" + token
+    return f"{slug}{out}-{digest}"
+
+
+def run_key(name: str) -> str:
+    """The name a run had before names showed what varies (its ``+`` tokens left out): what
+    another run's id hashes when it names this run (a fine-tune its init, a distillation its
+    teacher), so that naming a run never changes another run's id."""
+    return _VARIED.sub("", name)
 
 
 @dataclass
@@ -120,8 +170,17 @@ class Run:
     dir: Path
 
     @classmethod
-    def for_config(cls, outputs: str | Path, stage: str, slug: str, cfg: DictConfig) -> "Run":
-        return cls(Path(outputs) / "runs" / stage / f"{slug}-{run_hash(cfg)}")
+    def for_config(
+        cls, outputs: str | Path, stage: str, slug: str, cfg: DictConfig, tokens: list[str] = ()
+    ) -> "Run":
+        """The run of ``cfg``: the store's run with its hash when there is one (whatever its name),
+        else a new directory named :func:`run_name`."""
+        digest = run_hash(cfg)
+        folder = Path(outputs) / "runs" / stage
+        named = cls(folder / run_name(slug, list(tokens), digest))
+        if named.finished:  # the common case, without listing the folder
+            return named
+        return cls(find_run(folder, digest) or named.dir)
 
     @property
     def id(self) -> str:
@@ -362,6 +421,32 @@ class Run:
 
     def read_config(self) -> DictConfig:
         return OmegaConf.load(self.dir / "config.yaml")
+
+
+def said(label: str, run_dir: Path, note: str = "", width: int = 80) -> str:
+    """``<label>: <run dir> <note>`` for the terminal: when that is wider than ``width`` columns,
+    the run's name on the first line and ``  in <its folder>`` on the next (a name shows what
+    varies, so it may be long; the output fits 80 columns)."""
+    note = f" {note}" if note else ""
+    line = f"{label}: {run_dir}{note}"
+    if len(line) <= width:
+        return line
+    return f"{label}: {run_dir.name}\n  in {run_dir.parent}{note}"
+
+
+def find_run(folder: Path, digest: str) -> Path | None:
+    """The directory in ``folder`` (``outputs/runs/<stage>``) of the run with hash ``digest``,
+    whatever the rest of its name; None when there is none. Two of them (made at the same time
+    under two names) are ranked: finished first, then one with a checkpoint, then one that ran."""
+    found = [p for p in folder.glob(f"*-{digest}") if p.is_dir() and not p.name.startswith(".")]
+    if len(found) <= 1:
+        return found[0] if found else None
+
+    def rank(p: Path) -> tuple:
+        run = Run(p)
+        return (run.finished, bool(run._checkpoints_newest_first()), run.status != "new", p.name)
+
+    return max(found, key=rank)
 
 
 def _now() -> str:

@@ -200,6 +200,11 @@ def test_convbert_sweep_end_to_end_report_matches_run_store(tmp_path, monkeypatc
     assert (info["group"], info["job_type"]) == ("convbert-conv-type", "pretrain") and "sdconv" in info[
         "tags"
     ]
+    # one name everywhere: the plan's directory (the stage command, which would name the run by all
+    # of its overrides, writes there), the W&B run's id and name; no other directory
+    assert (info["id"], info["name"]) == (pre.name, pre.name)
+    planned = {Path(r).name for n in nodes.values() for r in n["runs"]}
+    assert {p.name for p in tmp_path.glob("runs/[pf]*/*")} == planned
     ft = Path(nodes["finetune/sdconv/rte/s2"]["runs"][0])
     [wb] = ft.glob("wandb/offline-run-*/run-*.wandb")
     info = run_info(wb)
@@ -260,7 +265,9 @@ def test_chang_sweep_with_intermediate_mnli_and_analysis(tmp_path):
     }
     rte = Path(nodes["finetune/fixed/rte/s2"]["runs"][0])
     mnli = Path(nodes["finetune/fixed/mnli/s2"]["runs"][0])
-    assert yaml.safe_load((rte / "config.yaml").read_text())["from"] == mnli.name
+    from convexp.runs import run_key
+
+    assert yaml.safe_load((rte / "config.yaml").read_text())["from"] == run_key(mnli.name)  # (its hash, no tokens)
 
     res = convexp("report", "relative-positions", "--analyze", "fixed", outputs=tmp_path, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -114,7 +115,10 @@ def test_intermediate_task_starts_from_the_mnli_model(tmp_path, pretrained):
     [rte] = [r for r in runs if "-rte-" in r.name]
     from omegaconf import OmegaConf
 
-    assert OmegaConf.load(rte / "config.yaml")["from"] == mnli.name
+    from convexp.runs import run_key
+
+    # the id holds the MNLI run's name without its tokens (runs.run_key): the same run whatever its name
+    assert OmegaConf.load(rte / "config.yaml")["from"] == run_key(mnli.name)
     from convexp.checkpoint import open_checkpoint
 
     state = open_checkpoint(mnli).encoder_state
@@ -335,7 +339,10 @@ def test_distillation_from_a_fine_tuned_teacher(tmp_path, pretrained):
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.load(student / "config.yaml")
-    assert cfg.distill.teacher == teacher.name and cfg.distill.alpha_distil == 0.9
+    from convexp.runs import run_key
+
+    assert cfg.distill.teacher == run_key(teacher.name) and cfg.distill.alpha_distil == 0.9
+    assert "teacher" not in student.name  # its path names no token
     bad = convexp(
         "finetune",
         "glue",
@@ -388,4 +395,6 @@ def test_random_init_baseline(tmp_path, pretrained):
     )
     assert res.returncode == 0, res.stderr[-3000:]
     [run] = finetune_runs(tmp_path)
-    assert run.name.startswith("bert_small-random-sst2-s42-")
+    # the preset, "random", the task and seed, then what the command changed (no tokenizer path)
+    assert re.fullmatch(r"bert_small-random-sst2-s42(\+[A-Za-z0-9_.]+)*-[0-9a-f]{10}", run.name), run.name
+    assert "tokenizer" not in run.name and "epochs1" in run.name

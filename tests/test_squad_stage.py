@@ -103,10 +103,14 @@ def test_official_v2_script_reproduces_the_scores_from_the_written_files(tmp_pat
 
 def test_protocol_settings_and_run_ids():
     from convexp.config import compose_stage
+    from convexp.runs import run_hash
     from convexp.stages.squad_runs import squad_runs
 
     def plan(*over):
         return squad_runs(compose_stage("finetune", ["init=x", "seeds=[1]", *over]), "m", 256)
+
+    def ident(planned) -> str:
+        return run_hash(planned.run_cfg)
 
     [electra] = plan("task=squad2")
     assert electra.run_cfg.qa == {
@@ -129,12 +133,13 @@ def test_protocol_settings_and_run_ids():
     assert soft.run_cfg.pruning["final_lambda"] == 500.0
     assert (soft.run_cfg.pruning["initial_warmup"], soft.run_cfg.pruning["final_warmup"]) == (1, 2)
     # the same command, the same run; windows and data source are part of the id
+    # (a run is its hash: names show the overrides given, and the store finds a run by its hash)
     assert plan("task=squad1", "protocol=bermo")[0].run.dir == bert.run.dir
-    assert plan("task=squad1", "protocol=bermo", "squad.max_len=256")[0].run.dir != bert.run.dir
-    assert plan("task=squad1", "protocol=bermo", "squad.source=synthetic")[0].run.dir != bert.run.dir
-    assert plan("task=squad1")[0].run.dir != plan("task=squad2")[0].run.dir
-    assert plan("task=squad1", "protocol=bermo", "glue.synthetic_size=7")[0].run.dir == bert.run.dir
-    assert plan("task=squad1", "protocol=bermo", "task.max_len=32")[0].run.dir == bert.run.dir  # GLUE's key
+    assert ident(plan("task=squad1", "protocol=bermo", "squad.max_len=256")[0]) != ident(bert)
+    assert ident(plan("task=squad1", "protocol=bermo", "squad.source=synthetic")[0]) != ident(bert)
+    assert ident(plan("task=squad1")[0]) != ident(plan("task=squad2")[0])
+    assert ident(plan("task=squad1", "protocol=bermo", "glue.synthetic_size=7")[0]) == ident(bert)
+    assert ident(plan("task=squad1", "protocol=bermo", "task.max_len=32")[0]) == ident(bert)  # GLUE's key
 
 
 # ----------------------------------------------------------------------------- end to end

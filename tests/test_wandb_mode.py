@@ -70,13 +70,16 @@ def test_log_model_logs_the_final_model_as_an_artifact(tmp_path):
     from helpers import TINY, convexp, run_dirs
     from wandb_records import artifacts
 
+    from convexp.runs import run_key
+
     args = ["pretrain", *TINY, "trainer.max_steps=2", "trainer.val_every_n_steps=2", "logger.log_model=true"]
     res = convexp(*args, outputs=tmp_path)  # WANDB_MODE=offline
     assert res.returncode == 0, res.stderr[-2000:]
     assert "W&B: offline (WANDB_MODE)" in res.stderr
     [run] = run_dirs(tmp_path)
     [wb] = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
-    kind, files = artifacts(wb)[f"model-{run.name}"]
+    assert "+" in run.name  # named by its overrides; artifact names allow no '+': the name without them
+    kind, files = artifacts(wb)[f"model-{run_key(run.name)}"]
     assert kind == "model" and {"model.safetensors", "model_config.json", "tokenizer.json"} <= set(files)
 
 

@@ -10,7 +10,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import UserError
-from ..runs import Run
+from ..runs import Run, run_key
 from .metrics_csv import AppendingCSVLogger
 from ..noise import is_quiet
 from .wandb_mode import own_service, wandb_mode
@@ -68,7 +68,8 @@ def cluster_plugins() -> list:
 def log_result(metrics: dict, run: Run) -> None:
     """Put a run's metrics.json into its W&B summary as ``result`` (what `report --source wandb`
     reads); with ``logger.log_model=true`` (in the run's W&B config) also its ``model/`` and, for a
-    fine-tuning run, its ``predictions/`` as W&B artifacts ``model-<run id>``, ``predictions-<run id>``."""
+    fine-tuning run, its ``predictions/`` as W&B artifacts ``model-<key>``, ``predictions-<key>`` (key:
+    runs.run_key of the run's name)."""
     if "wandb" in sys.modules:
         import wandb
 
@@ -77,7 +78,8 @@ def log_result(metrics: dict, run: Run) -> None:
             if (wandb.run.config.get("logger") or {}).get("log_model"):
                 for kind, folder in (("model", run.model_dir), ("predictions", run.dir / "predictions")):
                     if folder.is_dir():
-                        artifact = wandb.Artifact(f"{kind}-{run.id}", type=kind)
+                        # W&B artifact names allow no '+': the run's name without its tokens
+                        artifact = wandb.Artifact(f"{kind}-{run_key(run.id)}", type=kind)
                         artifact.add_dir(str(folder))
                         wandb.run.log_artifact(artifact)
 

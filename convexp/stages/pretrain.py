@@ -21,7 +21,7 @@ from ..errors import UserError
 from ..models import ModelConfig, ReplacedTokenDetector
 from ..models.io import save_model_dir
 from ..record import warn_if_other_version, write_record
-from ..runs import Run, RunDiverged, non_finite
+from ..runs import Run, RunDiverged, non_finite, said
 from .rundirs import pretrain_run
 from .common import (
     OptimizerStep,
@@ -189,7 +189,7 @@ def run_pretrain(cfg: DictConfig) -> Run:
     run = pretrain_run(cfg)
     if run.finished:
         warn_if_other_version(run)
-        print(f"already finished: {run.dir} (nothing to do)")
+        print(said("already finished", run.dir, "(nothing to do)"))
         return run
     run.refuse_diverged(cfg.retry_diverged)
     if run.last_checkpoint() and not cfg.resume:
@@ -216,7 +216,7 @@ def run_pretrain(cfg: DictConfig) -> Run:
         )
     with run.removed_on_refusal(), run.attempt(wait=cfg.trainer.lock_wait, stage="pretrain") as started:
         if not started:
-            print(f"already finished: {run.dir} (by another process)")
+            print(said("already finished", run.dir, "(by another process)"))
             return run
         try:
             _train(cfg, run, model_cfg, data, init)
@@ -356,7 +356,7 @@ def _finish(
     }
     log_result(metrics, run)
     run.finish(metrics)
-    print(f"finished: {run.dir}")
+    print(said("finished", run.dir))
 
 
 def _export_hf(model, model_cfg: ModelConfig, out: Path, tok_dir: Path, tokenizer) -> str:

@@ -5,6 +5,11 @@ and every fine-tuning run of a GLUE invocation, can be found from the config alo
 ablate`` lays out whole sweeps this way (cached, to resume, new) and ``convexp report`` finds the
 results again. Configs arrive composed: a GLUE invocation's per-task configs are composed by the
 caller (the CLI, the sweep planner) for the tasks :func:`glue_task_names` lists.
+
+A run's name also shows what varies (``+<key><value>`` tokens, convexp.runs.run_name): for a sweep,
+the variant's own overrides (the planner passes ``tokens``); for a command, the overrides it was
+given whose values differ from the defaults (:func:`command_tokens`). The hash alone says which run
+it is: the store finds a run by its hash whatever its name.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from ..data.digests import input_digests
 from ..data.loading import task_data
 from ..data.tasks import PROBING_ORDER
 from ..errors import UserError
-from ..runs import Run
+from ..runs import EXECUTION_KEYS, Run, name_token, run_key
 
 TASK_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
 TASK_SETS = {"all": TASK_ORDER, "probing_all": PROBING_ORDER}  # task=<set>: these tasks in turn
@@ -29,19 +34,100 @@ INTERMEDIATE = ("rte", "stsb", "mrpc")
 BERMO_PROBING_SEEDS = (63, 77, 9, 96, 39)  # BERMO Table 12
 
 
-def pretrain_run(cfg: DictConfig) -> Run:
+# Overrides that no run name shows: the slug shows them (preset, objective, task, seeds, name, BERMO's
+# mixing), or they say where a run starts, at which scale or under which protocol (the bundles the
+# rest of the recipe comes from; the hash tells those runs apart), or how a fine-tune runs, not
+# what it computes (not in its id, as runs.EXECUTION_KEYS for pre-training).
+UNNAMED = (
+    *("model", "init_model", "objective", "name", "task", "seeds", "scalar_mix"),
+    *("init", "scale", "finetune_scale", "protocol"),
+    *("checkpoint_every_s", "malloc_mmap_threshold_mib"),
+)
+# Nor does a name show where the data comes from, only what the model and recipe are: a name with a
+# path is long and true on one machine only (`+path_home_me_data`), and the hash already tells such
+# runs apart (it holds the source settings, and a local file's contents: data/digests.py). So no
+# override whose key names a path (PATH_KEYS: ``tokenizer_path``, ``glue.path``, ``task.train_file``)
+# or whose value is one (a ``/`` in it: ``distill.teacher=runs/...``, a hub dataset), and none of the
+# data-source groups (SOURCE_GROUPS: source, folder, synthetic size and seed, corpus size, held-out
+# split) but the keys in them that shape the examples (SOURCE_RECIPE) and a corpus preset picked by
+# its short name (``data=openwebtext``: a config-group choice, a word).
+PATH_KEYS = ("path", "dir", "file", "files")
+SOURCE_GROUPS = ("data", "glue", "squad")
+SOURCE_RECIPE = ("data", "data.examples", "data.line_by_line", "squad.max_len", "squad.doc_stride")
+
+
+def names_data_source(key: str, value: object) -> bool:
+    """Whether override ``key=value`` says where data comes from (see PATH_KEYS, SOURCE_GROUPS)."""
+    text = str(value)
+    if key.rsplit(".", 1)[-1].endswith(PATH_KEYS) or "/" in text or "\\" in text:
+        return True
+    return key.split(".", 1)[0] in SOURCE_GROUPS and key not in SOURCE_RECIPE
+
+
+def named_overrides(overrides: list[str]) -> list[tuple[str, object]]:
+    """(key, value) of the overrides a run name shows: not UNNAMED, not an execution key
+    (runs.EXECUTION_KEYS: logging, devices, outputs), not where data comes from
+    (:func:`names_data_source`), not a deletion."""
+    out = []
+    for o in parse_overrides(list(overrides)):
+        key = override_key(o).split("@")[0]
+        execution = any(key == k or key.startswith(f"{k}.") for k in EXECUTION_KEYS)
+        if o.is_delete() or key in UNNAMED or execution or names_data_source(key, o.value()):
+            continue
+        out.append((key, o.value()))
+    return out
+
+
+def variant_tokens(overrides: list[str]) -> list[str]:
+    """The name tokens (``kernel_size9``) of a sweep variant's overrides: what differs from the
+    sweep's base."""
+    return [name_token(k, v) for k, v in named_overrides(overrides)]
+
+
+def command_tokens(cfg: DictConfig) -> list[str]:
+    """The name tokens of the overrides a command was given (``cfg.invocation``) whose values
+    differ from the defaults: from the same command composed with only its UNNAMED overrides
+    (preset, task, scale...), so ``model.kernel_size=9`` on a preset whose kernel is 9 names nothing."""
+    given = list((cfg.get("invocation") or {}).get("overrides") or [])
+    named = named_overrides(given)
+    if not named:
+        return []
+    kept = [o for o, p in zip(given, parse_overrides(given)) if override_key(p) in UNNAMED]
+    try:
+        base = compose_stage(cfg.stage, kept)
+    except UserError:  # the defaults alone do not compose (a key the command needs): name them all
+        return [name_token(k, v) for k, v in named]
+    choices, base_choices = cfg.get("choices") or {}, base.get("choices") or {}
+
+    def differs(key: str) -> bool:
+        if key in choices:  # a config group: the option picked
+            return choices[key] != base_choices.get(key)
+        return _plain(OmegaConf.select(cfg, key)) != _plain(OmegaConf.select(base, key))
+
+    return [name_token(k, v) for k, v in named if differs(k)]
+
+
+def _plain(value):
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def pretrain_run(cfg: DictConfig, tokens: list[str] | None = None) -> Run:
     """The run directory of a composed pre-training config (known before it runs): its recipe
-    (conf/recipe/) is part of the composed config, so the id hashes every value the run uses."""
+    (conf/recipe/) is part of the composed config, so the id hashes every value the run uses.
+    ``tokens``: the name's tokens (a sweep's); None: the command's (:func:`command_tokens`)."""
     slug = "-".join(filter(None, [cfg.model.name, cfg.objective.name, cfg.name]))
     hashed = cfg
     if cfg.get("init"):  # a run it continues by its id, not its path: the same id in any run store
-        hashed = OmegaConf.merge(cfg, {"init": _identity(str(cfg.init))})
+        hashed = OmegaConf.merge(cfg, {"init": run_key(_identity(str(cfg.init)))})
     named = {"data.path": cfg.data.get("path"), "tokenizer.path": cfg.tokenizer.get("path")}
     named.update({f"data.parts.{i}.path": part.get("path") for i, part in enumerate(cfg.data.get("parts") or [])})
     inputs = input_digests(named)
     if inputs:  # local corpus or tokenizer files: their contents, not only their paths
         hashed = OmegaConf.create({**OmegaConf.to_container(hashed, resolve=True), "inputs": inputs})
-    return Run.for_config(cfg.outputs, "pretrain", slug, hashed)
+    tokens = command_tokens(cfg) if tokens is None else tokens
+    return Run.for_config(cfg.outputs, "pretrain", slug, hashed, tokens)
 
 
 # The recipe keys of a composed fine-tuning config (conf/finetune.yaml, set by conf/protocol/) that
@@ -132,14 +218,19 @@ def compose_finetune(overrides: list[str]) -> tuple[DictConfig, dict[str, DictCo
 
 
 def glue_runs(
-    cfg: DictConfig, init_slug: str, hidden_size: int, task_cfgs: Mapping[str, DictConfig]
+    cfg: DictConfig,
+    init_slug: str,
+    hidden_size: int,
+    task_cfgs: Mapping[str, DictConfig],
+    tokens: list[str] | None = None,
 ) -> list[GlueRun]:
     """Every run of a GLUE invocation, in execution order (MNLI before the tasks that start from it).
 
     ``task_cfgs``: the composed config of each task of :func:`glue_task_names` (``cfg`` itself for
     its own task may be left out). Needs only the init's name and width, not its weights:
     ``convexp ablate`` lays out fine-tunes of models that are not pre-trained yet, and ``convexp
-    report`` finds them again."""
+    report`` finds them again. ``tokens``: the names' tokens (a sweep's); None: the command's."""
+    tokens = command_tokens(cfg) if tokens is None else tokens
     intermediate = cfg.intermediate
     runs: list[GlueRun] = []
     mnli: dict[int, GlueRun] = {}
@@ -150,7 +241,7 @@ def glue_runs(
                 start = mnli.get(seed) if intermediate and name in INTERMEDIATE else None
                 grouped = {"group_by_length": True} if tcfg.get("group_by_length") else None  # off: older ids
                 start_id = start.run.id if start else ""
-                run, run_cfg = finetune_run(tcfg, init_slug, name, seed, hp, start_id, grouped)
+                run, run_cfg = finetune_run(tcfg, init_slug, name, seed, hp, start_id, grouped, tokens)
                 runs.append(GlueRun(name, seed, hp, run, run_cfg, start))
                 if name == "mnli":
                     mnli.setdefault(seed, runs[-1])  # the first setting's run
@@ -203,9 +294,12 @@ def finetune_run(
     hp: dict,
     start_slug: str = "",
     extra: Mapping | None = None,
+    tokens: list[str] = (),
 ) -> tuple[Run, DictConfig]:
     """The run directory of one (task, seed, hyper-parameters) fine-tune, and what its id hashes
-    (``extra``: more keys a task family adds, e.g. SQuAD's windows and data source)."""
+    (``extra``: more keys a task family adds, e.g. SQuAD's windows and data source; ``tokens``: the
+    name's tokens). The init and the start run are hashed by :func:`runs.run_key` of their names,
+    so that their names' tokens never change this run's id."""
     run_cfg = OmegaConf.create(
         {
             "stage": "finetune",
@@ -213,8 +307,8 @@ def finetune_run(
             "task": task_name,
             "seed": seed,
             "hp": hp,
-            "init": init_slug,
-            "from": start_slug,
+            "init": run_key(init_slug),
+            "from": run_key(start_slug),
             "glue": OmegaConf.to_container(cfg.glue) if "glue" in cfg else None,
             "max_len": cfg.task.max_len,
             "protocol": cfg.protocol,
@@ -234,7 +328,8 @@ def finetune_run(
     if cfg.pruning.method != "none":
         run_cfg.pruning = OmegaConf.to_container(cfg.pruning)
     if cfg.distill.teacher:
-        run_cfg.distill = {**OmegaConf.to_container(cfg.distill), "teacher": _identity(cfg.distill.teacher)}
+        teacher = run_key(_identity(cfg.distill.teacher))
+        run_cfg.distill = {**OmegaConf.to_container(cfg.distill), "teacher": teacher}
     mix = cfg.get("scalar_mix")
     if mix is not None:  # BERMO's layer mixing added to (or removed from) the init model
         run_cfg.scalar_mix = bool(mix)
@@ -251,7 +346,7 @@ def finetune_run(
         run_cfg.inputs = inputs
     bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
     slug = "-".join(filter(None, [init_slug, bermo, task_name, f"s{seed}", cfg.name]))
-    return Run.for_config(cfg.outputs, "finetune", slug, run_cfg), run_cfg
+    return Run.for_config(cfg.outputs, "finetune", slug, run_cfg, tokens), run_cfg
 
 
 def _local_inputs(run_cfg: DictConfig) -> dict:

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..data.squad import squad_source_settings
 from ..errors import UserError
-from .rundirs import GlueRun, finetune_run, hyperparameters
+from .rundirs import GlueRun, command_tokens, finetune_run, hyperparameters
 
 SQUAD_TASKS = ("squad1", "squad2")  # conf/task/squad1.yaml (v1.1), squad2.yaml (v2.0)
 SQUAD_PROTOCOLS = ("convbert", "bermo")  # ELECTRA's QA recipe, BERMO's (Sanh et al.'s masked_run_squad.py)
@@ -65,15 +65,18 @@ def squad_source(cfg: DictConfig) -> dict:
     return s
 
 
-def squad_runs(cfg: DictConfig, init_slug: str, hidden_size: int) -> list[GlueRun]:
+def squad_runs(
+    cfg: DictConfig, init_slug: str, hidden_size: int, tokens: list[str] | None = None
+) -> list[GlueRun]:
     """Every run of a SQuAD invocation (the task's seeds), in execution order. Needs only the
-    init's name and width, not its weights (see rundirs.glue_runs)."""
+    init's name and width, not its weights; ``tokens`` as for rundirs.glue_runs."""
     check_squad_config(cfg)
+    tokens = command_tokens(cfg) if tokens is None else tokens
     # GLUE's data source and length are not SQuAD's: the id holds SQuAD's source and windows instead
     extra = {"glue": None, "max_len": None, "qa": qa_settings(cfg), "squad": squad_source(cfg)}
     runs = []
     for hp in hyperparameters(cfg, hidden_size):
         for seed in cfg.seeds:
-            run, run_cfg = finetune_run(cfg, init_slug, cfg.task.name, seed, hp, extra=extra)
+            run, run_cfg = finetune_run(cfg, init_slug, cfg.task.name, seed, hp, extra=extra, tokens=tokens)
             runs.append(GlueRun(cfg.task.name, seed, hp, run, run_cfg))
     return runs

@@ -94,7 +94,8 @@ def squad_flops(cfg: DictConfig, model_cfg, task: str) -> float:
     n = cfg.squad.synthetic_size if cfg.squad.source == "synthetic" else SQUAD_TRAIN.get(task, 100_000)
     max_len = qa_settings(cfg)["max_len"]
     per_token = _flops_per_token(model_cfg, max_len)
-    return sum(per_token * n * p.hp["epochs"] * max_len for p in squad_runs(cfg, "", model_cfg.hidden_size))
+    runs = squad_runs(cfg, "", model_cfg.hidden_size, [])  # only their hyper-parameters: unnamed
+    return sum(per_token * n * p.hp["epochs"] * max_len for p in runs)
 
 
 _FLOPS: dict = {}

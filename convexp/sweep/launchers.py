@@ -32,6 +32,8 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
     node; on SLURM: submit them, ``submitted``); returns the outcomes."""
     launcher = plan.settings.launcher
     if launcher.name == "node":
+        if launcher.key in plan.nodes:
+            reserve(plan.nodes[launcher.key])
         return {launcher.key: run_one(plan, launcher.key, float(launcher.wait_s))}
     if launcher.name == "submitit":
         require_submitit()
@@ -47,6 +49,9 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
         elif settled(node):
             ledger.outcomes[key] = settled(node)
     ledger.save()
+    for key, node in plan.nodes.items():
+        if key not in ledger.outcomes:
+            reserve(node)
     if launcher.name == "local" and launcher.workers <= 1:
         run_sequential(plan, ledger)
     elif launcher.name == "local":
@@ -58,6 +63,15 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
     else:
         raise SweepError(f"unknown launcher {launcher.name!r}; use launcher=local, submitit or node")
     return ledger.outcomes
+
+
+def reserve(node: Node) -> None:
+    """Make the node's run directories under the names the plan gave them, before its stage
+    command runs: the command finds its run by hash (convexp.runs.find_run), so it writes there
+    instead of naming the run by its own overrides (which hold the sweep's base too). A node that
+    fails before writing anything leaves its directory empty; the next attempt uses it."""
+    for run in node.runs:
+        run.dir.mkdir(parents=True, exist_ok=True)
 
 
 def _log_path(plan: Plan, node: Node) -> Path:

@@ -63,7 +63,7 @@ def _quote(o: str) -> str:
 
 def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]):
     """(the variant's pre-training node, its composed config, its ModelConfig)."""
-    from ..stages.rundirs import pretrain_run
+    from ..stages.rundirs import pretrain_run, variant_tokens
 
     where = f"sweep {sweep.name}, variant {v.name}"
     scale = settings.scale
@@ -76,7 +76,7 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
         flops = pretrain_flops(cfg, model_cfg)
     except (ConfigError, ValueError) as e:  # e.g. seq_len beyond the position table
         raise SweepError(f"{where}: {e}") from e
-    run = pretrain_run(cfg)
+    run = pretrain_run(cfg, variant_tokens(v.pretrain))  # named by what differs from the sweep's base
     over.append(
         f"outputs={Path(cfg.outputs).resolve()}"
     )  # absolute: workers and cluster jobs start elsewhere
@@ -98,7 +98,7 @@ def continuation_node(
     length is the smoke models' position table (model.max_position_embeddings: 128, twice the smoke
     pre-training's 64): the stage runs, at the length a smoke model can hold."""
     from ..config import override_key, parse_overrides
-    from ..stages.rundirs import pretrain_run
+    from ..stages.rundirs import pretrain_run, variant_tokens
 
     spec = sweep.squad_continuation
     where = f"sweep {sweep.name}, variant {v.name}, squad_continuation"
@@ -129,7 +129,7 @@ def continuation_node(
         flops = pretrain_flops(cfg, model_cfg)
     except (ConfigError, ValueError) as e:
         raise SweepError(f"{where}: {e}") from e
-    run = pretrain_run(cfg)
+    run = pretrain_run(cfg, variant_tokens(v.pretrain))
     node = Node(f"continue/{v.name}", "pretrain", v.name, over, [run], deps=[pre.key], flops=flops)
     start = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, node.key, model_cfg)
     return node, start
@@ -154,7 +154,7 @@ def finetune_nodes(
     run of that task (its first seed), which must be planned first."""
     from ..data.squad import SQUAD_TASKS
     from ..data.tasks import PROBING_ORDER
-    from ..stages.rundirs import glue_runs, glue_task_names
+    from ..stages.rundirs import glue_runs, glue_task_names, variant_tokens
     from ..stages.squad_runs import squad_runs
 
     where = f"sweep {sweep.name}, variant {v.name}"
@@ -192,10 +192,10 @@ def finetune_nodes(
             )
         try:
             if t in SQUAD_TASKS:  # `convexp finetune squad`: one task, no intermediate tasks
-                planned = squad_runs(tcfg, start.slug, start.width)
+                planned = squad_runs(tcfg, start.slug, start.width, variant_tokens(v.finetune))
             else:
                 task_cfgs = {n: compose_task(n) for n in glue_task_names(tcfg) if n != t}
-                planned = glue_runs(tcfg, start.slug, start.width, task_cfgs)
+                planned = glue_runs(tcfg, start.slug, start.width, task_cfgs, variant_tokens(v.finetune))
         except UserError as e:
             raise SweepError(f"{where}: {e}") from e
         for p in planned:
