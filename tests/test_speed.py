@@ -251,13 +251,13 @@ def test_heap_mmap_threshold_is_set_while_fine_tuning_and_left_at_glibcs_ceiling
     assert accel._glibc() is None or hasattr(accel._glibc(), "mallopt")  # the real one loads here
 
 
-def test_the_heap_setting_is_one_mib_for_sentence_tasks_and_glibcs_own_for_squad():
+def test_the_heap_setting_is_two_mib_for_sentence_tasks_and_glibcs_own_for_squad():
     from convexp.stages.accel import mmap_threshold_mib
 
     rte = compose_stage("finetune", ["task=rte", "init=none", "model=bert_small"])
     squad = compose_stage("finetune", ["task=squad1", "init=none", "model=bert_small"])
     assert rte.malloc_mmap_threshold_mib == squad.malloc_mmap_threshold_mib == "auto"
-    assert mmap_threshold_mib("auto", squad="qa" in rte.task) == 1.0
+    assert mmap_threshold_mib("auto", squad="qa" in rte.task) == 2.0
     assert mmap_threshold_mib("auto", squad="qa" in squad.task) is None  # full-length windows
     assert mmap_threshold_mib(4, squad=True) == 4 and mmap_threshold_mib(None, squad=False) is None
 
