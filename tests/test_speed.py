@@ -193,7 +193,7 @@ def test_fine_tuning_follows_the_fused_adamw_setting():
     assert optimizer("auto").defaults["fused"] is True and not optimizer(False).defaults["fused"]
 
 
-def _fit_tiny(precision: str, fused: bool, clip: float | None):
+def _fit_tiny(precision: str, fused: bool, clip: float | None, callbacks=()):
     """Three AdamW steps of a small regression through Lightning with convexp's OptimizerStep."""
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader, TensorDataset
@@ -219,7 +219,7 @@ def _fit_tiny(precision: str, fused: bool, clip: float | None):
     module = Tiny()
     trainer = pl.Trainer(
         max_steps=3, precision=precision, gradient_clip_val=clip, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", callbacks=list(callbacks),
     )  # fmt: skip
     trainer.fit(module, data)
     return module
@@ -234,6 +234,40 @@ def test_fused_adamw_clips_like_the_unfused_one_and_gradients_are_freed_after_th
         assert torch.allclose(a, b, atol=1e-6)  # Lightning refuses this clipping; convexp does it
     assert any(not torch.allclose(a, c, atol=1e-4) for a, c in zip(fused.parameters(), unclipped.parameters()))
     assert all(p.grad is None for p in fused.parameters())  # not held until the next forward
+
+
+def test_clipping_reuses_the_divergence_checks_gradient_norm_to_the_bit(monkeypatch):
+    from convexp.stages.health import Health
+
+    alone = _fit_tiny("32-true", True, 0.5)  # no check: clip_grad_norm_ computes its own norm
+    computed = []
+    get_total_norm = torch.nn.utils.get_total_norm
+    monkeypatch.setattr(torch.nn.utils, "get_total_norm", lambda *a, **k: computed.append(1) or get_total_norm(*a, **k))
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: pytest.fail("the norm was computed twice"))
+    checked = _fit_tiny("32-true", True, 0.5, [Health()])
+    assert len(computed) == 3  # once a step, by the check
+    assert all(torch.equal(a, b) for a, b in zip(alone.parameters(), checked.parameters()))
+
+
+def test_the_gradient_norm_and_clipping_work_on_a_torch_without_their_split(monkeypatch):
+    from convexp.stages.grad_norm import clip_with_norm, total_norm
+
+    def clipped():  # the same gradients each call, clipped to norm 1: (their norm before, the params)
+        g = torch.Generator().manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(n, generator=g)) for n in (5, 300, 7)]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g) * 3
+        norm = total_norm([p.grad for p in params])
+        clip_with_norm(params, 1.0, norm)
+        return norm, params
+
+    new_norm, new = clipped()
+    monkeypatch.delattr(torch.nn.utils, "get_total_norm")  # torch < 2.6
+    monkeypatch.delattr(torch.nn.utils, "clip_grads_with_norm_")
+    old_norm, old = clipped()
+    assert new_norm > 1.0 and torch.allclose(old_norm, new_norm, rtol=1e-6)
+    assert all(torch.allclose(a.grad, b.grad, rtol=1e-6) for a, b in zip(old, new))
+    assert torch.allclose(total_norm([p.grad for p in old]), torch.tensor(1.0), rtol=1e-5)
 
 
 def test_heap_mmap_threshold_is_set_while_fine_tuning_and_left_at_glibcs_ceiling(monkeypatch):

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..errors import UserError
 from ..runs import Run, run_key
+from .grad_norm import clip_with_norm
 from .metrics_csv import AppendingCSVLogger
 from ..noise import is_quiet
 from .wandb_mode import own_service, wandb_mode
@@ -115,18 +116,26 @@ class OptimizerStep:
       are untouched until then.
     * Gradient clipping with the fused AdamW kernel (``accel.fused_adamw``) when nothing is
       scaled (fp32, bf16): clipped here, as Lightning would, because Lightning refuses to clip for
-      any optimizer that can unscale gradients itself. (fp16 runs are not fused by default.)"""
+      any optimizer that can unscale gradients itself. (fp16 runs are not fused by default.) The
+      gradients' norm is the one ``health.Health`` computed for its divergence check just before
+      (``step_grad_norm``; ``grad_norm.py``): they are read once for both."""
+
+    step_grad_norm: torch.Tensor | None = None  # this step's gradient norm, set by health.Health
 
     def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
         optimizer.zero_grad(set_to_none=True)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        norm, self.step_grad_norm = self.step_grad_norm, None
         fused = getattr(optimizer, "defaults", {}).get("fused")
         scaled = getattr(self.trainer.precision_plugin, "scaler", None) is not None
         if gradient_clip_val and fused and not scaled and gradient_clip_algorithm in (None, "norm"):
             params = [p for group in optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+            if norm is None:
+                torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+            else:
+                clip_with_norm(params, gradient_clip_val, norm)
             return
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 

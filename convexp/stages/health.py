@@ -67,6 +67,7 @@ import pytorch_lightning as pl
 import torch
 
 from ..runs import RunDiverged, RunInterrupted
+from .grad_norm import total_norm
 from .metrics_csv import AppendingCSVLogger
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ class Health(pl.Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         norm = total_norm(grads)
+        if hasattr(pl_module, "step_grad_norm"):  # common.OptimizerStep: its clipping reuses it
+            pl_module.step_grad_norm = norm
         if self.check_every > 1:
             self._track_on_device(trainer, norm)
             step = trainer.global_step + 1
@@ -245,14 +248,6 @@ class Health(pl.Callback):
         """The metrics at the end of training: those restored from the checkpoint, overwritten
         by those this attempt logged."""
         return {**self.restored_metrics, **{k: float(v) for k, v in trainer.callback_metrics.items()}}
-
-
-def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
-    """The 2-norm of all gradients together, fp32, on their device: one fused kernel per device
-    and dtype (a 0-d CPU zero when there are none)."""
-    if not grads:
-        return torch.zeros(())
-    return torch.nn.utils.get_total_norm(grads, 2.0).float()
 
 
 # Lightning's checkpoint loop state ("loops" -> "fit_loop") is private and may change in any minor
