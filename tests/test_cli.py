@@ -42,6 +42,39 @@ def test_models_and_ablate_list_do_not_import_torch():
         assert "heavy: []" in res.stdout, (args, res.stdout[-300:])
 
 
+EXITING = """
+import atexit, pathlib, sys, threading, time
+from convexp.cli import entry
+out = pathlib.Path(sys.argv[1])
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+def late():
+    time.sleep(float(sys.argv[2]))
+    (out / "thread").write_text("done")
+if float(sys.argv[2]) >= 0:
+    threading.Thread(target=late).start()  # non-daemon: the exit must wait for it
+print("x" * 200_000, end="")  # more than a pipe holds: flushed before the process ends
+sys.argv = ["convexp", *sys.argv[3:]]
+entry()
+"""
+
+
+@pytest.mark.parametrize("thread", [-1, 0.3])
+def test_the_program_exits_with_its_handlers_run_and_its_output_flushed(tmp_path, thread):
+    res = subprocess.run([sys.executable, "-c", EXITING, str(tmp_path), str(thread), "models"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("x" * 200_000) and "convbert_small" in res.stdout
+    assert (tmp_path / "atexit").read_text() == "ran"
+    assert thread < 0 or (tmp_path / "thread").read_text() == "done"
+
+
+def test_an_error_exits_with_its_code_through_pythons_own_exit(tmp_path):
+    res = subprocess.run([sys.executable, "-c", EXITING, str(tmp_path), "-1", "finetune", "glue", "task=nosuch"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 2 and "nosuch" in res.stderr
+    assert (tmp_path / "atexit").read_text() == "ran"
+
+
 def test_models_lists_every_preset_with_counts():
     res = runner.invoke(app, ["models"], terminal_width=200)
     assert res.exit_code == 0, res.output
