@@ -113,6 +113,18 @@ def test_predict_returns_the_split_in_idx_order():
     assert torch.allclose(logits[5], one.logits[0], atol=1e-5)
 
 
+def test_evaluation_batches_are_smaller_on_a_cpu_than_on_a_gpu():
+    from convexp.stages.glue_eval import eval_loader
+
+    ds = tokenised(3000)
+    lengths = row_lengths(ds)
+    for device, budget in (("cpu", 2048), ("cuda", 8192)):
+        batches = list(eval_loader(ds, 0, device).batch_sampler)
+        assert sorted(i for b in batches for i in b) == list(range(3000))
+        assert all(int(lengths[b].max()) * len(b) <= budget for b in batches)
+        assert max(int(lengths[b].max()) * len(b) for b in batches) > budget // 2  # the budget is used
+
+
 def test_checkpoint_interval_is_checked_and_finished_runs_drop_their_checkpoints(tmp_path):
     from convexp.config import compose_stage
     from convexp.errors import UserError

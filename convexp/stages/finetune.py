@@ -215,7 +215,7 @@ class LengthGroupedStream(PermutedStream):
 class FinetuneData(pl.LightningDataModule):
     """The train stream starts where the restored global step says (resumable; see streams.py);
     rows are padded to each batch's longest; with ``group_by_length`` a batch's rows have
-    similar lengths. The dev split is read longest rows first, as many as fit EVAL_TOKENS."""
+    similar lengths. The dev split is read longest rows first, as many as fit the device's EVAL_TOKENS."""
 
     def __init__(
         self, train, dev, seed: int, batch_size: int, pad_id: int, num_workers: int, group_by_length: bool
@@ -239,7 +239,7 @@ class FinetuneData(pl.LightningDataModule):
         )
 
     def val_dataloader(self):
-        return eval_loader(self.dev, self.pad_id)
+        return eval_loader(self.dev, self.pad_id, self.trainer.strategy.root_device.type)
 
 
 # ----------------------------------------------------------------------------- one run
