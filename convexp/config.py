@@ -331,7 +331,7 @@ def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
 
 
 PROTOCOL_TABLES = ("lr", "epochs", "batch_size")  # task.<key>: a value per protocol, read by conf/protocol/
-FAMILY_KEYS = {"squad": ("squad",), "glue": ("glue", "group_by_length")}  # read by one task family only
+FAMILY_KEYS = {"squad": ("squad",), "glue": ("glue",)}  # read by one task family only
 
 
 def _keys_read(cfg: DictConfig) -> None:

@@ -222,7 +222,7 @@ class FinetuneSchema:
     both_orders: bool = False
     grid: bool = False
     grid_values: Dict[str, List[Any]] = field(default_factory=dict)
-    group_by_length: bool = True  # GLUE/probing training batches of rows of similar length
+    group_by_length: bool = True  # GLUE/probing rows, SQuAD windows: training batches of similar length
     checkpoint_every_s: float = 300.0  # fine-tuning's last.ckpt at most this often (0: every half epoch)
     malloc_mmap_threshold_mib: Any = "auto"  # auto, MiB or null (glibc's own): stages/accel.mmap_threshold_mib
     scalar_mix: Optional[bool] = None

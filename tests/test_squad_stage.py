@@ -140,6 +140,30 @@ def test_protocol_settings_and_run_ids():
     assert ident(plan("task=squad1")[0]) != ident(plan("task=squad2")[0])
     assert ident(plan("task=squad1", "protocol=bermo", "glue.synthetic_size=7")[0]) == ident(bert)
     assert ident(plan("task=squad1", "protocol=bermo", "task.max_len=32")[0]) == ident(bert)  # GLUE's key
+    # length-grouped batches (the default at smoke and small) are part of the id; off, the id is as before
+    grouped = plan("task=squad1", "protocol=bermo", "group_by_length=true")[0]
+    assert grouped.run_cfg.group_by_length is True and ident(grouped) != ident(bert)
+    assert "group_by_length" not in bert.run_cfg
+
+
+def test_squad_training_batches_hold_windows_of_similar_length():
+    import torch
+
+    from convexp.stages.squad import COLUMNS, SquadData
+
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(20, 257, (640,), generator=g).tolist()
+    windows = [{c: torch.zeros(k if c in ("input_ids", "token_type_ids", "context_mask") else (), dtype=torch.long)
+                for c in COLUMNS} for k in lengths]  # fmt: skip
+
+    def spread(group: bool) -> float:
+        data = SquadData(windows, 42, 16, 0, 0, group)
+        data.trainer = type("T", (), {"global_step": 0})()
+        batches = iter(data.train_dataloader())
+        widths = [next(batches)["input_ids"].shape[1] for _ in range(40)]  # one epoch: padded to each longest
+        return sum(widths) * 16 / sum(lengths)  # padded tokens per real token
+
+    assert spread(True) < 1.05 < 1.4 < spread(False)
 
 
 # ----------------------------------------------------------------------------- end to end

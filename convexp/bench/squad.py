@@ -132,6 +132,7 @@ def bench_squad(
             "squad.source=local", f"squad.path={work / 'squad'}", "protocol=bermo", f"epochs={epochs}",
             f"batch_size={batch_size}", f"lr={LR}", f"seeds=[{seed}]", f"squad.max_len={max_len}",
             f"squad.doc_stride={stride}", "task.qa.bermo.stride_mode=overlap",
+            "group_by_length=true",  # as the Trainer's flag (off at the default scale=paper)
             *(["trainer.accelerator=gpu", "trainer.precision=bf16-mixed"] if cuda else []),
         ]  # fmt: skip
         script_args = [str(model_dir), str(work / "squad"), str(epochs), str(batch_size), str(max_len), str(stride),

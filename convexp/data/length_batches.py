@@ -4,7 +4,7 @@ A sentence task's rows vary a lot in length (SST-2: 13 tokens on average, up to 
 padded to its longest row is mostly padding: random batches of 32 SST-2 rows at max_len 64 hold
 about three times the tokens their rows have.
 
-  row_lengths(ds)                          tokens per row of a tokenised split
+  row_lengths(ds)                          tokens per row of a tokenised split (or SQuAD's windows)
   grouped_permutation(lengths, B, g, o)    training: a random order in which every run of B rows
                                            (after the first o) has similar lengths
   sorted_batches(lengths, max_tokens)      evaluation: batches of length-sorted rows, as many
@@ -24,9 +24,12 @@ MEGA_BATCHES = 50  # batches per sorted mega-batch, as transformers' get_length_
 
 
 def row_lengths(ds) -> torch.Tensor:
-    """int64 [N]: the number of tokens of each row of a tokenised split (``input_ids`` lists)."""
+    """int64 [N]: the number of tokens of each row of a tokenised split (``input_ids`` lists): a
+    ``datasets.Dataset``, or a list of row dicts (SQuAD's windows)."""
     import pyarrow.compute as pc
 
+    if isinstance(ds, list):
+        return torch.tensor([len(r["input_ids"]) for r in ds], dtype=torch.long)
     if getattr(ds, "_indices", None) is None:  # a plain Arrow table: lengths without reading rows
         col = ds.data.column("input_ids")
         return torch.tensor(pc.list_value_length(col).to_numpy(zero_copy_only=False), dtype=torch.long)

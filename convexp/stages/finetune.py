@@ -27,7 +27,6 @@ from .. import pruning as pruner
 from ..checkpoint import Checkpoint, open_checkpoint
 from ..data.custom import custom_task
 from ..data.encoding import tokenize_task
-from ..data.length_batches import grouped_permutation, row_lengths
 from ..data.loading import prepare_task
 from ..data.scores import compute_metrics
 from ..data.tasks import Task, get_task, register
@@ -40,7 +39,7 @@ from .common import step_seed
 from .glue_eval import Padded, by_idx, eval_loader, evaluate_and_save
 from .glue_summary import write_summary
 from .rundirs import GlueRun, glue_runs, task_config
-from .streams import PermutedStream, StreamSampler
+from .streams import LengthGroupedStream, PermutedStream, StreamSampler
 from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
@@ -193,23 +192,6 @@ def load_teacher(ckpt: Checkpoint, task: Task, student: ModelConfig) -> Sequence
             f"{student.vocab_size}; teacher and student must share the tokenizer"
         )
     return teacher.eval().requires_grad_(False)
-
-
-class LengthGroupedStream(PermutedStream):
-    """The training stream with ``group_by_length``: each epoch's order puts rows of similar
-    length in the same batch (data/length_batches.py), aligned to the stream's batches; as
-    deterministic in (seed, epoch) as the plain stream, so resuming reproduces it."""
-
-    def __init__(self, rows, seed: int, columns: tuple[str, ...], batch_size: int):
-        super().__init__(rows, seed, columns)
-        self.batch_size, self.lengths = batch_size, row_lengths(rows)
-
-    def _permutation(self, epoch: int) -> torch.Tensor:
-        if epoch != self._epoch:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            offset = (-epoch * self.n) % self.batch_size  # positions that finish the last epoch's batch
-            self._epoch, self._perm = epoch, grouped_permutation(self.lengths, self.batch_size, g, offset)
-        return self._perm
 
 
 class FinetuneData(pl.LightningDataModule):

@@ -38,7 +38,7 @@ from .finetune import Init, check_teacher, resolve_init
 from .rundirs import GlueRun
 from .squad_eval import evaluate_squad
 from .squad_runs import check_squad_config, qa_settings, squad_runs, squad_source
-from .streams import PermutedStream, StreamSampler
+from .streams import LengthGroupedStream, PermutedStream, StreamSampler
 from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
 
 COLUMNS = (
@@ -166,16 +166,24 @@ class WindowBatches:
 
 
 class SquadData(pl.LightningDataModule):
-    """The training windows as a resumable stream (streams.py); evaluation runs after training."""
+    """The training windows as a resumable stream (streams.py), with ``group_by_length`` windows of
+    similar length in a batch (a context's last window is short; so are short contexts' only ones);
+    evaluation runs after training."""
 
-    def __init__(self, train: list[dict], seed: int, batch_size: int, pad_id: int, num_workers: int):
+    def __init__(
+        self, train: list[dict], seed: int, batch_size: int, pad_id: int, num_workers: int, group_by_length: bool
+    ):
         super().__init__()
         self.train, self.seed, self.batch_size = train, seed, batch_size
-        self.pad_id, self.num_workers = pad_id, num_workers
+        self.pad_id, self.num_workers, self.group_by_length = pad_id, num_workers, group_by_length
 
     def train_dataloader(self):
+        if self.group_by_length:
+            stream = LengthGroupedStream(self.train, self.seed, COLUMNS, self.batch_size)
+        else:
+            stream = PermutedStream(self.train, self.seed, COLUMNS)
         return DataLoader(
-            PermutedStream(self.train, self.seed, COLUMNS),
+            stream,
             batch_size=self.batch_size,
             sampler=StreamSampler(self.trainer.global_step * self.batch_size),
             collate_fn=WindowBatches(self.pad_id),
@@ -238,7 +246,8 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
         )
         prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
         pad = init.tokenizer.pad_id
-        datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers)
+        group = bool(cfg.get("group_by_length", False))
+        datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers, group)
 
         task = cfg.task.name
         trainer = finetune_trainer(cfg, run, hp, task, seed, total, steps_per_epoch, validate=False)

@@ -74,6 +74,8 @@ def squad_runs(
     tokens = command_tokens(cfg) if tokens is None else tokens
     # GLUE's data source and length are not SQuAD's: the id holds SQuAD's source and windows instead
     extra = {"glue": None, "max_len": None, "qa": qa_settings(cfg), "squad": squad_source(cfg)}
+    if cfg.get("group_by_length"):  # off: the ids runs had before SQuAD could group
+        extra["group_by_length"] = True
     runs = []
     for hp in hyperparameters(cfg, hidden_size):
         for seed in cfg.seeds:

@@ -15,6 +15,7 @@ from typing import Iterator
 import torch
 from torch.utils.data import Dataset, IterableDataset, Sampler
 
+from ..data.length_batches import grouped_permutation, row_lengths
 from ..errors import UserError
 
 
@@ -44,6 +45,24 @@ class PermutedStream(Dataset):
         out = {c: torch.as_tensor(row[c]) for c in self.columns}
         out["position"] = torch.tensor(position)
         return out
+
+
+class LengthGroupedStream(PermutedStream):
+    """The training stream with ``group_by_length``: each epoch's order puts rows of similar
+    length in the same batch (data/length_batches.py; GLUE and probing rows, SQuAD windows),
+    aligned to the stream's batches; as deterministic in (seed, epoch) as the plain stream, so
+    resuming reproduces it."""
+
+    def __init__(self, rows, seed: int, columns: tuple[str, ...], batch_size: int):
+        super().__init__(rows, seed, columns)
+        self.batch_size, self.lengths = batch_size, row_lengths(rows)
+
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        if epoch != self._epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            offset = (-epoch * self.n) % self.batch_size  # positions that finish the last epoch's batch
+            self._epoch, self._perm = epoch, grouped_permutation(self.lengths, self.batch_size, g, offset)
+        return self._perm
 
 
 class StreamSampler(Sampler[int]):
