@@ -176,6 +176,7 @@ CASES = [
     ("pretrain init truncated config", [*PRE, "init={bad}/hf_truncated"], ["init=", "cannot read"]),
     # finetune glue: the stage's own keys, init, task, glue source, pruning, distill
     ("glue init missing", ["finetune", "glue", "scale=smoke"], ["init is required", "e.g. init="]),
+    ("init=none without a model", ["finetune", "glue", "scale=smoke", "init=none"], ["init=none needs model="]),
     ("probing init missing", ["finetune", "probing", "scale=smoke"], ["init is required"]),
     ("squad init missing", ["finetune", "squad", "scale=smoke"], ["init is required"]),
     ("init truncated config.json", ["finetune", "glue", "scale=smoke", "init={bad}/hf_truncated"], ["hf_truncated", "cannot read"]),
