@@ -80,7 +80,8 @@ def test_row_lengths_of_a_tokenised_split_and_of_a_selection():
 def test_length_grouped_stream_is_resumable_across_epochs():
     """Position p gives the same row in a fresh stream (a resumed run); after an epoch that does
     not end on a batch boundary, the next epoch's batches are still length groups."""
-    from convexp.stages.finetune import COLUMNS, LengthGroupedStream
+    from convexp.stages.finetune import COLUMNS
+    from convexp.stages.streams import LengthGroupedStream
 
     ds = tokenised(1000)  # 1000 = 31 batches of 32 + 8: epoch 1 starts inside a batch
     a = LengthGroupedStream(ds, 42, COLUMNS, 32)

@@ -39,7 +39,7 @@ from .common import step_seed
 from .glue_eval import Padded, by_idx, eval_loader, evaluate_and_save
 from .glue_summary import write_summary
 from .rundirs import GlueRun, glue_runs, task_config
-from .streams import LengthGroupedStream, PermutedStream, StreamSampler
+from .streams import StreamSampler, training_stream
 from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
@@ -208,10 +208,7 @@ class FinetuneData(pl.LightningDataModule):
         self.group_by_length = group_by_length
 
     def train_dataloader(self):
-        if self.group_by_length:
-            stream = LengthGroupedStream(self.train, self.seed, COLUMNS, self.batch_size)
-        else:
-            stream = PermutedStream(self.train, self.seed, COLUMNS)
+        stream = training_stream(self.train, self.seed, COLUMNS, self.batch_size, self.group_by_length)
         return DataLoader(
             stream,
             batch_size=self.batch_size,

@@ -38,7 +38,7 @@ from .finetune import Init, check_teacher, resolve_init
 from .rundirs import GlueRun
 from .squad_eval import evaluate_squad
 from .squad_runs import check_squad_config, qa_settings, squad_runs, squad_source
-from .streams import LengthGroupedStream, PermutedStream, StreamSampler
+from .streams import StreamSampler, training_stream
 from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
 
 COLUMNS = (
@@ -178,10 +178,7 @@ class SquadData(pl.LightningDataModule):
         self.pad_id, self.num_workers, self.group_by_length = pad_id, num_workers, group_by_length
 
     def train_dataloader(self):
-        if self.group_by_length:
-            stream = LengthGroupedStream(self.train, self.seed, COLUMNS, self.batch_size)
-        else:
-            stream = PermutedStream(self.train, self.seed, COLUMNS)
+        stream = training_stream(self.train, self.seed, COLUMNS, self.batch_size, self.group_by_length)
         return DataLoader(
             stream,
             batch_size=self.batch_size,

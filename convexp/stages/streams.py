@@ -65,6 +65,15 @@ class LengthGroupedStream(PermutedStream):
         return self._perm
 
 
+def training_stream(
+    rows, seed: int, columns: tuple[str, ...], batch_size: int, group_by_length: bool
+) -> PermutedStream:
+    """A fine-tuning stage's training stream: length-grouped batches with ``group_by_length``."""
+    if group_by_length:
+        return LengthGroupedStream(rows, seed, columns, batch_size)
+    return PermutedStream(rows, seed, columns)
+
+
 class StreamSampler(Sampler[int]):
     """Endless positions start + k·world_size + rank, k = 0, 1, ... (no __len__: the run is step-bounded)."""
 
