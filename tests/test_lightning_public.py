@@ -137,3 +137,23 @@ def test_progress_bar_counts_optimizer_steps_of_the_whole_run(tmp_path):
     fit(t, Tiny(), train_dataloaders=DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4))
     assert [s[0] for s in seen] == list(range(1, 21)) and {s[1] for s in seen} == {20}
     assert seen[0][2].endswith("epoch 1") and seen[-1][2].endswith("epoch 3")
+
+
+def test_progress_bar_updates_every_n_steps_and_stops_without_waiting(tmp_path):
+    """On a GPU the bar reads device values every log_every_n_steps; however seldom it updates,
+    its redraw thread wakes often, so that stopping it (the end of every fit) waits a tenth of a
+    second, not a whole refresh period (Lightning's refresh_rate is redraws per second)."""
+    seen, waits = [], []
+
+    class Snapshot(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            seen.append(bar.progress.tasks[bar.train_progress_bar_id].completed)
+
+        def on_train_end(self, trainer, *args):
+            waits.append(1 / bar.progress.live._refresh_thread.refresh_per_second)
+
+    bar = StepProgressBar(every=4)
+    t = trainer(tmp_path, 10, callbacks=[bar, Snapshot()], max_epochs=-1)
+    fit(t, Tiny(), train_dataloaders=DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4))
+    assert seen == [0, 0, 0, 4, 4, 4, 4, 8, 8, 10]
+    assert waits and waits[0] <= 0.1
