@@ -178,11 +178,12 @@ def finetune_squad(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str
 def _finetune(overrides: list[str], print_cfg: str | None) -> None:
     """Compose the invocation and, for each task it fine-tunes, the same command for that task;
     run them (stages receive composed configs)."""
-    if _composed("finetune", overrides, print_cfg) is not None:
+    composed = _composed("finetune", overrides, print_cfg)
+    if composed is not None:
         from .stages.finetune import run_glue
         from .stages.rundirs import compose_finetune
 
-        run_glue(*compose_finetune(overrides))
+        run_glue(*compose_finetune(overrides, composed))
 
 
 @app.command()

@@ -209,10 +209,13 @@ def glue_task_names(cfg: DictConfig) -> list[str]:
     return names
 
 
-def compose_finetune(overrides: list[str]) -> tuple[DictConfig, dict[str, DictConfig]]:
-    """For the edges (the CLI, a sweep's node): the fine-tuning invocation's composed config and,
-    for every other task it fine-tunes (``task=all``, MNLI first), the same command's config."""
-    cfg = compose_stage("finetune", overrides)
+def compose_finetune(
+    overrides: list[str], cfg: DictConfig | None = None
+) -> tuple[DictConfig, dict[str, DictConfig]]:
+    """For the edges (the CLI, a sweep's node): the fine-tuning invocation's composed config (``cfg``
+    where the caller has composed it already) and, for every other task it fine-tunes
+    (``task=all``, MNLI first), the same command's config."""
+    cfg = compose_stage("finetune", overrides) if cfg is None else cfg
     others = [t for t in glue_task_names(cfg) if t != cfg.task.name]
     return cfg, {t: compose_stage("finetune", [*overrides, f"task={t}"]) for t in others}
 
