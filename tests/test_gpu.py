@@ -65,6 +65,7 @@ def test_squad_on_the_gpu(tmp_path, pretrained):
             "epochs=1", "squad.max_len=96", *GPU]  # fmt: skip
     res = convexp(*args, outputs=tmp_path, env=QUIET)
     _, m = finished(res, tmp_path, "finetune")
+    assert m["eval_device"].startswith("cuda")  # Lightning's teardown moves the model to the CPU
 
 
 def test_ddp_strategy_on_one_gpu(tmp_path):

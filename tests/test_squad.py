@@ -471,6 +471,32 @@ def test_v11_trains_electras_answerable_classifier_with_label_0(tokenizer):
     assert all(p.text for p in after.values())
 
 
+@pytest.mark.parametrize("head", ["bert", "electra"])
+def test_predictions_do_not_depend_on_how_the_dev_windows_are_batched(tokenizer, head):
+    """The dev windows are read in length-sorted batches of a token budget (the device's
+    EVAL_TOKENS): one window per batch or all at once, each question gets the same answer and
+    score."""
+    from convexp.config import compose_stage
+    from convexp.stages.squad import build_qa_model
+    from convexp.stages.squad_eval import predict_spans
+    from convexp.stages.squad_runs import qa_settings
+
+    protocol = {"bert": "bermo", "electra": "convbert"}[head]
+    qa = qa_settings(compose_stage("finetune", ["init=x", "task=squad1", f"protocol={protocol}"]))
+    assert qa["head"] == head
+    records = synthetic_squad(30, seed=3, version="v1.1")["validation"]
+    feats = squad_features(records, tokenizer, max_len=64, doc_stride=24, max_query_len=16)
+    assert len({len(f["input_ids"]) for f in feats}) > 1  # windows of several lengths: padding differs
+    torch.manual_seed(0)
+    model = build_qa_model(_cfg(tokenizer.vocab_size), qa)
+    one = predict_spans(model, records, feats, qa, tokenizer.pad_id, max_tokens=1)
+    every = predict_spans(model, records, feats, qa, tokenizer.pad_id, max_tokens=10**6)
+    assert one.keys() == every.keys() == {r["id"] for r in records}
+    for q in one:
+        assert one[q].text == every[q].text
+        assert math.isclose(one[q].nbest[0]["score"], every[q].nbest[0]["score"], rel_tol=1e-4, abs_tol=1e-4)
+
+
 def test_distillation_logits_give_sanh_span_distillation():
     from convexp.pruning.distill import distillation_loss, soft_target_loss
 

@@ -198,6 +198,7 @@ def test_hugging_face_bert_fine_tunes_on_local_squad_json(tmp_path):
         assert key in dev, dev
     assert 0 <= dev["exact"] <= dev["f1"] <= 100 and m["score"] == dev["best_f1"]
     assert m["examples_per_s"] > 0 and m["eval_time_s"] > 0 and m["qa"]["head"] == "bert"
+    assert m["eval_device"] == "cpu"  # where it trained (tests/test_gpu.py: on a GPU, there)
     dev_ids = [q["id"] for p in json.loads((data / "dev-v2.0.json").read_text())["data"][0]["paragraphs"] for q in p["qas"]]
     predictions = json.loads((run / "predictions.json").read_text())
     assert sorted(predictions) == sorted(dev_ids) and all(isinstance(t, str) for t in predictions.values())

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from .. import pruning as pruner
 from ..atomic import atomic_write
 from ..data.encoding import collate
-from ..data.length_batches import row_lengths, sorted_batches
+from ..data.length_batches import EVAL_TOKENS, row_lengths, sorted_batches
 from ..data.scores import collapsed, compute_metrics, convbert_score, task_score
 from ..data.submissions import write_submission
 from ..data.tasks import Task
@@ -41,13 +41,6 @@ class Padded:
             out["position"] = torch.stack([torch.as_tensor(r["position"]) for r in rows])
             out["first_position"] = int(out["position"][0])  # a host int: the step seeds without a device read
         return out
-
-
-# Padded tokens per evaluation batch, by device: on a GPU few large batches (256 rows of 32 tokens,
-# 16 of 512); on a CPU a quarter of that, whose activations stay in cache and under the fine-tuning
-# heap threshold (SST-2's 872 dev rows, MiniLM-L6, 2 cores: 2.2 s at 2,048 tokens, 2.5 s at 4,096,
-# 3.1 s at 8,192).
-EVAL_TOKENS = {"cpu": 2048, "gpu": 8192}
 
 
 def eval_loader(rows, pad_id: int, device: str) -> DataLoader:

@@ -18,6 +18,7 @@ import torch
 from omegaconf import DictConfig
 
 from .. import pruning as pruner
+from ..data.length_batches import EVAL_TOKENS, row_lengths, sorted_batches
 from ..data.squad_decode import decode_independent, decode_joint
 from ..data.squad_features import collate_squad
 from ..data.squad_metrics import evaluate_spans
@@ -27,16 +28,23 @@ from ..runs import Run, RunDiverged, non_finite
 from .common import log_result
 
 
-def predict_spans(model: QuestionAnswerer, records, features, qa: dict, pad_id: int, batch_size: int = 64):
+def predict_spans(model: QuestionAnswerer, records, features, qa: dict, pad_id: int, max_tokens: int | None = None):
     """{id: SpanPrediction} for ``records`` from the model's outputs over all their windows,
-    decoded with the head's decoder (BERT: independent start/end; ELECTRA: the joint beam)."""
+    decoded with the head's decoder (BERT: independent start/end; ELECTRA: the joint beam).
+
+    The windows go through the model on its device, in batches of similar lengths, longest first,
+    each as many windows as fit ``max_tokens`` padded tokens (default: ``EVAL_TOKENS`` of the
+    device's type); the outputs are decoded on the host."""
     model.eval()
     joint = qa["head"] == "electra"
+    device = next(model.parameters()).device
+    if max_tokens is None:
+        max_tokens = EVAL_TOKENS["cpu" if device.type == "cpu" else "gpu"]
     outs: dict[str, list] = {}
     with torch.no_grad():
-        for i in range(0, len(features), batch_size):
-            rows = features[i : i + batch_size]
-            b = collate_squad(rows, pad_id)
+        for idx in sorted_batches(row_lengths(features), max_tokens):
+            b = collate_squad([features[i] for i in idx], pad_id)
+            b = {k: b[k].to(device, non_blocking=True) for k in ("input_ids", "attention_mask", "token_type_ids", "context_mask")}
             out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["context_mask"])
             if joint:
                 keys = ["start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index"]
@@ -44,7 +52,9 @@ def predict_spans(model: QuestionAnswerer, records, features, qa: dict, pad_id: 
             else:
                 keys = ["start_logits", "end_logits"]
             for k in keys:
-                outs.setdefault(k, []).extend(getattr(out, k).float().unbind(0))  # per feature
+                per_feature = outs.setdefault(k, [None] * len(features))
+                for i, row in zip(idx, getattr(out, k).float().cpu().unbind(0)):  # decoded on the host
+                    per_feature[i] = row
     v2 = qa["version"] == "v2.0"
     common = {"n_best": qa["n_best"], "max_answer_len": qa["max_answer_len"]}
     if joint:
@@ -93,6 +103,7 @@ def evaluate_squad(
         remaining = 100 * pruner.remaining_weights(model)
         pruner.fold_masks(model)
     started = time.time()
+    eval_device = str(next(model.parameters()).device)
     predictions = predict_spans(model, dev_records, dev_features, qa, pad)
     scores = evaluate_spans(dev_records, predictions, qa["version"])
     eval_seconds = time.time() - started
@@ -115,6 +126,7 @@ def evaluate_squad(
         "eval_time_s": eval_seconds,  # dev: every window through the model, decoding, metrics
         "eval_questions": len(dev_records),
         "eval_windows": len(dev_features),
+        "eval_device": eval_device,
         **({"remaining_weights": remaining, "pruning": pruning.method} if pruning is not None else {}),
     }
     if non_finite(scores):  # a non-finite score is a diverged run, not a result
