@@ -63,6 +63,7 @@ def test_all_tasks_metrics_submission(tmp_path, pretrained):
     for task, fns in checks.items():
         [run] = [r for r in finetune_runs(tmp_path) if f"-{task}-" in r.name]
         m = json.loads((run / "metrics.json").read_text())
+        assert m["eval_device"] == "cpu"  # where it trained (tests/test_gpu.py: on a GPU, there)
         rows = np.loadtxt(run / "predictions" / "validation.tsv", skiprows=1, ndmin=2)
         y, p = rows[:, 1], rows[:, 2]
         for metric, fn in fns.items():

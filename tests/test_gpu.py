@@ -54,6 +54,7 @@ def test_glue_finetuning_and_fine_pruning_on_the_gpu(tmp_path, pretrained):
     res = convexp("finetune", "glue", "task=sst2", f"init={pretrained}", *fast, *GPU, outputs=tmp_path / "a",
                   env=QUIET)  # fmt: skip
     _, m = finished(res, tmp_path / "a", "finetune")
+    assert m["eval_device"].startswith("cuda")  # the test split too, not on the host after teardown
     res = convexp("finetune", "glue", "task=sst2", f"init={pretrained}", *fast, *GPU, "pruning=movement",
                   outputs=tmp_path / "b", env=QUIET)  # fmt: skip
     _, m = finished(res, tmp_path / "b", "finetune")

@@ -57,13 +57,16 @@ def by_idx(logits: torch.Tensor, labels: torch.Tensor, idx: torch.Tensor):
 
 
 def predict(model: SequenceClassifier, rows, pad_id: int):
-    """(logits [N, C] float32, labels [N], idx [N]) of a split, in idx order."""
+    """(logits [N, C] float32, labels [N], idx [N]) of a split, in idx order, on the host; the
+    rows go through the model on its device."""
     model.eval()
+    device = next(model.parameters()).device
     logits, labels, idx = [], [], []
     with torch.inference_mode():
-        for b in eval_loader(rows, pad_id, next(model.parameters()).device.type):
-            out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"])
-            logits.append(out.logits.float())
+        for b in eval_loader(rows, pad_id, device.type):
+            inputs = (b[k].to(device, non_blocking=True) for k in ("input_ids", "attention_mask", "token_type_ids"))
+            out = model(*inputs)
+            logits.append(out.logits.float().cpu())
             labels.append(b["labels"])
             idx.append(b["idx"])
     return by_idx(torch.cat(logits), torch.cat(labels), torch.cat(idx))
@@ -94,6 +97,7 @@ def evaluate_and_save(
     results (see the module docstring) and mark it finished. ``known``: {split: (logits, labels,
     idx)} already predicted by this model (the final validation), not predicted again."""
     remaining = None
+    eval_device = str(next(model.parameters()).device)
     if pruning is not None:  # the final masks; the saved model is an ordinary one with W ⊙ M
         pruner.set_threshold(model, pruning.final_threshold)
         model.eval()
@@ -136,6 +140,7 @@ def evaluate_and_save(
         "hp": hp,
         "wall_time_s": seconds,
         "examples_per_s": examples / seconds if seconds else None,
+        "eval_device": eval_device,  # where the splits the final validation did not cover were predicted
         **({"remaining_weights": remaining, "pruning": pruning.method} if pruning is not None else {}),
     }
     log_result(metrics, run)
