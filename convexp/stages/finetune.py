@@ -274,24 +274,19 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
         trainer = finetune_trainer(cfg, run, hp, task_name, seed, total, steps_per_epoch, validate=True)
 
         def finish(seconds: float) -> None:
-            # the splits the final validation did not predict (MNLI's mismatched dev, the test
-            # splits) on the device it trained on, under the run's precision, as that validation:
-            # Lightning's teardown left the model on the CPU
-            module.model.to(trainer.strategy.root_device)
-            with trainer.precision_plugin.forward_context():
-                evaluate_and_save(
-                    run,
-                    module.model,
-                    task,
-                    splits,
-                    pad,
-                    hp,
-                    seconds,
-                    len(train) * hp["epochs"],
-                    pruning,
-                    init.tokenizer,
-                    known={task.dev_splits[0]: module.final_val} if module.final_val is not None else None,
-                )
+            evaluate_and_save(
+                run,
+                module.model,
+                task,
+                splits,
+                pad,
+                hp,
+                seconds,
+                len(train) * hp["epochs"],
+                pruning,
+                init.tokenizer,
+                known={task.dev_splits[0]: module.final_val} if module.final_val is not None else None,
+            )
 
         train_attempt(cfg, run, trainer, module, data, finish, task=task_name, seed=seed)
     return run

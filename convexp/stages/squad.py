@@ -250,25 +250,20 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
         trainer = finetune_trainer(cfg, run, hp, task, seed, total, steps_per_epoch, validate=False)
 
         def finish(seconds: float) -> None:
-            # Lightning's teardown left the model on the CPU: evaluated where it trained (a GPU's
-            # dev set in seconds, not a CPU's minutes), under the run's precision as GLUE's
-            # validation is (the precision plugin's autocast)
-            module.model.to(trainer.strategy.root_device)
-            with trainer.precision_plugin.forward_context():
-                evaluate_squad(
-                    run,
-                    module.model,
-                    qa,
-                    data["dev_records"],
-                    data["dev"],
-                    pad,
-                    hp,
-                    seconds,
-                    len(train) * hp["epochs"],
-                    pruning,
-                    init.tokenizer,
-                    task,
-                )
+            evaluate_squad(
+                run,
+                module.model,
+                qa,
+                data["dev_records"],
+                data["dev"],
+                pad,
+                hp,
+                seconds,
+                len(train) * hp["epochs"],
+                pruning,
+                init.tokenizer,
+                task,
+            )
 
         train_attempt(cfg, run, trainer, module, datamodule, finish, task=task, seed=seed)
     return run

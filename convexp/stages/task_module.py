@@ -246,7 +246,7 @@ def train_attempt(
 ) -> None:
     """One attempt at a fine-tuning run, under its lock (status running -> finished | failed |
     diverged | interrupted): record the invocation, resume from the newest intact checkpoint, fit,
-    then ``finish(seconds)`` evaluates and saves, and the checkpoints are dropped. Nothing is done when another process finished the
+    then ``finish(seconds)`` evaluates (on the training device) and saves, and the checkpoints are dropped. Nothing is done when another process finished the
     run while this one waited for the lock."""
     started = time.time()
     with run.attempt(wait=cfg.trainer.lock_wait, stage="finetune", **info) as fresh:
@@ -257,7 +257,12 @@ def train_attempt(
                 heap = mmap_threshold_mib(cfg.malloc_mmap_threshold_mib, squad="qa" in cfg.task)
                 with heap_mmap_threshold(heap):
                     fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
-                    finish(time.time() - started)
+                    # Lightning's teardown has moved the model to the CPU: what the final validation
+                    # did not predict (SQuAD's dev set, MNLI's mismatched dev, test splits) goes
+                    # through it where it trained, under the run's precision as that validation
+                    module.to(trainer.strategy.root_device)
+                    with trainer.precision_plugin.forward_context():
+                        finish(time.time() - started)
                 drop_checkpoints(run)
         finally:
             finish_wandb()
