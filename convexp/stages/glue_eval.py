@@ -43,6 +43,9 @@ class Padded:
         return out
 
 
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # the classifier's, in its order
+
+
 def eval_loader(rows, pad_id: int, device: str) -> DataLoader:
     """Evaluation batches of length-sorted rows, longest first, each as many rows as fit
     ``EVAL_TOKENS`` of ``device``'s type once padded (little padding)."""
@@ -64,8 +67,7 @@ def predict(model: SequenceClassifier, rows, pad_id: int):
     logits, labels, idx = [], [], []
     with torch.inference_mode():
         for b in eval_loader(rows, pad_id, device.type):
-            inputs = (b[k].to(device, non_blocking=True) for k in ("input_ids", "attention_mask", "token_type_ids"))
-            out = model(*inputs)
+            out = model(*(b[k].to(device, non_blocking=True) for k in INPUTS))
             logits.append(out.logits.float().cpu())
             labels.append(b["labels"])
             idx.append(b["idx"])

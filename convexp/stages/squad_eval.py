@@ -28,7 +28,12 @@ from ..runs import Run, RunDiverged, non_finite
 from .common import log_result
 
 
-def predict_spans(model: QuestionAnswerer, records, features, qa: dict, pad_id: int, max_tokens: int | None = None):
+INPUTS = ("input_ids", "attention_mask", "token_type_ids", "context_mask")  # the answerer's, in its order
+
+
+def predict_spans(
+    model: QuestionAnswerer, records, features, qa: dict, pad_id: int, max_tokens: int | None = None
+):
     """{id: SpanPrediction} for ``records`` from the model's outputs over all their windows,
     decoded with the head's decoder (BERT: independent start/end; ELECTRA: the joint beam).
 
@@ -44,8 +49,7 @@ def predict_spans(model: QuestionAnswerer, records, features, qa: dict, pad_id: 
     with torch.no_grad():
         for idx in sorted_batches(row_lengths(features), max_tokens):
             b = collate_squad([features[i] for i in idx], pad_id)
-            b = {k: b[k].to(device, non_blocking=True) for k in ("input_ids", "attention_mask", "token_type_ids", "context_mask")}
-            out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["context_mask"])
+            out = model(*(b[k].to(device, non_blocking=True) for k in INPUTS))
             if joint:
                 keys = ["start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index"]
                 keys += ["null_logit"] if out.null_logit is not None else []

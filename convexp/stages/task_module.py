@@ -246,8 +246,9 @@ def train_attempt(
 ) -> None:
     """One attempt at a fine-tuning run, under its lock (status running -> finished | failed |
     diverged | interrupted): record the invocation, resume from the newest intact checkpoint, fit,
-    then ``finish(seconds)`` evaluates (on the training device) and saves, and the checkpoints are dropped. Nothing is done when another process finished the
-    run while this one waited for the lock."""
+    then ``finish(seconds)`` evaluates (on the training device) and saves, and the checkpoints are
+    dropped. Nothing is done when another process finished the run while this one waited for the
+    lock."""
     started = time.time()
     with run.attempt(wait=cfg.trainer.lock_wait, stage="finetune", **info) as fresh:
         try:
