@@ -8,7 +8,7 @@ about three times the tokens their rows have.
   grouped_permutation(lengths, B, g, o)    training: a random order in which every run of B rows
                                            (after the first o) has similar lengths
   sorted_batches(lengths, max_tokens)      evaluation: batches of length-sorted rows, as many
-                                           rows as fit ``max_tokens`` padded tokens (EVAL_TOKENS)
+                                           rows as fit ``max_tokens`` padded tokens (eval_tokens)
 
 Training order as Hugging Face ``transformers``' Trainer (``group_by_length``,
 ``LengthGroupedSampler``): shuffle, cut into mega-batches of 50 batches, sort each by length;
@@ -27,6 +27,11 @@ MEGA_BATCHES = 50  # batches per sorted mega-batch, as transformers' get_length_
 # and under the fine-tuning heap threshold (SST-2's 872 dev rows, MiniLM-L6, 2 cores: 2.2 s at 2,048
 # tokens, 2.5 s at 4,096, 3.1 s at 8,192).
 EVAL_TOKENS = {"cpu": 2048, "gpu": 8192}
+
+
+def eval_tokens(device_type: str) -> int:
+    """EVAL_TOKENS of a torch device type ("cpu"; "cuda", "mps"... count as "gpu")."""
+    return EVAL_TOKENS["cpu" if device_type == "cpu" else "gpu"]
 
 
 def row_lengths(ds) -> torch.Tensor:

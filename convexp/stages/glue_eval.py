@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from .. import pruning as pruner
 from ..atomic import atomic_write
 from ..data.encoding import collate
-from ..data.length_batches import EVAL_TOKENS, row_lengths, sorted_batches
+from ..data.length_batches import eval_tokens, row_lengths, sorted_batches
 from ..data.scores import collapsed, compute_metrics, convbert_score, task_score
 from ..data.submissions import write_submission
 from ..data.tasks import Task
@@ -49,7 +49,7 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # the classifier's, 
 def eval_loader(rows, pad_id: int, device: str) -> DataLoader:
     """Evaluation batches of length-sorted rows, longest first, each as many rows as fit
     ``EVAL_TOKENS`` of ``device``'s type once padded (little padding)."""
-    batches = sorted_batches(row_lengths(rows), EVAL_TOKENS["cpu" if device == "cpu" else "gpu"])
+    batches = sorted_batches(row_lengths(rows), eval_tokens(device))
     return DataLoader(rows, batch_sampler=batches, collate_fn=Padded(pad_id))
 
 

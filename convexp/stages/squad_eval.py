@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig
 
 from .. import pruning as pruner
-from ..data.length_batches import EVAL_TOKENS, row_lengths, sorted_batches
+from ..data.length_batches import eval_tokens, row_lengths, sorted_batches
 from ..data.squad_decode import decode_independent, decode_joint
 from ..data.squad_features import collate_squad
 from ..data.squad_metrics import evaluate_spans
@@ -43,11 +43,10 @@ def predict_spans(
     model.eval()
     joint = qa["head"] == "electra"
     device = next(model.parameters()).device
-    if max_tokens is None:
-        max_tokens = EVAL_TOKENS["cpu" if device.type == "cpu" else "gpu"]
+    budget = eval_tokens(device.type) if max_tokens is None else max_tokens
     outs: dict[str, list] = {}
     with torch.no_grad():
-        for idx in sorted_batches(row_lengths(features), max_tokens):
+        for idx in sorted_batches(row_lengths(features), budget):
             b = collate_squad([features[i] for i in idx], pad_id)
             out = model(*(b[k].to(device, non_blocking=True) for k in INPUTS))
             if joint:
