@@ -447,6 +447,36 @@ def test_encoder_padding_invariance(name):
         assert max(diffs) < ATOL, diffs
 
 
+@pytest.mark.parametrize("name", list(ENCODER_VARIANTS))
+def test_first_only_is_the_full_stack_at_position_0(name):
+    """A [CLS] head's shortcut (``first_only``: the last block computes position 0 alone) gives the
+    full stack's [CLS] vector, pooled output and parameter gradients, padded rows included."""
+    torch.manual_seed(0)
+    cfg = make_cfg(**ENCODER_VARIANTS[name])
+    enc = Encoder(cfg).eval()
+    randomize_(enc, std=0.15)
+    ids, mask, types = padded_batch(cfg)
+    outs, grads = [], []
+    for first_only in (False, True):
+        enc.zero_grad()
+        out = enc(ids, mask, types, first_only=first_only)
+        cls = out.pooled if cfg.pooler else out.features[:, 0]  # [B, D]
+        (cls * torch.linspace(-1, 1, cls.shape[-1])).sum().backward()
+        outs.append(out)
+        grads.append({n: p.grad.clone() for n, p in enc.named_parameters() if p.grad is not None})
+    full, first = outs
+    assert first.features.shape == (3, 1, D) and first.hidden_states[-1].shape == (3, 1, D)
+    torch.testing.assert_close(first.features[:, 0], full.features[:, 0], atol=ATOL, rtol=0)
+    torch.testing.assert_close(first.hidden_states[-1][:, 0], full.hidden_states[-1][:, 0], atol=ATOL, rtol=0)
+    for a, b in zip(first.hidden_states[:-1], full.hidden_states[:-1]):
+        assert a.shape == b.shape == (3, L_MAX, D)
+    if cfg.pooler:
+        torch.testing.assert_close(first.pooled, full.pooled, atol=ATOL, rtol=0)
+    assert grads[0].keys() == grads[1].keys()
+    for n in grads[0]:
+        torch.testing.assert_close(grads[1][n], grads[0][n], atol=1e-4, rtol=1e-4, msg=n)
+
+
 # ---------------------------------------------------------------------------------------------
 # Gradients reach every parameter
 # ---------------------------------------------------------------------------------------------

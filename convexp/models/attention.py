@@ -6,6 +6,8 @@
   side by side with span-based dynamic convolution heads (or the Table 2 alternatives).
 
 ``keep`` is the boolean padding mask [B, L] (True = real token) or None when nothing is padded.
+``first_only`` asks for position 0's output alone, [B, 1, D] (the last layer under a [CLS] head):
+every position is still read as key and value.
 Both mixers' ``attention_probs(x, keep)`` return the probabilities their softmax produces (for
 analysis), from the same score code as ``forward``; ``forward`` itself never materialises them
 where the attention is fused.
@@ -199,16 +201,21 @@ class SelfAttention(nn.Module):
         q, k, bias = self.score_terms(x, zero_padding(x, keep))
         return attention_probs(attention_scores(q, k, keep, bias, self.content), keep, x.shape[0])
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, first_only: bool = False) -> torch.Tensor:
+        """x: [B, L, D] -> [B, L, D], or [B, 1, D] with ``first_only``."""
         x0 = zero_padding(x, keep)
         v_flat = self.v(x, x0)  # [B, L, H·d]
         v = split_heads(v_flat, self.heads)  # [B, H, L, d]
         q, k, bias = self.score_terms(x, x0)
+        if first_only and bias is None and self.depthwise is None and q is not None:
+            q = q[:, :, :1]  # the content score alone: position 0's query is all that is needed
         drop = self.dropout if self.training else 0.0
-        y = merge_heads(attend(q, k, v, keep, bias, drop, self.content))  # [B, L, H·d]
+        y = merge_heads(attend(q, k, v, keep, bias, drop, self.content))  # [B, L or 1, H·d]
         if self.depthwise is not None:  # eq. 7: per-channel convolution of the values, added after attention
             w = self.depthwise.weight.squeeze(1)  # [H·d, K]
             y = y + depthwise_conv(zero_padding(v_flat, keep), w, self.depthwise.bias)
+        if first_only:
+            y = y[:, :1].contiguous()  # [B, 1, H·d]; a strided view may take another BLAS path (rounding)
         return self.out(y)
 
 
@@ -257,12 +264,13 @@ class MixedAttention(nn.Module):
         q, k = (split_heads(t, self.heads) for t in (self.query(x), self.key(x)))
         return attention_probs(attention_scores(q, k, keep, None), keep, x.shape[0])
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, first_only: bool = False) -> torch.Tensor:
+        """x: [B, L, D] -> [B, L, D], or [B, 1, D] with ``first_only``."""
         B, L, _ = x.shape
         q = self.query(x)  # [B, L, A]
         drop = self.dropout if self.training else 0.0
-        heads = [split_heads(t, self.heads) for t in (q, self.key(x), self.value(x))]
-        y = merge_heads(attend(*heads, keep, None, drop))  # [B, L, A]
+        heads = [split_heads(t, self.heads) for t in (q[:, :1] if first_only else q, self.key(x), self.value(x))]
+        y = merge_heads(attend(*heads, keep, None, drop))  # [B, L or 1, A]
         if self.conv_type == "none":
             return self.out(y)
         conv_keep = keep if self.mask_conv else None
@@ -277,4 +285,4 @@ class MixedAttention(nn.Module):
             kernel = torch.softmax(kernel.view(B, L, self.conv_heads, self.kernel_size), dim=-1)
             v = zero_padding(self.conv_value(x), conv_keep).view(B, L, self.conv_heads, -1)  # [B, L, c, d]
             conv = lightweight_conv(v, kernel).reshape(B, L, -1)  # [B, L, C]
-        return self.out(torch.cat([y, conv], dim=-1))
+        return self.out(torch.cat([y, conv[:, :1] if first_only else conv], dim=-1))

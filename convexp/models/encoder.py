@@ -34,8 +34,11 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.hidden_dropout)
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:  # [B, L, D]
-        x = self.norm1(x + self.dropout(self.mixer(x, keep)))
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, first_only: bool = False) -> torch.Tensor:
+        """x: [B, L, D] -> [B, L, D]; ``first_only``: [B, 1, D], the output at position 0 alone (the
+        mixer still reads every position as key and value; the rest runs on position 0 only)."""
+        m = self.mixer(x, keep, first_only)  # [B, L or 1, D]
+        x = self.norm1((x[:, :1] if first_only else x) + self.dropout(m))
         return self.norm2(x + self.dropout(self.ffn(x)))
 
 
@@ -142,19 +145,31 @@ class Encoder(nn.Module):
         attention_mask: torch.Tensor | None = None,  # [B, L], 1 = real token, 0 = padding
         token_type_ids: torch.Tensor | None = None,  # [B, L]
         padded: bool | None = None,
+        first_only: bool = False,
     ) -> EncoderOutput:
         """``padded``: whether ``attention_mask`` masks anything, when the caller knows (pre-training's
         batches say so from the host); None: look, which reads the device. An unpadded batch runs
-        without a mask (SDPA's flash kernel, no zeroing before the convolutions)."""
+        without a mask (SDPA's flash kernel, no zeroing before the convolutions).
+
+        ``first_only``: the caller reads position 0 alone ([CLS]: ``pooled`` or ``features[:, 0]``,
+        sequence classification). The last block's mixer still reads every position, but its
+        residual, norms and FFN run on position 0 only, and the scalar mix mixes position 0: the
+        same [CLS] vector as the full stack, for about 1/num_layers less compute (the last FFN's
+        share). ``features`` and the last hidden state are then [B, 1, D]; the other hidden states
+        stay [B, L, D]."""
         if padded is None:
             padded = attention_mask is not None and not bool(attention_mask.all())
         keep = attention_mask.bool() if padded else None
         x = self.embeddings(input_ids, token_type_ids)
         hidden = [x]
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        for layer in self.layers:
-            x = checkpoint(layer, x, keep, use_reentrant=False) if recompute else layer(x, keep)
+        for i, layer in enumerate(self.layers):
+            first = first_only and i == len(self.layers) - 1
+            x = checkpoint(layer, x, keep, first, use_reentrant=False) if recompute else layer(x, keep, first)
             hidden.append(x)
-        features = self.scalar_mix(hidden) if self.scalar_mix is not None else x
+        if self.scalar_mix is None:
+            features = x
+        else:
+            features = self.scalar_mix([h[:, :1] for h in hidden] if first_only else hidden)
         pooled = torch.tanh(self.pooler(features[:, 0])) if self.pooler is not None else None
         return EncoderOutput(hidden, features, pooled)

@@ -225,4 +225,5 @@ class SequenceClassifier(nn.Module, HubModel):
         self.encoder.init_weights(self.head)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> HeadOutput:
-        return self.head(self.encoder(input_ids, attention_mask, token_type_ids), labels)
+        # the head reads [CLS] alone: the last block computes nothing else (Encoder ``first_only``)
+        return self.head(self.encoder(input_ids, attention_mask, token_type_ids, first_only=True), labels)

@@ -71,7 +71,8 @@ def attention_maps(
     """Attention probabilities of every layer for a batch: input_ids [B, L] -> [layers, B, H, L, L]."""
     maps = []
     hooks = [
-        layer.mixer.register_forward_hook(lambda m, args, out: maps.append(m.attention_probs(*args)))
+        # args: (x, keep, first_only); the maps are every query's, whatever the forward computed
+        layer.mixer.register_forward_hook(lambda m, args, out: maps.append(m.attention_probs(*args[:2])))
         for layer in encoder.layers
     ]
     try:
