@@ -91,3 +91,41 @@ def test_a_parents_wandb_service_is_left_for_this_processs_own(monkeypatch):
     monkeypatch.setenv("WANDB_SERVICE", mine)
     own_service()
     assert os.environ["WANDB_SERVICE"] == mine  # this process's own: the runs it starts next share it
+
+
+LAUNCH_PROBE = """
+import json, os, sys, tempfile
+import torch  # what a convexp run has loaded when W&B starts
+import wandb
+from convexp.stages.wandb_mode import LAUNCH_INPUTS, skip_unstaged_launch_inputs
+applied = []
+if sys.argv[1] == "staged":
+    from wandb.sdk.launch.inputs import internal
+    internal.StagedLaunchInputs.apply = lambda self, run: applied.append(run.id)
+skip_unstaged_launch_inputs()
+skip_unstaged_launch_inputs()  # twice: wrapped once
+run = wandb.init(mode="offline", project="p", dir=tempfile.mkdtemp(), settings=wandb.Settings(silent=True))
+run.finish()
+print(json.dumps({"launch_loaded": "wandb.sdk.launch" in sys.modules, "applied": applied}))
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["nothing-staged", "launch-loaded"])
+def test_wandb_init_looks_for_launch_inputs_only_where_some_can_be_staged(staged, home):
+    """wandb.init imports W&B Launch to look for staged job inputs (~1 s of a run's start beside
+    torch); convexp skips the look while nothing can have been staged, and keeps it otherwise."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / "wandb-config"))
+    out = subprocess.run(
+        [sys.executable, "-c", LAUNCH_PROBE, "staged" if staged else "plain"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["launch_loaded"] is staged
+    assert len(result["applied"]) == (1 if staged else 0)

@@ -270,13 +270,14 @@ def _log_to_wandb(plan: Plan, report: dict, out: Path) -> None:
     summary, the figures as images."""
     import wandb
 
-    from ..stages.wandb_mode import own_service, wandb_mode
+    from ..stages.wandb_mode import own_service, skip_unstaged_launch_inputs, wandb_mode
 
     cfg = plan.logger
     mode, _why = wandb_mode(cfg)
     if mode == "disabled":
         return
     own_service()
+    skip_unstaged_launch_inputs()
     run = wandb.init(
         project=cfg.project,
         entity=cfg.entity,

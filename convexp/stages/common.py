@@ -14,7 +14,7 @@ from ..runs import Run, run_key
 from .grad_norm import clip_with_norm
 from .metrics_csv import AppendingCSVLogger
 from ..noise import is_quiet
-from .wandb_mode import own_service, wandb_mode
+from .wandb_mode import own_service, skip_unstaged_launch_inputs, wandb_mode
 
 
 def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ()) -> list:
@@ -33,6 +33,7 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
         import wandb
 
         own_service()
+        skip_unstaged_launch_inputs()
         if silent:  # set up silent before the run: wandb validates the run's settings (and warns
             wandb.setup(settings=wandb.Settings(silent=True))  # about Lightning's anonymous=None) first
         loggers.append(

@@ -71,3 +71,33 @@ def own_service() -> None:
     token = os.environ.get("WANDB_SERVICE", "")
     if token and token.split("-")[1:2] != [str(os.getpid())]:
         del os.environ["WANDB_SERVICE"]
+
+
+LAUNCH_INPUTS = "wandb.sdk.launch.inputs.internal"
+
+
+def skip_unstaged_launch_inputs() -> None:
+    """Let ``wandb.init`` skip its look for W&B Launch job inputs when none can have been staged.
+
+    Every ``wandb.init`` ends by applying the inputs staged with ``wandb.sdk.launch``'s
+    ``manage_config_file`` / ``manage_wandb_config``, and imports that package to find them, staged
+    or not. The import builds pydantic models whose docstring lookup walks every loaded module: in
+    a process that has loaded torch and Lightning it took 0.8-1.2 s of each run's start here
+    (0.16 s in a bare interpreter). Inputs are staged in the module that holds them
+    (``LAUNCH_INPUTS``); while it is not loaded none exist, and the look is skipped. Once it is
+    loaded (a Launch job's own code staged something), wandb's method runs as before. Guarded: a
+    wandb without that method is left alone."""
+    import sys
+
+    from wandb.sdk import wandb_run
+
+    method = getattr(wandb_run.Run, "_detect_and_apply_job_inputs", None)
+    if method is None or getattr(method, "skips_unstaged", False):
+        return
+
+    def detect_and_apply_job_inputs(self) -> None:
+        if LAUNCH_INPUTS in sys.modules:
+            method(self)
+
+    detect_and_apply_job_inputs.skips_unstaged = True
+    wandb_run.Run._detect_and_apply_job_inputs = detect_and_apply_job_inputs
