@@ -687,3 +687,67 @@ def test_gradient_checkpointing_gives_identical_outputs_and_gradients(name):
     assert torch.equal(out[0].logits, out[1].logits) and torch.equal(out[0].loss, out[1].loss)
     for (n, a), b in zip(plain.named_parameters(), ckpt.parameters()):
         assert torch.equal(a.grad, b.grad), n
+
+
+def test_the_word_gradient_is_kept_on_one_cpu_process_only():
+    from convexp.stages.accel import kept_word_grad
+
+    assert kept_word_grad("cpu", 1)
+    assert not kept_word_grad("cuda", 1)  # the caching allocator reuses the memory
+    assert not kept_word_grad("cpu", 2)  # DDP reduces its own buckets
+
+
+def test_the_kept_word_gradient_trains_like_a_fresh_one_each_step(monkeypatch):
+    """A few GLUE steps with the word embedding's gradient kept in one buffer (a CPU run's default)
+    and with a fresh dense one each step: the same weights; the buffer is the same tensor at every
+    step and is let go after the fit."""
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader
+
+    from convexp.data.tasks import get_task
+    from convexp.models import ModelConfig
+    from convexp.stages import task_module
+    from convexp.stages.finetune import FinetuneModule
+
+    hp = {"lr": 1e-3, "layerwise_lr_decay": None, "warmup_fraction": 0.0, "adam_betas": [0.9, 0.999],
+          "adam_epsilon": 1e-8, "weight_decay": 0.01, "batch_size": 4}  # fmt: skip
+    cfg = ModelConfig(vocab_size=60, hidden_size=16, num_heads=2, intermediate_size=32, num_layers=2)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(2, 60, (16, 7), generator=g)
+    mask = torch.ones_like(ids)
+    mask[8:, 5:] = 0
+    batches = [
+        {"input_ids": ids[i : i + 4], "attention_mask": mask[i : i + 4], "token_type_ids": 0 * ids[i : i + 4],
+         "labels": torch.arange(i, i + 4) % 2, "first_position": torch.tensor(i)}  # fmt: skip
+        for i in range(0, 16, 4)
+    ]
+
+    class Watch(pl.Callback):
+        def __init__(self):
+            self.grads = []
+
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            g = module.model.encoder.embeddings.word.weight.grad
+            self.grads.append((g.data_ptr(), g.layout, float(g.norm())))
+
+    def fit(kept: bool):
+        monkeypatch.setattr(task_module, "kept_word_grad", lambda *a: kept)
+        torch.manual_seed(0)
+        module = FinetuneModule(cfg, get_task("sst2"), hp, 4, 0)
+        watch = Watch()
+        trainer = pl.Trainer(
+            max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, accelerator="cpu", callbacks=[watch], gradient_clip_val=1.0,
+        )  # fmt: skip
+        trainer.fit(module, DataLoader(batches, batch_size=None))
+        return module, watch.grads
+
+    kept, kept_grads = fit(True)
+    fresh, fresh_grads = fit(False)
+    assert len({ptr for ptr, _, _ in kept_grads}) == 1  # one buffer for every step
+    assert all(layout == torch.strided for _, layout, _ in kept_grads)  # dense for clipping and AdamW
+    assert [n for *_, n in kept_grads] == pytest.approx([n for *_, n in fresh_grads], rel=1e-5)
+    for (name, a), b in zip(kept.named_parameters(), fresh.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+    word = kept.model.encoder.embeddings.word
+    assert not word.sparse and word.weight.grad is None and kept._word_grad is None

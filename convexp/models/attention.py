@@ -269,7 +269,8 @@ class MixedAttention(nn.Module):
         B, L, _ = x.shape
         q = self.query(x)  # [B, L, A]
         drop = self.dropout if self.training else 0.0
-        heads = [split_heads(t, self.heads) for t in (q[:, :1] if first_only else q, self.key(x), self.value(x))]
+        queries = q[:, :1] if first_only else q  # [B, L or 1, A]; the convolution branch reads all of q
+        heads = [split_heads(t, self.heads) for t in (queries, self.key(x), self.value(x))]
         y = merge_heads(attend(*heads, keep, None, drop))  # [B, L or 1, A]
         if self.conv_type == "none":
             return self.out(y)

@@ -27,7 +27,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from .. import pruning as pruner
 from ..record import write_record
 from ..runs import Run
-from .accel import fused_adamw, heap_mmap_threshold, mmap_threshold_mib, on_cuda, set_threads
+from .accel import fused_adamw, heap_mmap_threshold, kept_word_grad, mmap_threshold_mib, on_cuda, set_threads
 from .common import (
     OptimizerStep,
     adamw_with_linear_schedule,
@@ -58,6 +58,32 @@ class TaskModule(OptimizerStep, pl.LightningModule):
         self.fused_adamw = fused_adamw  # trainer.fused_adamw
         self.pruning, self.prune_warmup, self.distill = pruning, prune_warmup, distill
         self._teacher: list = []
+        self._word_grad: torch.Tensor | None = None  # the kept word-embedding gradient (on_fit_start)
+
+    def on_fit_start(self) -> None:
+        """On one CPU process (``accel.kept_word_grad``), the word embedding's gradient is one dense
+        buffer for the whole fit: the lookup's backward is sparse (the batch's rows) and adds into
+        it, and :meth:`optimizer_zero_grad` zeroes it in place. The same sums and the same dense
+        gradient for clipping and AdamW, without a fresh [V, D] tensor each step."""
+        word = self.model.encoder.embeddings.word
+        if kept_word_grad(self.device.type, self.trainer.world_size) and word.weight.requires_grad:
+            word.sparse = True
+            self._word_grad = torch.zeros_like(word.weight)
+            word.weight.grad = self._word_grad
+
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer) -> None:
+        """Lightning's call before each accumulation window's first backward: the gradients freed
+        (``OptimizerStep`` freed them after the step already), the kept word gradient zeroed and
+        put back."""
+        optimizer.zero_grad(set_to_none=True)
+        if self._word_grad is not None:
+            self.model.encoder.embeddings.word.weight.grad = self._word_grad.zero_()
+
+    def on_fit_end(self) -> None:
+        """The model leaves the fit as it came: a dense lookup, no gradient held."""
+        if self._word_grad is not None:
+            word = self.model.encoder.embeddings.word
+            word.sparse, word.weight.grad, self._word_grad = False, None, None
 
     def prune_model(self) -> None:
         """Put the masks on ``self.model``: after the start weights are loaded and the teacher is
