@@ -333,8 +333,10 @@ def load_pretrained(
     table = [(h, enc_prefix + c, lay) for h, c, lay in encoder_key_table(cfg)]
     tied: dict[str, str] = {}
     head_optional = False
-    if task == "base":
-        model: nn.Module = Encoder(cfg)
+    if task == "base":  # every parameter comes from the checkpoint (checked below): no random init
+        with torch.device("meta"):
+            model: nn.Module = Encoder(cfg)
+        model.to_empty(device="cpu")
     elif task == "mlm":
         if mt != "bert" and cfg.hidden_act != "gelu":
             raise UnsupportedCheckpointError(
