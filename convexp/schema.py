@@ -111,11 +111,28 @@ class OptimSchema:
             raise ValueError(f"optim.betas={list(self.betas)}: two numbers in [0, 1)")
 
 
+# The values nearly every run gives, all of them ones Lightning accepts (tests/test_schema.py checks
+# them against its registries): such a trainer group is checked without importing Lightning (3-5 s),
+# so ``--cfg`` and a refused value elsewhere answer at once.
+USUAL_LIGHTNING = {
+    "accelerator": ("auto", "cpu", "gpu", "cuda"),
+    "strategy": ("auto", "ddp", "ddp_spawn", "fsdp"),
+    "precision": ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true"),
+}
+
+
 def lightning_values(t: TrainerSchema) -> None:
     """accelerator, strategy, precision and devices as Lightning accepts them: names from its own
     registries (``AcceleratorRegistry``, ``StrategyRegistry``) and its precision flags; whether the
-    hardware is here is not asked (a sweep is planned on a login node for GPU jobs)."""
+    hardware is here is not asked (a sweep is planned on a login node for GPU jobs). Usual values
+    (USUAL_LIGHTNING, a CPU given a count of processes) pass without asking Lightning."""
     from typing import get_args
+
+    check_devices(t.devices)
+    cpu_count = t.accelerator != "cpu" or t.devices == "auto" or (type(t.devices) is int and t.devices >= 1)
+    given = {"accelerator": t.accelerator, "strategy": t.strategy, "precision": str(t.precision)}
+    if cpu_count and all(given[k] in USUAL_LIGHTNING[k] for k in given):
+        return
 
     from lightning_fabric import connector
     from pytorch_lightning.accelerators import AcceleratorRegistry
@@ -127,7 +144,6 @@ def lightning_values(t: TrainerSchema) -> None:
     choose("trainer.strategy", t.strategy, ["auto", *StrategyRegistry.available_strategies()], "ddp")
     precisions = [str(v) for part in get_args(connector._PRECISION_INPUT) for v in get_args(part)]
     choose("trainer.precision", str(t.precision), list(dict.fromkeys(precisions)), "bf16-mixed")
-    check_devices(t.devices)
     if t.accelerator == "cpu" and t.devices != "auto":  # Lightning's own parse (a CPU takes a count; GPU ids are checked where the GPUs are)
         from pytorch_lightning.accelerators import CPUAccelerator
 
@@ -232,8 +248,7 @@ class FinetuneSchema:
     retry_diverged: bool = False
 
     def __post_init__(self) -> None:
-        from .models.config import CLASSIFIERS
-        from .models.scalar_mix import NORMS
+        from .models.config import CLASSIFIERS, NORMS
 
         choose("scalar_mix_norm", self.scalar_mix_norm, NORMS, "layers")
         choose("classifier", self.classifier, (None, *CLASSIFIERS), "pooler")

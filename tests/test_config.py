@@ -122,6 +122,42 @@ def test_cfg_job_hydra_all():
     assert code == 0 and {"hydra", "seq_len", "model"} <= set(yaml.safe_load(both))
 
 
+def test_the_usual_trainer_values_are_lightnings_own():
+    """The accelerator, strategy and precision values the schema passes without importing Lightning
+    are ones Lightning accepts (its registries and precision flags)."""
+    from typing import get_args
+
+    from lightning_fabric import connector
+    from pytorch_lightning.accelerators import AcceleratorRegistry
+    from pytorch_lightning.strategies import StrategyRegistry
+
+    from convexp.schema import USUAL_LIGHTNING
+
+    assert set(USUAL_LIGHTNING["accelerator"]) <= {"auto", "gpu", *AcceleratorRegistry.available_accelerators()}
+    assert set(USUAL_LIGHTNING["strategy"]) <= {"auto", *StrategyRegistry.available_strategies()}
+    precisions = {str(v) for part in get_args(connector._PRECISION_INPUT) for v in get_args(part)}
+    assert set(USUAL_LIGHTNING["precision"]) <= precisions
+
+
+def test_composing_usual_values_leaves_lightning_unimported():
+    """``--cfg`` and a refused value answer without Lightning's 3-5 s import where the trainer
+    values are usual ones; an unusual one is still checked by Lightning itself."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from convexp.config import compose_stage\n"
+        "compose_stage('finetune', ['task=sst2', 'init=none'])\n"
+        "compose_stage('pretrain', ['trainer.accelerator=gpu', 'trainer.devices=2', 'trainer.strategy=ddp',"
+        " 'trainer.precision=bf16-mixed'])\n"
+        "print('pytorch_lightning' in sys.modules, 'lightning_fabric' in sys.modules)\n"
+        "compose_stage('pretrain', ['trainer.precision=16'])\n"
+        "print('pytorch_lightning' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "True"]
+
+
 def test_stage_help_lists_config_groups_and_options():
     code, out = invoke("finetune", "glue", "--help")
     assert code == 0, out

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional
 MIXERS = ("attention", "mixed")
 CONV_TYPES = ("sdconv", "conventional", "dynamic", "none")
 CLASSIFIERS = ("cls", "pooler", "hf")
+NORMS = ("per_layer", "layers", "none")  # ScalarMix's normalisation of each layer (scalar_mix.py)
 INITS = ("normal", "truncated")
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .config import NORMS
 from .dropout import Dropout
-
-NORMS = ("per_layer", "layers", "none")
 
 
 class ScalarMix(nn.Module):
