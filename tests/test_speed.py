@@ -755,3 +755,20 @@ def test_the_kept_word_gradient_trains_like_a_fresh_one_each_step(monkeypatch, a
     word = kept.model.encoder.embeddings.word
     assert not word.sparse and word.weight.grad is None and kept._word_grad is None
     assert not word.weight._backward_hooks and not kept._word_rows
+
+    class Stop(pl.Callback):  # a fit that raises (as a diverged one does) never reaches on_fit_end
+        def on_train_batch_end(self, *args):
+            raise RuntimeError("stop")
+
+    def fit_once(callbacks):
+        pl.Trainer(
+            max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, accelerator="cpu", callbacks=callbacks,
+        ).fit(kept, DataLoader(batches, batch_size=None))  # fmt: skip
+
+    monkeypatch.setattr(task_module, "kept_word_grad", lambda *a: True)
+    with pytest.raises(RuntimeError, match="stop"):
+        fit_once([Stop()])
+    assert len(word.weight._backward_hooks) == 1  # still held after the raise
+    fit_once([])  # the next fit on the same module takes it over
+    assert not word.sparse and not word.weight._backward_hooks and kept._word_grad is None

@@ -68,6 +68,7 @@ class TaskModule(OptimizerStep, pl.LightningModule):
         it, and :meth:`optimizer_zero_grad` zeroes the rows the last window wrote. The same sums and
         the same dense gradient for clipping and AdamW, without a fresh [V, D] tensor each step.
         A table tied to another weight (an output layer) gets dense gradients: the default there."""
+        self._release_word_grad()  # a fit before this one that raised kept it
         word = self.model.encoder.embeddings.word
         tied = sum(p is word.weight for _, p in self.model.named_parameters(remove_duplicate=False)) > 1
         if kept_word_grad(self.device.type, self.trainer.world_size) and word.weight.requires_grad and not tied:
@@ -93,6 +94,9 @@ class TaskModule(OptimizerStep, pl.LightningModule):
 
     def on_fit_end(self) -> None:
         """The model leaves the fit as it came: a dense lookup, no gradient held."""
+        self._release_word_grad()
+
+    def _release_word_grad(self) -> None:
         if self._word_grad is not None:
             word = self.model.encoder.embeddings.word
             self._word_hook.remove()
