@@ -40,6 +40,29 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, args, message):
     assert not list(tmp_path.iterdir())  # nothing made before the arguments are checked
 
 
+@pytest.mark.parametrize("first_only", [False, True])
+def test_the_floor_counts_the_encoders_matrix_products(first_only):
+    """floor.encoder_flops equals torch's own FLOP count of a training step's products (forward and
+    backward, the [CLS]-only last block too), and of a forward pass's."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from convexp.bench.floor import encoder_flops
+    from convexp.models import ModelConfig
+    from convexp.models.encoder import Encoder
+
+    cfg = ModelConfig(vocab_size=50, hidden_size=16, num_heads=2, intermediate_size=32, num_layers=3)
+    shape = {"hidden": 16, "intermediate": 32, "layers": 3}
+    encoder = Encoder(cfg).train()  # training: the CPU attention is unfused (its products are counted)
+    ids = torch.randint(5, 50, (3, 7))
+    with FlopCounterMode(display=False) as counter:
+        encoder(ids, torch.ones_like(ids), first_only=first_only).features.sum().backward()
+    assert counter.get_total_flops() == encoder_flops([(3, 7)], shape, train=True, cls_only=first_only)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        encoder(ids, torch.ones_like(ids), first_only=first_only)
+    assert counter.get_total_flops() == encoder_flops([(3, 7)], shape, train=False, cls_only=first_only)
+
+
 @pytest.mark.slow
 def test_tiny_job_writes_the_record_of_every_tool(tmp_path):
     from convexp.bench.step import transformers_available
@@ -71,6 +94,10 @@ def test_tiny_job_writes_the_record_of_every_tool(tmp_path):
         assert r["dev_accuracy_within_1_point"] == (abs(r["dev_accuracy_difference"]) <= 1)
         assert rec["job"][f"{other}_command"][0] == "python"
     assert rec["job"]["device"] == "cpu" and rec["job"]["precision"] == "fp32"
+    floor = rec["floor"]  # the job's matrix products alone, at this machine's GEMM rate
+    assert floor["train_tokens"] <= floor["train_padded_tokens"] and floor["gemm_gflop_per_s"] > 0
+    assert 0 < floor["seconds"]["cls_only"] < floor["seconds"]["full"] < s["convexp"]["wall_s"]
+    assert "Matrix products alone" in res.output
     assert "wall time" in res.output and "peak RSS" in res.output and "vs Trainer" in res.output
     # convexp's run kept its results and dropped its resume checkpoints
     run = next((tmp_path / "work" / "convexp-0" / "runs" / "finetune").iterdir())

@@ -241,6 +241,7 @@ def bench_finetune(
                        "cuda" if cuda else "cpu"]  # fmt: skip
         return {"convexp": convexp_cmd, **{c: [sys.executable, str(SCRIPTS[c]), *script_args] for c in contenders}}
 
+    floor = None if cuda else arithmetic_floor(model_dir, data_dir, batch_size, epochs, max_len)
     # Repeat i runs every tool with seed 42 + i: the tools draw their random numbers differently, so
     # one seed's accuracies differ by seed noise; the medians over the repeats compare the tools.
     seeds = [SEED + i for i in range(repeats)]
@@ -271,10 +272,43 @@ def bench_finetune(
         "repeats": repeats,
         "runs": runs,
         "summary": summarize(runs, epochs * _rows(data_dir / "SST-2" / "train.tsv")),
+        "floor": floor,  # the job's matrix products alone on this CPU (floor.py); null on a GPU
     }
     write_record(record, out)
     print_table(console, record["summary"])
+    if floor is not None:
+        sec = floor["seconds"]
+        console.print(
+            f"Matrix products alone at this machine's fp32 rate ({floor['gemm_gflop_per_s']:.0f} GFLOP/s): "
+            f"{sec['cls_only']:.1f} s with convexp's [CLS]-only last block, {sec['full']:.1f} s for the full "
+            f"encoder (the plain loop's and the Trainer's): the floor under each wall time."
+        )
     return record
+
+
+def arithmetic_floor(model_dir: Path, data_dir: Path, batch_size: int, epochs: int, max_len: int) -> dict | None:
+    """floor.py's floor of the job: its rows' token counts ([CLS] sentence [SEP], at most
+    ``max_len``) under the model's vocabulary; None where the model has no vocab.txt."""
+    import csv
+
+    import torch
+
+    from ..data.tokenizer import Tokenizer
+    from .floor import job_floor
+
+    if not (model_dir / "vocab.txt").is_file():
+        return None
+    tok = Tokenizer.load(model_dir / "vocab.txt")
+    config = json.loads((model_dir / "config.json").read_text())
+    shape = {"hidden": config["hidden_size"], "intermediate": config["intermediate_size"],
+             "layers": config["num_hidden_layers"]}  # fmt: skip
+
+    def lengths(split: str) -> torch.Tensor:
+        with open(data_dir / "SST-2" / f"{split}.tsv", newline="") as f:
+            rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+        return torch.tensor([min(max_len, len(ids) + 2) for ids in tok.encode_batch([r["sentence"] for r in rows])])
+
+    return job_floor(lengths("train"), lengths("dev"), batch_size, epochs, shape, SEED)
 
 
 def write_record(record: dict, out: str | None) -> None:

@@ -206,9 +206,16 @@ class SelfAttention(nn.Module):
         x0 = zero_padding(x, keep)
         v_flat = self.v(x, x0)  # [B, L, H·d]
         v = split_heads(v_flat, self.heads)  # [B, H, L, d]
-        q, k, bias = self.score_terms(x, x0)
-        if first_only and bias is None and self.depthwise is None and q is not None:
-            q = q[:, :, :1]  # the content score alone: position 0's query is all that is needed
+        score_free = self.fixed is None and self.dynamic is None and self.key_dynamic is None
+        # the content score alone: position 0's query is all that is needed
+        first_query = first_only and score_free and self.depthwise is None and self.q is not None
+        if first_query and self.q.conv is None:  # a linear query: projected for position 0 alone
+            q = split_heads(self.q(x[:, :1].contiguous(), x0[:, :1]), self.heads)  # [B, H, 1, d]
+            k, bias = split_heads(self.k_proj(x, x0), self.heads), None
+        else:
+            q, k, bias = self.score_terms(x, x0)
+            if first_query:  # a convolutional query reads its neighbours: computed, then cut
+                q = q[:, :, :1]
         drop = self.dropout if self.training else 0.0
         y = merge_heads(attend(q, k, v, keep, bias, drop, self.content))  # [B, L or 1, H·d]
         if self.depthwise is not None:  # eq. 7: per-channel convolution of the values, added after attention
