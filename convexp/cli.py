@@ -170,6 +170,7 @@ def finetune_squad(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str
         given = ["task=squad1", *given]
     composed = _composed("finetune", given, cfg)
     if composed is not None:
+        _check_init(composed)
         from .stages.squad import run_squad
 
         run_squad(composed)
@@ -180,10 +181,21 @@ def _finetune(overrides: list[str], print_cfg: str | None) -> None:
     run them (stages receive composed configs)."""
     composed = _composed("finetune", overrides, print_cfg)
     if composed is not None:
+        _check_init(composed)
         from .stages.finetune import run_glue
         from .stages.rundirs import compose_finetune
 
         run_glue(*compose_finetune(overrides, composed))
+
+
+def _check_init(composed) -> None:
+    """``init=none`` without its model or tokenizer: refused before the stages' imports (seconds)."""
+    from .errors import UserError
+    from .schema import init_none_problem
+
+    problem = init_none_problem(composed)
+    if problem:
+        raise UserError(problem)
 
 
 @app.command()

@@ -410,6 +410,19 @@ def check_types(cfg: DictConfig) -> None:
         check_outputs(cfg.outputs)
 
 
+def init_none_problem(cfg: DictConfig) -> str | None:
+    """What a fine-tuning config with ``init=none`` (a randomly initialised model) lacks, or None:
+    asked by the CLI before it imports the stages, and by the stage itself (a config composed with
+    ``init=none`` alone is a valid base for sweeps and tests)."""
+    if str(cfg.get("init")) != "none":
+        return None
+    if not cfg.get("init_model"):
+        return "init=none needs model=<preset> (a randomly initialised baseline); see `convexp models`"
+    if not cfg.get("tokenizer_path"):
+        return "init=none needs tokenizer_path=<tokenizer.json or vocab.txt>"
+    return None
+
+
 def check_sweep_settings(settings: DictConfig) -> None:
     """``convexp ablate``'s own settings (conf/ablate.yaml and its launcher), typed."""
     typed(AblateSchema, _own(settings, AblateSchema), "")

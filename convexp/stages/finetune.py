@@ -76,16 +76,14 @@ def resolve_init(cfg: DictConfig) -> Init:
     ``scalar_mix=`` (BERMO's layer mixing added to or removed from any model)."""
     from ..config import model_config
     from ..data.tokenizer import Tokenizer
+    from ..schema import init_none_problem
 
     init = str(cfg.init)
     tok_path = cfg.tokenizer_path
     if init == "none":
-        if not cfg.init_model:
-            raise UserError(
-                "init=none needs model=<preset> (a randomly initialised baseline); see `convexp models`"
-            )
-        if not tok_path:
-            raise UserError("init=none needs tokenizer_path=<tokenizer.json or vocab.txt>")
+        problem = init_none_problem(cfg)  # checked when the config was composed too
+        if problem:
+            raise UserError(problem)
         tok = Tokenizer.load(tok_path)
         mc = dataclasses.replace(
             model_config(cfg.init_model), vocab_size=tok.vocab_size, pad_token_id=tok.pad_id
