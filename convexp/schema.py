@@ -111,7 +111,7 @@ class OptimSchema:
             raise ValueError(f"optim.betas={list(self.betas)}: two numbers in [0, 1)")
 
 
-# The values nearly every run gives, all of them ones Lightning accepts (tests/test_schema.py checks
+# The values nearly every run gives, all of them ones Lightning accepts (tests/test_config.py checks
 # them against its registries): such a trainer group is checked without importing Lightning (3-5 s),
 # so ``--cfg`` and a refused value elsewhere answer at once.
 USUAL_LIGHTNING = {

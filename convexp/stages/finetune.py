@@ -81,7 +81,7 @@ def resolve_init(cfg: DictConfig) -> Init:
     init = str(cfg.init)
     tok_path = cfg.tokenizer_path
     if init == "none":
-        problem = init_none_problem(cfg)  # checked when the config was composed too
+        problem = init_none_problem(cfg)  # the CLI asks it too, before importing the stages
         if problem:
             raise UserError(problem)
         tok = Tokenizer.load(tok_path)
