@@ -289,10 +289,10 @@ def bench_finetune(
 def arithmetic_floor(model_dir: Path, data_dir: Path, batch_size: int, epochs: int, max_len: int) -> dict | None:
     """floor.py's floor of the job: its rows' token counts ([CLS] sentence [SEP], at most
     ``max_len``) under the model's vocabulary; None where the model has no vocab.txt."""
-    import csv
-
     import torch
 
+    from ..data.glue_files import read_classic
+    from ..data.tasks import get_task
     from ..data.tokenizer import Tokenizer
     from .floor import job_floor
 
@@ -302,13 +302,12 @@ def arithmetic_floor(model_dir: Path, data_dir: Path, batch_size: int, epochs: i
     config = json.loads((model_dir / "config.json").read_text())
     shape = {"hidden": config["hidden_size"], "intermediate": config["intermediate_size"],
              "layers": config["num_hidden_layers"]}  # fmt: skip
-
-    def lengths(split: str) -> torch.Tensor:
-        with open(data_dir / "SST-2" / f"{split}.tsv", newline="") as f:
-            rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-        return torch.tensor([min(max_len, len(ids) + 2) for ids in tok.encode_batch([r["sentence"] for r in rows])])
-
-    return job_floor(lengths("train"), lengths("dev"), batch_size, epochs, shape, SEED)
+    splits = read_classic(get_task("sst2"), data_dir)
+    train, dev = (
+        torch.tensor([min(max_len, len(ids) + 2) for ids in tok.encode_batch(splits[s]["sentence"])])
+        for s in ("train", "validation")
+    )
+    return job_floor(train, dev, batch_size, epochs, shape, SEED)
 
 
 def write_record(record: dict, out: str | None) -> None:
