@@ -499,7 +499,10 @@ def bench_squad(
 def bench_pretrain_cmd(
     ctx: typer.Context,
     steps: int = typer.Option(10, help="Timed bare training steps (before and after the stage)."),
-    profile: bool = typer.Option(False, help="Also print where the bare step's time goes (torch.profiler)."),
+    profile: bool = typer.Option(
+        False, help="Also print where the bare step's and the stage's step time goes (torch.profiler, hooks)."
+    ),
+    bare: bool = typer.Option(True, help="Time the bare step (--no-bare: the stage alone; no compile of its own)."),
 ) -> None:
     """The pretrain stage's tokens/s against its bare training step, same model, batch and length
     (`convexp bench pretrain [OVERRIDES]`, default scale=smoke); writes a JSON record."""
@@ -507,7 +510,7 @@ def bench_pretrain_cmd(
 
     if steps < 1:
         _fail(f"--steps must be a positive integer, got {steps}")
-    print_record(bench_pretrain(ctx.args, steps, profile=profile))
+    print_record(bench_pretrain(ctx.args, steps, profile=profile, bare=bare))
 
 @app.command()
 def export(

@@ -772,3 +772,20 @@ def test_the_kept_word_gradient_trains_like_a_fresh_one_each_step(monkeypatch, a
     assert len(word.weight._backward_hooks) == 1  # still held after the raise
     fit_once([])  # the next fit on the same module takes it over
     assert not word.sparse and not word.weight._backward_hooks and kept._word_grad is None
+
+
+def test_bench_pretrain_profiles_the_stage_step_by_phase(tmp_path, monkeypatch):
+    """`bench pretrain --profile --no-bare`: the stage alone, its steps timed by Lightning hook (every
+    phase present, adding up to about the step) and one window under torch.profiler."""
+    from convexp.bench.pretrain import bench_pretrain
+    from convexp.bench.stage_profile import PHASE_STEPS, PHASES
+
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "out"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    record = bench_pretrain([*TINY, "trainer.max_steps=45"], steps=2, record_dir=tmp_path, profile=True, bare=False)
+    assert record["bare_steps_per_s"] is None and record["ratio"] is None and record["stage_steps_per_s"] > 0
+    prof = record["stage_profile"]
+    assert prof["steps"] == PHASE_STEPS and set(prof["phases_ms"]) == set(PHASES)
+    assert all(ms is not None and ms >= 0 for ms in prof["phases_ms"].values())
+    assert 0.5 * prof["step_ms"] < sum(prof["phases_ms"].values()) < 1.5 * prof["step_ms"]
+    assert prof["top_host_ops"] and "kernels_per_step" not in prof  # no device kernels on a CPU

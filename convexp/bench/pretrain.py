@@ -134,6 +134,17 @@ def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
     }
 
 
+def _batch_tokens(cfg, data) -> float:
+    """The real tokens of the stage's first batch (what :func:`bare_step` times on)."""
+    from ..stages.common import per_device_batch
+    from ..stages.pretrain import COLUMNS
+    from ..stages.streams import PermutedStream
+
+    stream = PermutedStream(data.train, cfg.seed, COLUMNS)
+    size = per_device_batch(cfg.trainer.batch_size, cfg.trainer)
+    return float(sum(int(torch.as_tensor(stream[i]["attention_mask"]).sum()) for i in range(size)))
+
+
 def _resident_mib() -> float:
     return os.sysconf("SC_PAGE_SIZE") * int(Path("/proc/self/statm").read_text().split()[1]) / 2**20
 
@@ -144,18 +155,29 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def stage_tokens_per_s(cfg) -> dict:
-    """Run the stage on ``cfg`` (its outputs a scratch store); its own tokens/s and wall time."""
+def stage_tokens_per_s(cfg, profile: bool = False) -> dict:
+    """Run the stage on ``cfg`` (its outputs a scratch store); its own tokens/s and wall time, and
+    with ``profile`` where its steps' time goes (stage_profile.py), timed from its middle on."""
     from ..stages.pretrain import run_pretrain
+    from .stage_profile import PHASE_STEPS, PROFILE_STEPS, StageProfile
 
-    run = run_pretrain(cfg)
+    steps = int(cfg.trainer.max_steps)
+    probe = StageProfile(start=max(3, steps - PHASE_STEPS - PROFILE_STEPS - 5)) if profile else None
+    run = run_pretrain(cfg, callbacks=(probe,) if probe else ())
     m = json.loads((run.dir / "metrics.json").read_text())
-    return {"tokens_per_s": m["tokens_per_s"], "wall_time_s": m["wall_time_s"], "steps": m["steps"]}
+    out = {"tokens_per_s": m["tokens_per_s"], "wall_time_s": m["wall_time_s"], "steps": m["steps"]}
+    if probe is not None:
+        out["profile"] = probe.result
+    return out
 
 
-def bench_pretrain(overrides: list[str], steps: int, record_dir: Path | None = None, profile: bool = False) -> dict:
+def bench_pretrain(
+    overrides: list[str], steps: int, record_dir: Path | None = None, profile: bool = False, bare: bool = True
+) -> dict:
     """Bare step, stage, bare step (interleaved on a shared machine); returns the record, also
-    written to ``record_dir`` (default ``<outputs>/bench``) as ``pretrain-<UTC time>.json``."""
+    written to ``record_dir`` (default ``<outputs>/bench``) as ``pretrain-<UTC time>.json``.
+    ``bare=False``: the stage alone (with ``trainer.compile=graphs`` each bare step compiles for
+    minutes); the record's bare-step fields are then null."""
     from omegaconf import open_dict
 
     from ..config import compose_stage
@@ -173,13 +195,15 @@ def bench_pretrain(overrides: list[str], steps: int, record_dir: Path | None = N
         data = prepare_pretraining_data(
             cfg.data, cfg.tokenizer, cfg.seq_len, scratch / "cache", cfg.seed, cfg.objective.pair_format
         )
-        before = bare_step(cfg, data, steps, profile)
-        stage = stage_tokens_per_s(cfg)
-        after = bare_step(cfg, data, steps)
+        before = bare_step(cfg, data, steps, profile) if bare else None
+        stage = stage_tokens_per_s(cfg, profile)
+        after = bare_step(cfg, data, steps) if bare else None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    seconds = statistics.mean([before["seconds"], after["seconds"]])
-    bare = before["tokens"] / seconds
+    seconds = statistics.mean([before["seconds"], after["seconds"]]) if bare else None
+    real_tokens = before["tokens"] if bare else _batch_tokens(cfg, data)
+    bare_rate = real_tokens / seconds if bare else None
+    cuda = torch.cuda.is_available() and (before["device"] if bare else cfg.trainer.accelerator) != "cpu"
     record = {
         "benchmark": "pretrain",
         "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -190,17 +214,18 @@ def bench_pretrain(overrides: list[str], steps: int, record_dir: Path | None = N
         "seq_len": cfg.seq_len,
         "precision": cfg.trainer.precision,
         "stage_steps": stage["steps"],
-        "bare_steps": steps,
-        "bare_step_s": [before["seconds"], after["seconds"]],
-        "bare_tokens_per_s": bare,
-        "bare_step_memory_mib": before["memory_mib"],  # GPU: the device's peak allocation
-        "device": before["device"] if before["device"] == "cpu" else torch.cuda.get_device_name(),
+        "bare_steps": steps if bare else 0,
+        "bare_step_s": [before["seconds"], after["seconds"]] if bare else None,
+        "bare_tokens_per_s": bare_rate,
+        "bare_step_memory_mib": before["memory_mib"] if bare else None,  # GPU: the device's peak allocation
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
         "peak_rss_mib": _peak_rss_mib(),
         "stage_tokens_per_s": stage["tokens_per_s"],
         "stage_wall_time_s": stage["wall_time_s"],
-        "ratio": stage["tokens_per_s"] / bare,
-        "bare_steps_per_s": 1.0 / seconds,
-        "stage_steps_per_s": stage["tokens_per_s"] / before["tokens"],  # the batch's real tokens per step
+        "ratio": stage["tokens_per_s"] / bare_rate if bare else None,
+        "bare_steps_per_s": 1.0 / seconds if bare else None,
+        "stage_steps_per_s": stage["tokens_per_s"] / real_tokens,  # the first batch's real tokens per step
+        "stage_profile": stage.get("profile"),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
@@ -227,11 +252,18 @@ def print_record(record: dict) -> None:
     for col in ("bare step tok/s", "stage tok/s", "stage / bare", "bare steps/s", "stage steps/s", memory,
                 "peak RSS MiB"):  # fmt: skip
         table.add_column(col, justify="right")
+    def cell(key: str, form: str) -> str:
+        return "-" if record[key] is None else format(record[key], form)
+
     table.add_row(
-        f"{record['bare_tokens_per_s']:,.0f}", f"{record['stage_tokens_per_s']:,.0f}", f"{record['ratio']:.2f}",
-        f"{record['bare_steps_per_s']:,.1f}", f"{record['stage_steps_per_s']:,.1f}",
-        f"{record['bare_step_memory_mib']:,.0f}", f"{record['peak_rss_mib']:,.0f}",
+        cell("bare_tokens_per_s", ",.0f"), cell("stage_tokens_per_s", ",.0f"), cell("ratio", ".2f"),
+        cell("bare_steps_per_s", ",.1f"), cell("stage_steps_per_s", ",.1f"),
+        cell("bare_step_memory_mib", ",.0f"), cell("peak_rss_mib", ",.0f"),
     )  # fmt: skip
     out = console()
+    if record.get("stage_profile") is not None:
+        from .stage_profile import print_profile
+
+        print_profile(record["stage_profile"], out)
     out.print(table)
     out.print(f"record: {record['path']}")

@@ -184,8 +184,9 @@ class PretrainData(pl.LightningDataModule):
         return DataLoader(batches, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
 
 
-def run_pretrain(cfg: DictConfig) -> Run:
-    """Pre-train as configured; returns the run. A finished run with the same config is reused."""
+def run_pretrain(cfg: DictConfig, callbacks: tuple = ()) -> Run:
+    """Pre-train as configured; returns the run. A finished run with the same config is reused.
+    ``callbacks``: Lightning callbacks added to the stage's own (``bench pretrain --profile``)."""
     run = pretrain_run(cfg)
     if run.finished:
         warn_if_other_version(run)
@@ -219,7 +220,7 @@ def run_pretrain(cfg: DictConfig) -> Run:
             print(said("already finished", run.dir, "(by another process)"))
             return run
         try:
-            _train(cfg, run, model_cfg, data, init)
+            _train(cfg, run, model_cfg, data, init, callbacks)
         finally:
             finish_wandb()
     return run
@@ -230,7 +231,9 @@ def token_info(tok) -> TokenInfo:
     return TokenInfo(tok.vocab_size, tok.mask_id, tuple(sorted(tok.special_ids)), tok.continuation_mask())
 
 
-def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data, init: Checkpoint | None) -> None:
+def _train(
+    cfg: DictConfig, run: Run, model_cfg: ModelConfig, data, init: Checkpoint | None, callbacks: tuple = ()
+) -> None:
     """One attempt (the run's lock held): train from the last intact checkpoint, then finish."""
     tok = data.tokenizer
     run.write_config(cfg)
@@ -289,6 +292,7 @@ def _train(cfg: DictConfig, run: Run, model_cfg: ModelConfig, data, init: Checkp
             LearningRateMonitor(logging_interval="step"),
             StepProgressBar(reads_every, speed=False),  # tokens/s instead of batches/s
             Health(t.nonfinite_patience, t.requeue_signal, check_every=reads_every),
+            *callbacks,
         ],
         enable_model_summary=False,
     )
