@@ -58,7 +58,7 @@ def _main(
 
     set_verbosity(verbose, quiet)
     if config_dir:
-        from .config import add_config_dirs
+        from .config.compose import add_config_dirs
 
         add_config_dirs(config_dir)
 
@@ -102,7 +102,7 @@ class StageCommand(TyperCommand):
     def format_help(self, ctx, formatter) -> None:
         from rich.markup import escape
 
-        from .config import stage_help
+        from .config.compose import stage_help
 
         rows = "\n\n".join(f"[bold]{name}[/bold]: {escape(options)}" for name, options in stage_help(self.stage))
         self.epilog = f"Config groups (GROUP=OPTION; * = yours, from --config-dir):\n\n{rows}"
@@ -117,7 +117,7 @@ def _composed(stage: str, overrides: list[str], print_cfg: str | None):
     """The stage's composed configuration, or None after printing it (--cfg)."""
     from omegaconf import OmegaConf
 
-    from .config import compose_stage, hydra_config
+    from .config.compose import compose_stage, hydra_config
 
     if print_cfg not in (None, *CFG_KINDS):
         _fail(f"--cfg {print_cfg}: choose one of {', '.join(CFG_KINDS)}")
@@ -137,7 +137,7 @@ def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PR
     """Pre-train a model preset (MLM or ELECTRA) into outputs/runs/pretrain/<id>; re-running resumes."""
     composed = _composed("pretrain", overrides or [], cfg)
     if composed is not None:
-        from .stages.pretrain import run_pretrain
+        from .tasks.pretraining.stage import run_pretrain
 
         run_pretrain(composed)
 
@@ -156,7 +156,7 @@ def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str]
 def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on BERMO's SentEval probing tasks: task=<name|all> init=<run dir | HF dir | none> [KEY=VALUE ...]
     (protocol=bermo; data: glue.source=local glue.path=<SentEval data/probing> or glue.source=synthetic)."""
-    from .stages.rundirs import probing_overrides
+    from .store.rundirs import probing_overrides
 
     _finetune(probing_overrides(overrides or []), cfg)
 
@@ -171,7 +171,7 @@ def finetune_squad(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str
     composed = _composed("finetune", given, cfg)
     if composed is not None:
         _check_init(composed)
-        from .stages.squad import run_squad
+        from .tasks.squad.stage import run_squad
 
         run_squad(composed)
 
@@ -182,8 +182,8 @@ def _finetune(overrides: list[str], print_cfg: str | None) -> None:
     composed = _composed("finetune", overrides, print_cfg)
     if composed is not None:
         _check_init(composed)
-        from .stages.finetune import run_glue
-        from .stages.rundirs import compose_finetune
+        from .tasks.classification.stage import run_glue
+        from .store.rundirs import compose_finetune
 
         run_glue(*compose_finetune(overrides, composed))
 
@@ -191,7 +191,7 @@ def _finetune(overrides: list[str], print_cfg: str | None) -> None:
 def _check_init(composed) -> None:
     """``init=none`` without its model or tokenizer: refused before the stages' imports (seconds)."""
     from .errors import UserError
-    from .schema import init_none_problem
+    from .config.schema import init_none_problem
 
     problem = init_none_problem(composed)
     if problem:
@@ -297,7 +297,7 @@ def models(
     names: Optional[List[str]] = typer.Argument(None, help="Presets to show (default: all)."),
 ) -> None:
     """List every model preset with its parameter count and training FLOPs per token."""
-    from .config import group_sources, is_builtin
+    from .config.compose import group_sources, is_builtin
     from .models.stats import preset_table
 
     if seq_len < 1:
@@ -317,7 +317,7 @@ def cp(
                                 "--config-dir DEST) or a .yaml file path."),
 ) -> None:
     """Copy a built-in preset, task, sweep or other config to edit (as `tune cp`); never overwrites."""
-    from .config import copy_config
+    from .config.compose import copy_config
 
     path = copy_config(name, dest)
     typer.echo(f"wrote {path}")

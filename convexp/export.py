@@ -10,7 +10,7 @@
          the tokenizer files (from the source model dir or ``tokenizer``) and export.json.
 
 DIR loads with ``convexp finetune glue init=DIR`` (tokenizer files in DIR, else tokenizer_path=...),
-with :func:`convexp.checkpoint.open_checkpoint` and with :func:`convexp.models.io.load_model_dir`.
+with :func:`convexp.store.checkpoint.open_checkpoint` and with :func:`convexp.models.io.load_model_dir`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .errors import UserError
-from .checkpoint import TOKENIZER_FILES, Checkpoint, open_checkpoint
+from .store.checkpoint import TOKENIZER_FILES, Checkpoint, open_checkpoint
 from .models.io import WEIGHTS, build_model, model_kind, save_model_dir
 from .pruning.masked import remaining_weights
 from .pruning.structured import (

@@ -1,6 +1,6 @@
 """Fine-tuning results as the papers report them: seed statistics, the chosen setting, task scores.
 
-Shared by the summary of a ``convexp finetune`` invocation (stages/glue_summary.py) and the tables
+Shared by the summary of a ``convexp finetune`` invocation (tasks/classification/summary.py) and the tables
 of ``convexp report`` (report/tables.py), so both aggregate and choose the same way:
 
 * seed statistics: n, mean ± standard error (Chang et al.'s appendix), median (ConvBERT: the median
@@ -21,8 +21,8 @@ import math
 import statistics
 from typing import Callable, Iterable, TypeVar
 
-from .data import scores
-from .data.tasks import Task
+from .tasks.classification import scores
+from .tasks.classification.registry import Task
 
 T = TypeVar("T")
 STATS = ("mean", "median", "best")

@@ -76,7 +76,7 @@ def write_vocab(path: Path, words: list[str]) -> Path:
 
 
 def official_json(path: Path, records: list[dict], version: str) -> None:
-    """Records (data/squad.py's format) as an official SQuAD file: one paragraph per record."""
+    """Records (tasks/squad/data.py's format) as an official SQuAD file: one paragraph per record."""
     paragraphs = [
         {
             "context": r["context"],

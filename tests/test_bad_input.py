@@ -258,7 +258,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, files, monkey
 
 def test_a_refusal_after_the_run_dir_is_made_removes_what_it_made(tmp_path):
     from convexp.errors import UserError
-    from convexp.runs import Run, RunDiverged
+    from convexp.store.runs import Run, RunDiverged
 
     run = Run(tmp_path / "runs" / "pretrain" / "x-0123456789")
     with pytest.raises(UserError), run.removed_on_refusal():
@@ -283,9 +283,9 @@ def _diverged(run) -> dict:
 
 @pytest.mark.parametrize("stage", ["pretrain", "finetune"])
 def test_a_diverged_run_is_not_trained_again_unless_asked(tmp_path, files, monkeypatch, stage):
-    from convexp.config import compose_stage
-    from convexp.stages.finetune import resolve_init
-    from convexp.stages.rundirs import compose_finetune, glue_runs, pretrain_run
+    from convexp.config.compose import compose_stage
+    from convexp.tasks.classification.stage import resolve_init
+    from convexp.store.rundirs import compose_finetune, glue_runs, pretrain_run
 
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setenv("CONVEXP_CONFIG_PATH", "")
@@ -320,7 +320,7 @@ def test_checking_accepts_good_values_and_changes_nothing(stage, args):
     """The schemas only check: the composed config (what run ids hash) is Hydra's, unchanged."""
     from omegaconf import OmegaConf
 
-    from convexp.config import _keys_read, _task_pruning, compose, compose_stage, stage_overrides
+    from convexp.config.compose import _keys_read, _task_pruning, compose, compose_stage, stage_overrides
 
     checked = OmegaConf.to_container(compose_stage(stage, args))
     del checked["invocation"]
@@ -333,7 +333,7 @@ def test_checking_accepts_good_values_and_changes_nothing(stage, args):
 
 
 def test_a_sweep_skips_a_diverged_node_unless_retry_diverged(tmp_path):
-    from convexp.runs import Run
+    from convexp.store.runs import Run
     from convexp.sweep.execute import settled
     from convexp.sweep.nodes import Node
 

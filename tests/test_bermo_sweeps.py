@@ -117,8 +117,8 @@ def test_stability_sweep_runs_the_papers_ten_seeds_at_every_scale():
 def test_bermo_pruning_hyperparameters_per_task():
     """protocol=bermo with pruning: lr 3e-5, epochs 25 / 6 / 10 (SST-2 / MNLI / QQP), and the pruning
     group's per-task settings (Tables 7-10), unless the command line sets them."""
-    from convexp.config import compose_stage
-    from convexp.stages.rundirs import hyperparameters
+    from convexp.config.compose import compose_stage
+    from convexp.store.rundirs import hyperparameters
 
     def cfg(*o):
         return compose_stage("finetune", ["init=x", "protocol=bermo", *o])
@@ -206,7 +206,7 @@ def test_per_seed_columns_show_diverges_and_averages_leave_them_out():
 
 
 def test_metric_columns_and_probing_groups():
-    from convexp.data.tasks import PROBING_ORDER
+    from convexp.tasks.classification.registry import PROBING_ORDER
     from convexp.sweep.spec import Variant
     from convexp.report.tables import variant_row
 
@@ -359,9 +359,9 @@ LR = 3e-5
 def node_settings(node, width=768):
     """What one planned fine-tuning node will run with: its composed config, the protocol's
     hyper-parameters and its sequence length, from the node's own overrides (as `convexp ablate` runs it)."""
-    from convexp.config import compose_stage
-    from convexp.stages.rundirs import hyperparameters
-    from convexp.stages.squad_runs import qa_settings
+    from convexp.config.compose import compose_stage
+    from convexp.store.rundirs import hyperparameters
+    from convexp.tasks.squad.runs import qa_settings
 
     cfg = compose_stage("finetune", node.overrides)
     [hp] = hyperparameters(cfg, width)
@@ -381,7 +381,7 @@ def check_printed(node, method, bermo, epochs=None):
         (lam_bermo if bermo else lam_bert, w_i, w_f, score_lr, t_i, t_f)
     ), node.key
     if node.task.startswith("squad"):
-        from convexp.stages.squad_runs import qa_settings
+        from convexp.tasks.squad.runs import qa_settings
 
         qa = qa_settings(cfg)
         assert {k: qa[k] for k in SANH_SQUAD_WINDOWS} == SANH_SQUAD_WINDOWS, node.key

@@ -4,7 +4,7 @@ vocab.txt or downloaded from the hub, with BERT's basic tokenization."""
 import pytest
 from helpers import write_vocab
 
-from convexp.config import compose_stage
+from convexp.config.compose import compose_stage
 from convexp.data.errors import TokenizerError
 from convexp.data.tokenizer import build_tokenizer
 from convexp.errors import UserError

@@ -1,4 +1,4 @@
-"""convexp.checkpoint.open_checkpoint: every kind of reference, and one set of one-line errors."""
+"""convexp.store.checkpoint.open_checkpoint: every kind of reference, and one set of one-line errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from convexp.checkpoint import CheckpointError, CheckpointNotCached, open_checkpoint
+from convexp.store.checkpoint import CheckpointError, CheckpointNotCached, open_checkpoint
 from convexp.errors import UserError
 from convexp.models import Encoder, MaskedLM, ModelConfig, SequenceClassifier
 from convexp.models.io import save_model_dir

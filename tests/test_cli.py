@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from convexp.cli import app
-from convexp.config import group_options
+from convexp.config.compose import group_options
 
 runner = CliRunner()
 
@@ -159,7 +159,7 @@ def test_dry_run_on_a_cpu_estimates_time_from_a_measured_step(tmp_path, monkeypa
 
 
 def test_measured_cpu_rate_is_a_plausible_flop_rate():
-    from convexp.config import compose_stage
+    from convexp.config.compose import compose_stage
     from convexp.sweep.cpu_rate import measured_flops, runs_on_cpu
 
     cfg = compose_stage("pretrain", ["scale=smoke", "model.num_layers=1", "trainer.batch_size=4", "seq_len=16"])

@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from convexp.cli import app
-from convexp.config import CONF_DIR, compose_stage, group_options
+from convexp.config.compose import CONF_DIR, compose_stage, group_options
 from convexp.errors import ConfigError
 
 runner = CliRunner()
@@ -131,7 +131,7 @@ def test_the_usual_trainer_values_are_lightnings_own():
     from pytorch_lightning.accelerators import AcceleratorRegistry
     from pytorch_lightning.strategies import StrategyRegistry
 
-    from convexp.schema import USUAL_LIGHTNING
+    from convexp.config.schema import USUAL_LIGHTNING
 
     assert set(USUAL_LIGHTNING["accelerator"]) <= {"auto", "gpu", *AcceleratorRegistry.available_accelerators()}
     assert set(USUAL_LIGHTNING["strategy"]) <= {"auto", *StrategyRegistry.available_strategies()}
@@ -146,7 +146,7 @@ def test_composing_usual_values_leaves_lightning_unimported():
     import sys
 
     probe = (
-        "import sys; from convexp.config import compose_stage\n"
+        "import sys; from convexp.config.compose import compose_stage\n"
         "compose_stage('finetune', ['task=sst2', 'init=none'])\n"
         "compose_stage('pretrain', ['trainer.accelerator=gpu', 'trainer.devices=2', 'trainer.strategy=ddp',"
         " 'trainer.precision=bf16-mixed'])\n"

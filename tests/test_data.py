@@ -19,8 +19,8 @@ from convexp.data.errors import (
     TokenizerError,
     UnknownSourceError,
 )
-from convexp.data.packing import SpecialIds, pack_blocks
-from convexp.data.pretraining import collate, prepare_pretraining_data
+from convexp.tasks.pretraining.packing import SpecialIds, pack_blocks
+from convexp.tasks.pretraining.pretraining import collate, prepare_pretraining_data
 from convexp.data.synthetic import synthetic_corpus, unigram_entropy, vocabulary_words
 from convexp.data.tokenizer import SPECIAL_TOKENS, Tokenizer, build_tokenizer
 from convexp.errors import UserError
@@ -312,7 +312,7 @@ def test_packing_keeps_the_token_stream(pair_format):
 
 
 def test_cache(tmp_path, monkeypatch, caplog):
-    from convexp.data import pretraining
+    from convexp.tasks.pretraining import pretraining
 
     cache = tmp_path / "cache"
     first = prepare_pretraining_data(SYNTH, WORDPIECE, 32, cache, seed=0, pair_format="sop")
@@ -324,7 +324,7 @@ def test_cache(tmp_path, monkeypatch, caplog):
 
     monkeypatch.setattr(pretraining, "load_corpus", fail)  # no corpus read, no tokenizer training
     monkeypatch.setattr(pretraining, "build_tokenizer", fail)
-    with caplog.at_level("INFO", logger="convexp.data.pretraining"):
+    with caplog.at_level("INFO", logger="convexp.tasks.pretraining.pretraining"):
         second = prepare_pretraining_data(SYNTH, WORDPIECE, 32, cache, seed=0, pair_format="sop")
     assert second.stats["cached"] is True and "from cache" in caplog.text
     assert (
@@ -421,7 +421,7 @@ def test_errors(tmp_path):
 def test_presets_are_valid():
     from omegaconf import OmegaConf
 
-    from convexp.config import CONF_DIR
+    from convexp.config.compose import CONF_DIR
     from convexp.data.corpus import DATA_DEFAULTS
     from convexp.data.tokenizer import TOKENIZER_DEFAULTS
 

@@ -8,10 +8,10 @@ import random
 import pytest
 from helpers import write_vocab
 
-from convexp.config import compose_stage
+from convexp.config.compose import compose_stage
 from convexp.data.errors import DataError
-from convexp.data.packing import SpecialIds, electra_examples
-from convexp.data.pretraining import prepare_pretraining_data
+from convexp.tasks.pretraining.packing import SpecialIds, electra_examples
+from convexp.tasks.pretraining.pretraining import prepare_pretraining_data
 
 SPECIALS = SpecialIds(cls_id=2, sep_id=3, pad_id=0)
 CLS, SEP, PAD = 2, 3, 0

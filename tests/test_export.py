@@ -207,8 +207,8 @@ def test_export_loads_through_finetune_init(tmp_path, pretrained):
     """A pre-trained model with dead heads/units, saved like a fine-tuning run (no tokenizer files),
     exported with --tokenizer: `convexp finetune glue init=<export>` resolves it and its encoder
     loads strictly, giving the pruned model's features."""
-    from convexp.config import compose_stage
-    from convexp.stages.finetune import resolve_init
+    from convexp.config.compose import compose_stage
+    from convexp.tasks.classification.stage import resolve_init
 
     source = load_model_dir(pretrained / "model")
     kill_ffn_units(source)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from convexp.models import ModelConfig, SequenceClassifier
-from convexp.stages.common import layerwise_groups
+from convexp.train.common import layerwise_groups
 
 
 def tiny(**kw) -> ModelConfig:
@@ -59,7 +59,7 @@ def test_layerwise_lr_of_every_parameter_group_for_four_layers():
     ],
 )
 def test_classification_head_per_model_family(preset, kind):
-    from convexp.config import model_config
+    from convexp.config.compose import model_config
 
     cfg = model_config(preset)
     assert cfg.classifier_head == kind
@@ -135,9 +135,9 @@ def test_encoder_builds_the_configured_scalar_mix():
 def test_pretraining_flops_reproduce_convbert_table3():
     """ConvBERT Table 3 (seeds/000: 1.3e18 small, 1.5e18 medium-small, 1.4e19 base; length 128,
     1M updates, batch 128 / 256) under ELECTRA's flops_computation.py convention."""
-    from convexp.config import model_configs
+    from convexp.config.compose import model_configs
     from convexp.models.stats import pretraining_flops
-    from convexp.stages.objectives import generator_config
+    from convexp.tasks.pretraining.objectives import generator_config
 
     names = ["convbert_small", "convbert_medium_small", "convbert_base", "electra_small", "electra_base"]
     cfgs = model_configs([*names, "bert_small"])

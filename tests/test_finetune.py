@@ -116,17 +116,17 @@ def test_intermediate_task_starts_from_the_mnli_model(tmp_path, pretrained):
     [rte] = [r for r in runs if "-rte-" in r.name]
     from omegaconf import OmegaConf
 
-    from convexp.runs import run_key
+    from convexp.store.runs import run_key
 
     # the id holds the MNLI run's name without its tokens (runs.run_key): the same run whatever its name
     assert OmegaConf.load(rte / "config.yaml")["from"] == run_key(mnli.name)
-    from convexp.checkpoint import open_checkpoint
+    from convexp.store.checkpoint import open_checkpoint
 
     state = open_checkpoint(mnli).encoder_state
     assert "embeddings.word.weight" in state and "layers.0.mixer.query.weight" in state
     # a fine-tuned model dir carries its tokenizer: it is a complete init= on its own
-    from convexp.config import compose_stage
-    from convexp.stages.finetune import resolve_init
+    from convexp.config.compose import compose_stage
+    from convexp.tasks.classification.stage import resolve_init
 
     assert (mnli / "model" / "tokenizer.json").exists()
     init = resolve_init(compose_stage("finetune", [f"init={mnli}", "task=rte"]))
@@ -235,8 +235,8 @@ def test_protocol_hyperparameters_and_grid():
     size x task against the papers' values: tests/test_finetune_recipes.py)."""
     from omegaconf import OmegaConf
 
-    from convexp.config import compose_stage
-    from convexp.stages.rundirs import hyperparameters
+    from convexp.config.compose import compose_stage
+    from convexp.store.rundirs import hyperparameters
 
     cfg = compose_stage("finetune", ["init=x", "task=rte", "grid=false"])
     [hp] = hyperparameters(cfg, 256)
@@ -277,7 +277,7 @@ def test_fine_pruning_saves_the_masked_model_it_evaluated(tmp_path, pretrained, 
     from safetensors.torch import load_file
 
     from convexp import pruning
-    from convexp.data import encoding, loading, tasks
+    from convexp.tasks.classification import encoding, loading, registry as tasks
     from convexp.models import SequenceClassifier
     from convexp.models.io import read_model_config
 
@@ -311,7 +311,7 @@ def test_fine_pruning_saves_the_masked_model_it_evaluated(tmp_path, pretrained, 
     task = tasks.get_task("sst2")
     raw = loading.load_task(task, {"source": "synthetic", "synthetic_size": 160, "seed": 0, "path": None})
     splits = encoding.tokenize_task(task, raw, tok, 48, tmp_path / "cache")
-    from convexp.stages.glue_eval import predict
+    from convexp.tasks.classification.evaluate import predict
 
     logits, _, idx = predict(model, splits["validation"], tok.pad_id)
     again = dict(zip(idx.tolist(), logits.argmax(-1).tolist()))
@@ -340,7 +340,7 @@ def test_distillation_from_a_fine_tuned_teacher(tmp_path, pretrained):
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.load(student / "config.yaml")
-    from convexp.runs import run_key
+    from convexp.store.runs import run_key
 
     assert cfg.distill.teacher == run_key(teacher.name) and cfg.distill.alpha_distil == 0.9
     assert "teacher" not in student.name  # its path names no token

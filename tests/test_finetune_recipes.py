@@ -12,9 +12,9 @@ import yaml
 from typer.testing import CliRunner
 
 from convexp.cli import app
-from convexp.config import compose_stage
+from convexp.config.compose import compose_stage
 from convexp.errors import UserError
-from convexp.stages.rundirs import hyperparameters
+from convexp.store.rundirs import hyperparameters
 
 SMALL, BASE = 256, 768  # ConvBERT-small / ELECTRA-small width; BERT-base / ConvBERT-base width
 GLUE = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "wnli")
@@ -116,7 +116,7 @@ def test_convbert_grid_is_on_at_paper_only_and_for_glue_only():
 def test_the_convbert_sweeps_are_the_ones_with_the_grid_at_paper():
     """Every named sweep fine-tuning GLUE tasks under protocol=convbert runs the grid at
     scale=paper; every other sweep (Chang et al.'s, BERMO's, SQuAD, probing) runs one setting."""
-    from convexp.config import group_options
+    from convexp.config.compose import group_options
     from convexp.sweep.spec import load_sweep
 
     with_grid = set()
@@ -184,17 +184,17 @@ OPTIONAL_NULLS = {
 
 # what fine-tuning reads of its trainer node (conf/trainer/finetune.yaml): key -> (module, the read)
 TRAINER_READS = {
-    "accelerator": ("stages/task_module.py", "accelerator=cfg.trainer.accelerator"),
-    "precision": ("stages/task_module.py", "precision=cfg.trainer.precision"),
-    "log_every_n_steps": ("stages/task_module.py", "log_every_n_steps=cfg.trainer.log_every_n_steps"),
-    "num_workers": ("stages/finetune.py", "cfg.trainer.num_workers"),
-    "fused_adamw": ("stages/finetune.py", "cfg.trainer.fused_adamw"),
-    "nonfinite_patience": ("stages/task_module.py", "Health(cfg.trainer.nonfinite_patience"),
-    "requeue_signal": ("stages/task_module.py", "cfg.trainer.requeue_signal"),
-    "lock_wait": ("stages/task_module.py", "wait=cfg.trainer.lock_wait"),
-    "threads": ("stages/accel.py", 'trainer_cfg.get("threads", "auto")'),  # finetune_trainer: set_threads(cfg.trainer)
-    "compile": ("stages/accel.py", "compile_mode(trainer_cfg.compile)"),  # prepare_encoders(..., cfg.trainer)
-    "gradient_checkpointing": ("stages/accel.py", "bool(trainer_cfg.gradient_checkpointing)"),
+    "accelerator": ("train/task_module.py", "accelerator=cfg.trainer.accelerator"),
+    "precision": ("train/task_module.py", "precision=cfg.trainer.precision"),
+    "log_every_n_steps": ("train/task_module.py", "log_every_n_steps=cfg.trainer.log_every_n_steps"),
+    "num_workers": ("tasks/classification/stage.py", "cfg.trainer.num_workers"),
+    "fused_adamw": ("tasks/classification/stage.py", "cfg.trainer.fused_adamw"),
+    "nonfinite_patience": ("train/task_module.py", "Health(cfg.trainer.nonfinite_patience"),
+    "requeue_signal": ("train/task_module.py", "cfg.trainer.requeue_signal"),
+    "lock_wait": ("train/task_module.py", "wait=cfg.trainer.lock_wait"),
+    "threads": ("train/accel.py", 'trainer_cfg.get("threads", "auto")'),  # finetune_trainer: set_threads(cfg.trainer)
+    "compile": ("train/accel.py", "compile_mode(trainer_cfg.compile)"),  # prepare_encoders(..., cfg.trainer)
+    "gradient_checkpointing": ("train/accel.py", "bool(trainer_cfg.gradient_checkpointing)"),
 }
 
 

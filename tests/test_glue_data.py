@@ -13,12 +13,12 @@ from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from convexp.data.encoding import collate, encode_example, tokenize_task, truncated_lengths
+from convexp.tasks.classification.encoding import collate, encode_example, tokenize_task, truncated_lengths
 from convexp.data.errors import TaskError, TaskFileError, TaskLabelError, UnknownTaskError
-from convexp.data.loading import load_task, task_features
-from convexp.data.scores import compute_metrics, convbert_score, glue_average, score_columns, task_score
-from convexp.data.submissions import write_submission, zip_submission
-from convexp.data.tasks import GLUE_TASKS, SUBMISSION_FILES
+from convexp.tasks.classification.loading import load_task, task_features
+from convexp.tasks.classification.scores import compute_metrics, convbert_score, glue_average, score_columns, task_score
+from convexp.tasks.classification.submissions import write_submission, zip_submission
+from convexp.tasks.classification.registry import GLUE_TASKS, SUBMISSION_FILES
 from convexp.data.tokenizer import build_tokenizer
 from convexp.errors import UserError
 
@@ -259,8 +259,8 @@ def test_both_orders_holds_every_training_pair_twice_and_leaves_dev_as_it_is(glu
     dev and test are the file's rows (ELECTRA doubles split == "train" only)."""
     from omegaconf import OmegaConf
 
-    from convexp.config import compose_stage
-    from convexp.data.loading import prepare_task
+    from convexp.config.compose import compose_stage
+    from convexp.tasks.classification.loading import prepare_task
 
     source = OmegaConf.create({"source": "local", "path": str(glue_root)})
     cfg = compose_stage("finetune", ["init=x", f"task={task}", "protocol=convbert"])
@@ -282,7 +282,7 @@ def test_both_orders_holds_every_training_pair_twice_and_leaves_dev_as_it_is(glu
 def test_both_orders_on_single_sentences_is_one_line():
     from omegaconf import OmegaConf
 
-    from convexp.data.loading import prepare_task
+    from convexp.tasks.classification.loading import prepare_task
 
     with pytest.raises(TaskError, match="sst2 has single sentences.*both_orders=false"):
         prepare_task(OmegaConf.create({"name": "sst2"}), {"source": "synthetic", "synthetic_size": 60}, True)
@@ -468,7 +468,7 @@ def test_submission_messages_say_what_to_do(tmp_path, caplog):
         for split, name in t.submission:
             if name != "WNLI.tsv":
                 write_submission(t.name, split, [0], [0.0] if t.is_regression else [0], out)
-    with caplog.at_level(logging.INFO, logger="convexp.data.submissions"):
+    with caplog.at_level(logging.INFO, logger="convexp.tasks.classification.submissions"):
         zip_submission(out, tmp_path / "all.zip")
         [wnli] = caplog.records
         assert wnli.levelno == logging.WARNING and "WNLI.tsv" in wnli.getMessage()
@@ -599,7 +599,7 @@ def tokenizer():
 
 
 def test_tokenize_task_pairs_and_cache(tokenizer, tmp_path, monkeypatch):
-    import convexp.data.encoding as encoding
+    import convexp.tasks.classification.encoding as encoding
 
     splits = load_task("rte", {"source": "synthetic", "synthetic_size": 60})
     out = tokenize_task("rte", splits, tokenizer, max_len=24, cache_dir=tmp_path / "cache")
@@ -646,7 +646,7 @@ def test_collapsed_runs_are_detected():
     """BERMO's "Diverges": every prediction the same class (or score), or non-finite outputs."""
     import numpy as np
 
-    from convexp.data.scores import collapsed
+    from convexp.tasks.classification.scores import collapsed
 
     assert collapsed("sst2", np.array([[0.1, 2.0], [0.3, 1.0], [-1.0, 0.5]]))  # always class 1
     assert not collapsed("sst2", np.array([[0.1, 2.0], [3.0, 1.0]]))

@@ -124,9 +124,9 @@ def test_a_diverged_gpu_run_is_caught_and_never_checkpointed(tmp_path):
 
 
 def _module(*over):
-    from convexp.config import compose_stage, to_model_config
-    from convexp.stages.objectives import TokenInfo
-    from convexp.stages.pretrain import PretrainModule
+    from convexp.config.compose import compose_stage, to_model_config
+    from convexp.tasks.pretraining.objectives import TokenInfo
+    from convexp.tasks.pretraining.stage import PretrainModule
 
     cfg = compose_stage("pretrain", [*TINY, *GPU, *over])
     info = TokenInfo(vocab_size=400, mask_id=4, special_ids=(0, 1, 2, 3, 4))
@@ -155,7 +155,7 @@ def test_fused_adamw_on_cuda():
 def test_pinned_batches_on_cuda():
     from torch.utils.data import DataLoader
 
-    from convexp.stages.accel import on_cuda, pin_memory
+    from convexp.train.accel import on_cuda, pin_memory
 
     cfg, module = _module()
     assert pin_memory(cfg.trainer, on_cuda(cfg.trainer))
@@ -205,7 +205,7 @@ def test_band_conv_on_the_gpu_equals_the_shifted_sum():
 def test_the_pretraining_step_never_waits_for_the_device(objective, padded):
     """Forward, backward, the divergence check's device side, clipping and fused AdamW under
     CUDA's sync debug mode "error": any read of a device value back to the host raises."""
-    from convexp.stages.health import Health
+    from convexp.train.health import Health
 
     cfg, module = _module(f"objective={objective}", "model=convbert_small")
     module.cuda().train()
@@ -237,8 +237,8 @@ def test_the_pretraining_stage_reads_the_device_only_at_logging_steps(tmp_path, 
     monkeypatch.setenv("WANDB_MODE", "disabled")  # in-process: no W&B service left in this worker
     import pytorch_lightning as pl
 
-    from convexp.config import compose_stage
-    from convexp.stages import pretrain
+    from convexp.config.compose import compose_stage
+    from convexp.tasks.pretraining import stage as pretrain
 
     seen: dict[int, int] = {}
 

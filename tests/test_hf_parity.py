@@ -28,14 +28,14 @@ from helpers import official_json, write_vocab
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from convexp.config import compose_stage  # noqa: E402
-from convexp.data.squad import synthetic_squad  # noqa: E402
-from convexp.data.squad_decode import decode_independent  # noqa: E402
-from convexp.data.squad_features import collate_squad, squad_features  # noqa: E402
+from convexp.config.compose import compose_stage  # noqa: E402
+from convexp.tasks.squad.data import synthetic_squad  # noqa: E402
+from convexp.tasks.squad.decode import decode_independent  # noqa: E402
+from convexp.tasks.squad.features import collate_squad, squad_features  # noqa: E402
 from convexp.data.tokenizer import Tokenizer  # noqa: E402
-from convexp.checkpoint import open_checkpoint  # noqa: E402
+from convexp.store.checkpoint import open_checkpoint  # noqa: E402
 from convexp.models.qa import QuestionAnswerer  # noqa: E402
-from convexp.stages.streams import PermutedStream  # noqa: E402
+from convexp.train.streams import PermutedStream  # noqa: E402
 
 TINY = dict(
     hidden_size=32,
@@ -270,8 +270,8 @@ def test_squad_bert_head_training_matches_transformers(tmp_path, monkeypatch, sq
     """`convexp finetune squad protocol=bermo` (BERT's head) on a tiny HF BERT: the same per-step
     losses and dev start / end logits as BertForQuestionAnswering trained on the same windows in
     the same order, and the same answers as run_qa's post-processing of those logits."""
-    import convexp.stages.squad as squad_stage
-    from convexp.stages.squad import run_squad, squad_data
+    import convexp.tasks.squad.stage as squad_stage
+    from convexp.tasks.squad.stage import run_squad, squad_data
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     data = tmp_path / "squad"
@@ -349,12 +349,12 @@ def test_glue_classifier_training_matches_transformers(tmp_path, monkeypatch):
     """`convexp finetune glue` with BERT's classifier (pooler -> dropout -> linear) on a tiny HF
     BERT: the same per-step losses and dev logits as BertForSequenceClassification trained on the
     same rows in the same order."""
-    import convexp.stages.finetune as finetune_stage
-    from convexp.data.encoding import collate, tokenize_task
-    from convexp.data.loading import prepare_task
+    import convexp.tasks.classification.stage as finetune_stage
+    from convexp.tasks.classification.encoding import collate, tokenize_task
+    from convexp.tasks.classification.loading import prepare_task
     from convexp.models.io import load_model_dir
-    from convexp.stages.finetune import run_glue
-    from convexp.stages.rundirs import compose_finetune, glue_runs
+    from convexp.tasks.classification.stage import run_glue
+    from convexp.store.rundirs import compose_finetune, glue_runs
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     records = synthetic_squad(60, seed=4, version="v1.1")["train"]

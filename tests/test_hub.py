@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from convexp.checkpoint import open_checkpoint
+from convexp.store.checkpoint import open_checkpoint
 from convexp.models import MaskedLM, SequenceClassifier
 from convexp.pruning.structured import pruned_config, remove_dead_structures
 from helpers import batch, fake_hub_cache, kill_ffn_units, kill_heads, logits, make_model, write_vocab

@@ -6,15 +6,15 @@ from pathlib import Path
 
 from helpers import official_json
 
-from convexp.config import compose_stage
+from convexp.config.compose import compose_stage
 from convexp.data.digests import cache_file, input_digests
-from convexp.stages.rundirs import glue_runs, pretrain_run
-from convexp.stages.squad_runs import squad_runs
+from convexp.store.rundirs import glue_runs, pretrain_run
+from convexp.tasks.squad.runs import squad_runs
 
 
 def local_squad(root: Path, size: int = 20) -> Path:
     """A v1.1 SQuAD folder of synthetic questions in the official JSON layout."""
-    from convexp.data.squad import synthetic_squad
+    from convexp.tasks.squad.data import synthetic_squad
 
     data = synthetic_squad(size, 3, "v1.1")
     root.mkdir(parents=True)

@@ -80,8 +80,8 @@ def test_row_lengths_of_a_tokenised_split_and_of_a_selection():
 def test_length_grouped_stream_is_resumable_across_epochs():
     """Position p gives the same row in a fresh stream (a resumed run); after an epoch that does
     not end on a batch boundary, the next epoch's batches are still length groups."""
-    from convexp.stages.finetune import COLUMNS
-    from convexp.stages.streams import LengthGroupedStream
+    from convexp.tasks.classification.stage import COLUMNS
+    from convexp.train.streams import LengthGroupedStream
 
     ds = tokenised(1000)  # 1000 = 31 batches of 32 + 8: epoch 1 starts inside a batch
     a = LengthGroupedStream(ds, 42, COLUMNS, 32)
@@ -101,7 +101,7 @@ def test_length_grouped_stream_is_resumable_across_epochs():
 
 def test_predict_returns_the_split_in_idx_order():
     from convexp.models import ModelConfig, SequenceClassifier
-    from convexp.stages.glue_eval import predict
+    from convexp.tasks.classification.evaluate import predict
 
     cfg = ModelConfig(vocab_size=20, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32)
     torch.manual_seed(0)
@@ -115,7 +115,7 @@ def test_predict_returns_the_split_in_idx_order():
 
 
 def test_evaluation_batches_are_smaller_on_a_cpu_than_on_a_gpu():
-    from convexp.stages.glue_eval import eval_loader
+    from convexp.tasks.classification.evaluate import eval_loader
 
     ds = tokenised(3000)
     lengths = row_lengths(ds)
@@ -127,10 +127,10 @@ def test_evaluation_batches_are_smaller_on_a_cpu_than_on_a_gpu():
 
 
 def test_checkpoint_interval_is_checked_and_finished_runs_drop_their_checkpoints(tmp_path):
-    from convexp.config import compose_stage
+    from convexp.config.compose import compose_stage
     from convexp.errors import UserError
-    from convexp.runs import Run
-    from convexp.stages.task_module import drop_checkpoints
+    from convexp.store.runs import Run
+    from convexp.train.task_module import drop_checkpoints
 
     with pytest.raises(UserError, match="checkpoint_every_s"):
         compose_stage("finetune", ["init=x", "checkpoint_every_s=-1"])
@@ -160,7 +160,7 @@ def test_timed_checkpoint_saves_every_n_steps_after_the_interval_never_at_the_en
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader, TensorDataset
 
-    from convexp.stages.task_module import TimedCheckpoint
+    from convexp.train.task_module import TimedCheckpoint
 
     saves = []
 

@@ -16,10 +16,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.requirements import Requirement
 from torch.utils.data import DataLoader, TensorDataset
 
-from convexp.stages.common import cluster_plugins
-from convexp.stages.health import LOOP_STATE_MINORS, Health, fit, fit_loop_state
-from convexp.stages.metrics_csv import AppendingCSVLogger
-from convexp.stages.progress import StepProgressBar
+from convexp.train.common import cluster_plugins
+from convexp.train.health import LOOP_STATE_MINORS, Health, fit, fit_loop_state
+from convexp.train.metrics_csv import AppendingCSVLogger
+from convexp.train.progress import StepProgressBar
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,7 +24,7 @@ def restore_logging():
 
 
 def test_verbose_shows_info_lines_and_quiet_only_warnings(capsys, restore_logging):
-    log = logging.getLogger("convexp.data.encoding")
+    log = logging.getLogger("convexp.tasks.classification.encoding")
     lightning = logging.getLogger("pytorch_lightning.utilities.rank_zero")
     handler = show_logs(verbose=1)
     log.info("tokenised sst2 loaded from cache")

@@ -7,7 +7,7 @@ import torch
 
 from convexp.models import ModelConfig
 from convexp.models.heads import IGNORE
-from convexp.stages.objectives import (
+from convexp.tasks.pretraining.objectives import (
     ElectraObjective,
     TokenInfo,
     generator_config,
@@ -204,7 +204,7 @@ def test_mlm_head_on_prediction_slots_equals_the_head_on_the_labelled_tokens():
 
 
 def test_gumbel_samples_follow_the_softmax():
-    from convexp.stages.objectives import gumbel_sample
+    from convexp.tasks.pretraining.objectives import gumbel_sample
 
     torch.manual_seed(0)
     logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]]).expand(200_000, 4)

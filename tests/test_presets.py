@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from convexp.config import group_options, model_config, model_configs
+from convexp.config.compose import group_options, model_config, model_configs
 from convexp.errors import ConfigError
 from convexp.models import MaskedLM
 from convexp.models.stats import model_stats, parameter_count

@@ -13,11 +13,11 @@ from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score
 
-from convexp.data import loading, scores, tasks
+from convexp.tasks.classification import loading, scores, registry as tasks
 from convexp.data.errors import TaskFileError, TaskLabelError
-from convexp.data.loading import load_task
-from convexp.data.synthetic_probing import synthetic_probing_task, wc_label_names
-from convexp.data.tasks import PROBING_ORDER, PROBING_TASKS
+from convexp.tasks.classification.loading import load_task
+from convexp.tasks.classification.synthetic_probing import synthetic_probing_task, wc_label_names
+from convexp.tasks.classification.registry import PROBING_ORDER, PROBING_TASKS
 from convexp.errors import UserError
 from helpers import convexp
 
@@ -232,8 +232,8 @@ def test_synthetic_tasks_are_learnable(name):
 
 
 def test_bermo_hyperparameters():
-    from convexp.config import compose_stage
-    from convexp.stages.rundirs import TASK_ORDER, glue_runs, hyperparameters, probing_overrides
+    from convexp.config.compose import compose_stage
+    from convexp.store.rundirs import TASK_ORDER, glue_runs, hyperparameters, probing_overrides
 
     bermo = {"lr": 5e-5, "epochs": 3, "batch_size": 32, "warmup_fraction": 0.0, "weight_decay": 0.0}
     bermo |= {"layerwise_lr_decay": 1.0, "adam_epsilon": 1e-8, "adam_betas": [0.9, 0.999], "grad_clip": 1.0}
@@ -270,7 +270,7 @@ def test_bermo_hyperparameters():
 
 def test_bermo_scalar_mix_learns_at_its_own_rate():
     from convexp.models import ModelConfig
-    from convexp.stages.finetune import FinetuneModule
+    from convexp.tasks.classification.stage import FinetuneModule
 
     cfg = ModelConfig(
         vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, scalar_mix=True

@@ -43,7 +43,7 @@ def test_a_cpu_run_on_a_gpu_host_says_so(monkeypatch):
     import torch
     from omegaconf import OmegaConf
 
-    from convexp.stages.accel import cpu_on_gpu_host
+    from convexp.train.accel import cpu_on_gpu_host
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     line = cpu_on_gpu_host(OmegaConf.create({"accelerator": "cpu"}))
@@ -74,7 +74,7 @@ def test_threads_auto_is_the_usable_cores_or_omp_num_threads(monkeypatch):
     import torch
     from omegaconf import OmegaConf
 
-    from convexp.stages import accel
+    from convexp.train import accel
 
     n = torch.get_num_threads()
     try:
@@ -107,7 +107,7 @@ def test_the_gpu_host_note_comes_with_the_threads_line(monkeypatch, capsys):
     import torch
     from omegaconf import OmegaConf
 
-    from convexp.stages import accel
+    from convexp.train import accel
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(accel, "_THREADS_SAID", [])

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from convexp.config import compose_stage, group_options, model_configs
+from convexp.config.compose import compose_stage, group_options, model_configs
 from convexp.errors import ConfigError
 from convexp.sweep.args import sweep_settings
 from convexp.sweep.cards import Grid, finetune_cards, pretrain_cards
@@ -291,7 +291,7 @@ def _item5_continuation_only_for_the_rows_that_had_it():
 
 
 def _item6_bert_small_fine_tunes_with_electras_classifier():
-    from convexp.config import model_config
+    from convexp.config.compose import model_config
 
     cfg = model_config("bert_small")
     assert (cfg.pooler, cfg.classifier_head) == (False, "cls")

@@ -16,7 +16,7 @@ import pytest
 import torch
 from helpers import TINY, convexp, run_dirs
 
-from convexp.runs import Run, RunDiverged, RunLocked
+from convexp.store.runs import Run, RunDiverged, RunLocked
 
 QUIET = {"WANDB_MODE": "disabled"}
 
@@ -105,7 +105,7 @@ def _step(health, trainer, optimizer, loss: float, grad: float) -> None:
 def test_amp_skipped_steps_are_tolerated_up_to_the_patience():
     from types import SimpleNamespace
 
-    from convexp.stages.health import Health
+    from convexp.train.health import Health
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(3))], lr=0.5)
     amp = SimpleNamespace(global_step=0, precision_plugin=SimpleNamespace(scaler=object()))
@@ -132,7 +132,7 @@ def test_the_device_check_reads_every_n_steps_and_before_every_checkpoint():
     is caught at the next read, reported as the first bad step, and no checkpoint of it is saved."""
     from types import SimpleNamespace
 
-    from convexp.stages.health import Health
+    from convexp.train.health import Health
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(3))], lr=0.5)
     trainer = SimpleNamespace(global_step=0, precision_plugin=SimpleNamespace(), max_steps=100, optimizers=[opt],
@@ -159,7 +159,7 @@ def test_the_device_check_reads_every_n_steps_and_before_every_checkpoint():
 HOLD = """
 import sys, time
 from pathlib import Path
-from convexp.runs import Run
+from convexp.store.runs import Run
 with Run(Path(sys.argv[1])).exclusive():
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -363,7 +363,7 @@ if phase == "export":
 
     hf.export_convbert = export_convbert
 if phase == "metrics":
-    from convexp.runs import Run
+    from convexp.store.runs import Run
 
     real_write = Run.write_json
 
@@ -376,7 +376,7 @@ if phase == "metrics":
 
     Run.write_json = write_json
 if phase.startswith("validation#"):  # the N-th periodic validation of this process, in flight
-    from convexp.stages.health import Health
+    from convexp.train.health import Health
 
     nth, seen = int(phase.split("#")[1]), []
 

@@ -6,9 +6,9 @@ import torch
 from helpers import write_vocab
 
 from convexp.data.errors import DataError
-from convexp.data.packing import SpecialIds, sentence_pairs
-from convexp.data.pretraining import prepare_pretraining_data
-from convexp.data.sentences import split_sentences
+from convexp.tasks.pretraining.packing import SpecialIds, sentence_pairs
+from convexp.tasks.pretraining.pretraining import prepare_pretraining_data
+from convexp.tasks.pretraining.sentences import split_sentences
 
 SPECIALS = SpecialIds(cls_id=2, sep_id=3, pad_id=0)
 CLS, SEP, PAD = 2, 3, 0
@@ -90,7 +90,7 @@ def test_prepared_examples_pair_consecutive_sentences_of_one_document(tmp_path):
     assert len(lengths) == sum((3 + d % 4 + 1) // 2 for d in range(10))  # ceil(sentences / 2) per doc
 
     # the stage reads the rows as fixed-length tensors, as it reads packed blocks
-    from convexp.stages.streams import PermutedStream
+    from convexp.train.streams import PermutedStream
 
     stream = PermutedStream(data.train, seed=0, columns=("input_ids", "attention_mask", "token_type_ids"))
     batch = torch.utils.data.default_collate([stream[i] for i in range(4)])
@@ -154,7 +154,7 @@ def test_changs_corpus_is_bookcorpus_and_wikitext103_composed_through_datasets(t
 
     from omegaconf import OmegaConf
 
-    from convexp.config import compose_stage
+    from convexp.config.compose import compose_stage
     from convexp.data.corpus import load_corpus
     from convexp.sweep.cards import corpus
 

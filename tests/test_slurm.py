@@ -86,7 +86,7 @@ def test_status_reads_each_node_from_the_ledger_the_run_store_and_slurm(tmp_path
     import json
     import types
 
-    from convexp.runs import Run
+    from convexp.store.runs import Run
     from convexp.sweep.nodes import Node
     from convexp.sweep.slurm import Job
     from convexp.sweep.status import node_states
@@ -287,7 +287,7 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
     assert ref.returncode == 0, ref.stderr[-2000:]
     [reference] = (tmp_path / "ref" / "runs" / "pretrain").glob("*")
     a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
-    from convexp.runs import run_key
+    from convexp.store.runs import run_key
 
     # the same run (its hash): the command names it by the overrides it was given, the sweep by the variant's
     assert run_key(reference.name) == run_key(run.name) and b["steps"] == 2000
@@ -310,8 +310,8 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
 PROBE = """
 import json, sys
 import pytorch_lightning as pl
-from convexp.config import compose_stage
-from convexp.stages.common import per_device_batch
+from convexp.config.compose import compose_stage
+from convexp.train.common import per_device_batch
 
 cfg = compose_stage("pretrain", sys.argv[2:])
 t = cfg.trainer

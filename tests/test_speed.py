@@ -11,18 +11,18 @@ import torch
 import torch.nn.functional as F
 from helpers import TINY
 
-from convexp.config import compose_stage
+from convexp.config.compose import compose_stage
 from convexp.models import MaskedLM, ModelConfig
 from convexp.models import attention as attention_module
 from convexp.models.conv import depthwise_conv, lightweight_conv
 from convexp.models.dropout import dropout
 from convexp.models.encoder import Block, init_weights
 from convexp.models.heads import cross_entropy
-from convexp.stages.accel import fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
-from convexp.stages.batches import Masker, PositionBatches, Prefetched, StreamBatches, ValBatches
-from convexp.stages.common import step_seed
-from convexp.stages.objectives import TokenInfo, mask_tokens, prediction_slots
-from convexp.stages.streams import PermutedStream, StreamSampler
+from convexp.train.accel import fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32
+from convexp.tasks.pretraining.batches import Masker, PositionBatches, Prefetched, StreamBatches, ValBatches
+from convexp.train.common import step_seed
+from convexp.tasks.pretraining.objectives import TokenInfo, mask_tokens, prediction_slots
+from convexp.train.streams import PermutedStream, StreamSampler
 
 # Every token mixer of the papers, at toy size.
 MIXERS = {
@@ -156,7 +156,7 @@ def test_prefetched_close_stops_a_thread_whose_consumer_never_closed():
 def test_pretrain_data_reads_ahead_in_a_thread_only_when_asked_and_teardown_stops_it():
     import threading
 
-    from convexp.stages.pretrain import PretrainData
+    from convexp.tasks.pretraining.stage import PretrainData
 
     def prefetching():
         return any(t.name == "convexp-prefetch" and t.is_alive() for t in threading.enumerate())
@@ -180,7 +180,7 @@ def pretrain_cfg(*extra: str):
 
 
 def test_fine_tuning_follows_the_fused_adamw_setting():
-    from convexp.stages.task_module import TaskModule
+    from convexp.train.task_module import TaskModule
 
     hp = {"lr": 1e-4, "layerwise_lr_decay": None, "warmup_fraction": 0.1, "adam_betas": [0.9, 0.999],
           "adam_epsilon": 1e-8, "weight_decay": 0.0}  # fmt: skip
@@ -198,7 +198,7 @@ def _fit_tiny(precision: str, fused: bool, clip: float | None, callbacks=()):
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader, TensorDataset
 
-    from convexp.stages.common import OptimizerStep
+    from convexp.train.common import OptimizerStep
 
     class Tiny(OptimizerStep, pl.LightningModule):
         def __init__(self):
@@ -237,7 +237,7 @@ def test_fused_adamw_clips_like_the_unfused_one_and_gradients_are_freed_after_th
 
 
 def test_clipping_reuses_the_divergence_checks_gradient_norm_to_the_bit(monkeypatch):
-    from convexp.stages.health import Health
+    from convexp.train.health import Health
 
     alone = _fit_tiny("32-true", True, 0.5)  # no check: clip_grad_norm_ computes its own norm
     computed = []
@@ -250,7 +250,7 @@ def test_clipping_reuses_the_divergence_checks_gradient_norm_to_the_bit(monkeypa
 
 
 def test_the_gradient_norm_and_clipping_work_on_a_torch_without_their_split(monkeypatch):
-    from convexp.stages.grad_norm import clip_with_norm, total_norm
+    from convexp.train.grad_norm import clip_with_norm, total_norm
 
     def clipped():  # the same gradients each call, clipped to norm 1: (their norm before, the params)
         g = torch.Generator().manual_seed(0)
@@ -271,7 +271,7 @@ def test_the_gradient_norm_and_clipping_work_on_a_torch_without_their_split(monk
 
 
 def test_heap_mmap_threshold_is_set_while_fine_tuning_and_left_at_glibcs_ceiling(monkeypatch):
-    from convexp.stages import accel
+    from convexp.train import accel
 
     calls = []
     monkeypatch.setattr(accel, "_glibc", lambda: type("libc", (), {"mallopt": lambda _, k, v: calls.append((k, v))})())
@@ -286,7 +286,7 @@ def test_heap_mmap_threshold_is_set_while_fine_tuning_and_left_at_glibcs_ceiling
 
 
 def test_the_heap_setting_is_two_mib_for_sentence_tasks_and_glibcs_own_for_squad():
-    from convexp.stages.accel import mmap_threshold_mib
+    from convexp.train.accel import mmap_threshold_mib
 
     rte = compose_stage("finetune", ["task=rte", "init=none", "model=bert_small"])
     squad = compose_stage("finetune", ["task=squad1", "init=none", "model=bert_small"])
@@ -297,7 +297,7 @@ def test_the_heap_setting_is_two_mib_for_sentence_tasks_and_glibcs_own_for_squad
 
 
 def test_bad_mmap_threshold_is_refused():
-    from convexp.config import ConfigError
+    from convexp.config.compose import ConfigError
 
     for bad in ("64", "0", "fast"):
         with pytest.raises(ConfigError, match=f"malloc_mmap_threshold_mib={bad}: give auto"):
@@ -305,7 +305,7 @@ def test_bad_mmap_threshold_is_refused():
 
 
 def test_gpu_run_gets_fused_adamw_pinned_batches_and_tf32():
-    from convexp.stages.pretrain import PretrainModule
+    from convexp.tasks.pretraining.stage import PretrainModule
 
     gpu = pretrain_cfg("trainer.accelerator=gpu").trainer
     cpu = pretrain_cfg("trainer.accelerator=cpu").trainer
@@ -492,7 +492,7 @@ def test_whole_pretraining_objective_compiles_without_graph_breaks(objective, mi
     """trainer.compile=step|graphs compiles the objective's forward whole (generator, sampling,
     discriminator, losses, metrics): nothing in it may read the device back or break the graph,
     padded batches or not."""
-    from convexp.stages.objectives import ElectraObjective, MLMObjective
+    from convexp.tasks.pretraining.objectives import ElectraObjective, MLMObjective
 
     torch._dynamo.reset()
     cfg = tiny_cfg(**MIXERS[mixer])
@@ -517,7 +517,7 @@ def test_compiled_blocks_of_an_electra_objective_stay_compiled_in_every_variant(
     block's bf16 input and the others' fp32 ones make 16 in training alone), past dynamo's
     default limit of 8, after which it runs eager. trainer.compile=blocks keeps them all compiled."""
     from convexp.models.encoder import Block
-    from convexp.stages.objectives import ElectraObjective
+    from convexp.tasks.pretraining.objectives import ElectraObjective
 
     torch._dynamo.reset()
     cfg = tiny_cfg(**MIXERS["convbert_sdconv"], num_layers=3)
@@ -690,7 +690,7 @@ def test_gradient_checkpointing_gives_identical_outputs_and_gradients(name):
 
 
 def test_the_word_gradient_is_kept_on_one_cpu_process_only():
-    from convexp.stages.accel import kept_word_grad
+    from convexp.train.accel import kept_word_grad
 
     assert kept_word_grad("cpu", 1)
     assert not kept_word_grad("cuda", 1)  # the caching allocator reuses the memory
@@ -706,10 +706,10 @@ def test_the_kept_word_gradient_trains_like_a_fresh_one_each_step(monkeypatch, a
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader
 
-    from convexp.data.tasks import get_task
+    from convexp.tasks.classification.registry import get_task
     from convexp.models import ModelConfig
-    from convexp.stages import task_module
-    from convexp.stages.finetune import FinetuneModule
+    from convexp.train import task_module
+    from convexp.tasks.classification.stage import FinetuneModule
 
     hp = {"lr": 1e-3, "layerwise_lr_decay": None, "warmup_fraction": 0.0, "adam_betas": [0.9, 0.999],
           "adam_epsilon": 1e-8, "weight_decay": 0.01, "batch_size": 4}  # fmt: skip

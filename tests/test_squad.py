@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from convexp.data.squad import SquadError, load_squad, read_squad_json, synthetic_squad
-from convexp.data.squad_decode import decode_independent, decode_joint, top_indices
-from convexp.data.squad_features import collate_squad, squad_features, window_starts
-from convexp.data.squad_metrics import best_threshold, normalize_answer, squad_evaluate, token_f1
+from convexp.tasks.squad.data import SquadError, load_squad, read_squad_json, synthetic_squad
+from convexp.tasks.squad.decode import decode_independent, decode_joint, top_indices
+from convexp.tasks.squad.features import collate_squad, squad_features, window_starts
+from convexp.tasks.squad.metrics import best_threshold, normalize_answer, squad_evaluate, token_f1
 from convexp.data.tokenizer import build_tokenizer
 from convexp.errors import UserError
 from convexp.models.config import ModelConfig
@@ -171,8 +171,8 @@ def test_bermo_windows_start_every_128_tokens_as_sanhs_script(tokenizer, task):
     transformers ``squad_convert_examples_to_features`` with doc_stride 128, max_seq_length 384,
     max_query_length 64: windows start 128 context tokens apart (``len(spans) * doc_stride``), the
     last one ending at the context's end, as in BERT's run_squad.py; not run_qa.py's 128-token overlap."""
-    from convexp.config import compose_stage
-    from convexp.stages.squad_runs import qa_settings
+    from convexp.config.compose import compose_stage
+    from convexp.tasks.squad.runs import qa_settings
 
     qa = qa_settings(compose_stage("finetune", ["init=x", f"task={task}", "protocol=bermo"]))
     assert (qa["max_len"], qa["doc_stride"], qa["stride_mode"], qa["max_query_len"]) == (384, 128, "step", 64)
@@ -433,10 +433,10 @@ def test_v11_trains_electras_answerable_classifier_with_label_0(tokenizer):
     answerable_classifier = True for every QA task; qa_tasks.py: v1.1's is_impossible is False, so
     every label is 0, sigmoid CE weighted 0.5); v1.1 decoding ignores its score (qa_metrics.py reads
     it under v2 only)."""
-    from convexp.config import compose_stage
-    from convexp.stages.squad import build_qa_model
-    from convexp.stages.squad_eval import predict_spans
-    from convexp.stages.squad_runs import qa_settings
+    from convexp.config.compose import compose_stage
+    from convexp.tasks.squad.stage import build_qa_model
+    from convexp.tasks.squad.evaluate import predict_spans
+    from convexp.tasks.squad.runs import qa_settings
 
     qa = qa_settings(compose_stage("finetune", ["init=x", "task=squad1"]))  # protocol=convbert
     assert (qa["version"], qa["head"], qa["answerable"]) == ("v1.1", "electra", True)
@@ -476,10 +476,10 @@ def test_predictions_do_not_depend_on_how_the_dev_windows_are_batched(tokenizer,
     """The dev windows are read in length-sorted batches of a token budget (the device's
     EVAL_TOKENS): one window per batch or all at once, each question gets the same answer and
     score."""
-    from convexp.config import compose_stage
-    from convexp.stages.squad import build_qa_model
-    from convexp.stages.squad_eval import predict_spans
-    from convexp.stages.squad_runs import qa_settings
+    from convexp.config.compose import compose_stage
+    from convexp.tasks.squad.stage import build_qa_model
+    from convexp.tasks.squad.evaluate import predict_spans
+    from convexp.tasks.squad.runs import qa_settings
 
     protocol = {"bert": "bermo", "electra": "convbert"}[head]
     qa = qa_settings(compose_stage("finetune", ["init=x", "task=squad1", f"protocol={protocol}"]))
@@ -514,8 +514,8 @@ def test_distillation_logits_give_sanh_span_distillation():
 
 
 def test_evaluate_spans_v2_uses_best_span_and_null_diff():
-    from convexp.data.squad_decode import SpanPrediction
-    from convexp.data.squad_metrics import evaluate_spans
+    from convexp.tasks.squad.decode import SpanPrediction
+    from convexp.tasks.squad.metrics import evaluate_spans
 
     recs = [_record("h", "c", "q", [("paris", 0)]), _record("n", "c", "q", impossible=True)]
     preds = {"h": SpanPrediction("h", "", "paris", 0.5), "n": SpanPrediction("n", "", "rome", 2.0)}

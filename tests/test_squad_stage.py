@@ -14,7 +14,7 @@ def squad_runs_in(outputs: Path) -> list[Path]:
 
 
 def local_squad(root: Path, version: str = "v1.1", size: int = 120) -> Path:
-    from convexp.data.squad import synthetic_squad
+    from convexp.tasks.squad.data import synthetic_squad
 
     data = synthetic_squad(size, 3, version)
     root.mkdir(parents=True, exist_ok=True)
@@ -25,7 +25,7 @@ def local_squad(root: Path, version: str = "v1.1", size: int = 120) -> Path:
 
 def official_v2_scores(dataset: dict, predictions: dict, na_probs: dict, na_prob_thresh: float = 0.0) -> dict:
     """What SQuAD's official evaluate-v2.0.py prints for these files, written out again here
-    (independently of convexp's data/squad_metrics.py): answers normalised (lower case, no
+    (independently of convexp's tasks/squad/metrics.py): answers normalised (lower case, no
     punctuation, no articles, single spaces), exact match and token F1 against the best gold
     answer ("" when there is none), "no answer" where the na score exceeds the threshold, and
     best_exact / best_f1: the best of the scores reached by answering exactly the questions
@@ -70,10 +70,10 @@ def test_official_v2_script_reproduces_the_scores_from_the_written_files(tmp_pat
     """The official script with --na-prob-file null_odds.json --na-prob-thresh 0 gives metrics.json's
     exact, f1, best_exact and best_f1 - also where the best threshold answers a question that
     threshold 0 leaves unanswered (predictions.json must hold that answer, not "")."""
-    from convexp.data.squad_decode import SpanPrediction
-    from convexp.data.squad_metrics import evaluate_spans
-    from convexp.runs import Run
-    from convexp.stages.squad_eval import write_predictions
+    from convexp.tasks.squad.decode import SpanPrediction
+    from convexp.tasks.squad.metrics import evaluate_spans
+    from convexp.store.runs import Run
+    from convexp.tasks.squad.evaluate import write_predictions
 
     def record(i, answer):
         return {"id": f"q{i}", "context": "the red fox ran", "question": "?", "is_impossible": not answer,
@@ -102,9 +102,9 @@ def test_official_v2_script_reproduces_the_scores_from_the_written_files(tmp_pat
 
 
 def test_protocol_settings_and_run_ids():
-    from convexp.config import compose_stage
-    from convexp.runs import run_hash
-    from convexp.stages.squad_runs import squad_runs
+    from convexp.config.compose import compose_stage
+    from convexp.store.runs import run_hash
+    from convexp.tasks.squad.runs import squad_runs
 
     def plan(*over):
         return squad_runs(compose_stage("finetune", ["init=x", "seeds=[1]", *over]), "m", 256)
@@ -149,7 +149,7 @@ def test_protocol_settings_and_run_ids():
 def test_squad_training_batches_hold_windows_of_similar_length():
     import torch
 
-    from convexp.stages.squad import COLUMNS, SquadData
+    from convexp.tasks.squad.stage import COLUMNS, SquadData
 
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(20, 257, (640,), generator=g).tolist()
@@ -288,7 +288,7 @@ def test_convbert_squad_sweep_plans_squad_nodes(tmp_path):
 def test_length_512_continuation_is_a_node_between_pretraining_and_squad(tmp_path):
     """ConvBERT Table 4: 10% more updates at length 512 before SQuAD, from the pre-training run;
     GLUE tasks of the same variant keep the length-128 model; at smoke, the smoke length 128."""
-    from convexp.config import compose_stage
+    from convexp.config.compose import compose_stage
     from convexp.sweep.plan import build_plan
     from convexp.sweep.spec import load_sweep
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from convexp.data.synthetic_glue import synthetic_task
-from convexp.data.tasks import GLUE_TASKS, PROBING_ORDER
-from convexp.data.synthetic_probing import synthetic_probing_task
+from convexp.tasks.classification.synthetic_glue import synthetic_task
+from convexp.tasks.classification.registry import GLUE_TASKS, PROBING_ORDER
+from convexp.tasks.classification.synthetic_probing import synthetic_probing_task
 from convexp.data.synthetic import synthetic_corpus
 
 RECORD = Path(__file__).parent / "data" / "synthetic_digests.json"

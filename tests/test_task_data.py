@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from omegaconf import open_dict
 
-from convexp.config import compose_stage
+from convexp.config.compose import compose_stage
 from convexp.data.errors import TaskError, TaskFileError, TaskLabelError
-from convexp.data.loading import load_task, prepare_task
-from convexp.data.scores import compute_metrics
-from convexp.data.tasks import get_task
+from convexp.tasks.classification.loading import load_task, prepare_task
+from convexp.tasks.classification.scores import compute_metrics
+from convexp.tasks.classification.registry import get_task
 from convexp.errors import UserError
-from convexp.stages.rundirs import glue_runs
+from convexp.store.rundirs import glue_runs
 from helpers import convexp
 
 FAST = ["scale=smoke", "epochs=1", "batch_size=16", "task.max_len=48"]
@@ -100,7 +100,7 @@ def test_sample_limits_cut_train_and_dev_not_test():
 
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_non_positive_limit_is_a_one_line_error(value):
-    with pytest.raises(UserError) as e:  # when composing (convexp/schema.py)
+    with pytest.raises(UserError) as e:  # when composing (convexp/config/schema.py)
         task_cfg("task=rte", f"task.max_train_samples={value}")
     one_line(e, f"task.max_train_samples={value}", "whole number >= 1")
 

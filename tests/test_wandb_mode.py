@@ -8,7 +8,7 @@ import os
 import pytest
 from omegaconf import OmegaConf
 
-from convexp.stages.wandb_mode import own_service, wandb_mode
+from convexp.train.wandb_mode import own_service, wandb_mode
 
 AUTO = OmegaConf.create({"mode": "auto"})
 VARIABLES = ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL", "NETRC")
@@ -70,7 +70,7 @@ def test_log_model_logs_the_final_model_as_an_artifact(tmp_path):
     from helpers import TINY, convexp, run_dirs
     from wandb_records import artifacts
 
-    from convexp.runs import run_key
+    from convexp.store.runs import run_key
 
     args = ["pretrain", *TINY, "trainer.max_steps=2", "trainer.val_every_n_steps=2", "logger.log_model=true"]
     res = convexp(*args, outputs=tmp_path)  # WANDB_MODE=offline
@@ -97,7 +97,7 @@ LAUNCH_PROBE = """
 import json, os, sys, tempfile
 import torch  # what a convexp run has loaded when W&B starts
 import wandb
-from convexp.stages.wandb_mode import LAUNCH_INPUTS, skip_unstaged_launch_inputs
+from convexp.train.wandb_mode import LAUNCH_INPUTS, skip_unstaged_launch_inputs
 applied = []
 if sys.argv[1] == "staged":
     from wandb.sdk.launch.inputs import internal

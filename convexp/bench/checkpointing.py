@@ -14,7 +14,7 @@ import sys
 
 CHILD = """
 import json, resource, sys, time, torch
-from convexp.config import model_config
+from convexp.config.compose import model_config
 from convexp.models import MaskedLM
 name, L, B, on = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 cfg = model_config(name, [f"max_position_embeddings={max(L, 512)}"])

@@ -26,10 +26,10 @@ from typing import Callable
 
 import torch
 
-from ..config import model_config
+from ..config.compose import model_config
 from ..models import MaskedLM
 from ..models.stats import training_step_flops
-from ..stages.objectives import prediction_slots
+from ..tasks.pretraining.objectives import prediction_slots
 
 SHAPES = (("convbert_small", 128, 128), ("electra_small", 128, 128), ("convbert_base", 32, 512))
 

@@ -291,8 +291,8 @@ def arithmetic_floor(model_dir: Path, data_dir: Path, batch_size: int, epochs: i
     ``max_len``) under the model's vocabulary; None where the model has no vocab.txt."""
     import torch
 
-    from ..data.glue_files import read_classic
-    from ..data.tasks import get_task
+    from ..tasks.classification.glue_files import read_classic
+    from ..tasks.classification.registry import get_task
     from ..data.tokenizer import Tokenizer
     from .floor import job_floor
 

@@ -71,11 +71,11 @@ def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
     first and after the last."""
     import dataclasses
 
-    from ..config import to_model_config
-    from ..stages.accel import fused_adamw, on_cuda, prepare_encoders, set_tf32
-    from ..stages.common import adamw_with_linear_schedule, per_device_batch
-    from ..stages.pretrain import COLUMNS, PretrainModule, token_info
-    from ..stages.streams import PermutedStream
+    from ..config.compose import to_model_config
+    from ..train.accel import fused_adamw, on_cuda, prepare_encoders, set_tf32
+    from ..train.common import adamw_with_linear_schedule, per_device_batch
+    from ..tasks.pretraining.stage import COLUMNS, PretrainModule, token_info
+    from ..train.streams import PermutedStream
 
     tok = data.tokenizer
     model_cfg = dataclasses.replace(
@@ -136,9 +136,9 @@ def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
 
 def _batch_tokens(cfg, data) -> float:
     """The real tokens of the stage's first batch (what :func:`bare_step` times on)."""
-    from ..stages.common import per_device_batch
-    from ..stages.pretrain import COLUMNS
-    from ..stages.streams import PermutedStream
+    from ..train.common import per_device_batch
+    from ..tasks.pretraining.stage import COLUMNS
+    from ..train.streams import PermutedStream
 
     stream = PermutedStream(data.train, cfg.seed, COLUMNS)
     size = per_device_batch(cfg.trainer.batch_size, cfg.trainer)
@@ -158,7 +158,7 @@ def _peak_rss_mib() -> float:
 def stage_tokens_per_s(cfg, profile: bool = False) -> dict:
     """Run the stage on ``cfg`` (its outputs a scratch store); its own tokens/s and wall time, and
     with ``profile`` where its steps' time goes (stage_profile.py), timed from its middle on."""
-    from ..stages.pretrain import run_pretrain
+    from ..tasks.pretraining.stage import run_pretrain
     from .stage_profile import PHASE_STEPS, PROFILE_STEPS, StageProfile
 
     steps = int(cfg.trainer.max_steps)
@@ -180,8 +180,8 @@ def bench_pretrain(
     minutes); the record's bare-step fields are then null."""
     from omegaconf import open_dict
 
-    from ..config import compose_stage
-    from ..data.pretraining import prepare_pretraining_data
+    from ..config.compose import compose_stage
+    from ..tasks.pretraining.pretraining import prepare_pretraining_data
 
     cfg = compose_stage("pretrain", [*DEFAULT_OVERRIDES, *overrides])
     outputs = Path(cfg.outputs)

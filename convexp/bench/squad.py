@@ -45,7 +45,7 @@ LR = 1e-4  # the issue's job (MiniLM, lr 1e-4); BERMO's own rate is 3e-5 for BER
 
 
 def write_official(path: Path, records: list[dict]) -> None:
-    """Records (data/squad.py's format) as an official SQuAD v1.1 file, one paragraph each."""
+    """Records (tasks/squad/data.py's format) as an official SQuAD v1.1 file, one paragraph each."""
     paragraphs = [
         {"context": r["context"], "qas": [{"id": r["id"], "question": r["question"], "answers": [
             {"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]}]}
@@ -56,7 +56,7 @@ def write_official(path: Path, records: list[dict]) -> None:
 
 def squad_splits(questions: int, dev_questions: int | None, data: str | None) -> dict[str, list[dict]]:
     """{train, validation} records: synthetic, or the first questions of ``data``'s official files."""
-    from ..data.squad import read_squad_json, synthetic_squad
+    from ..tasks.squad.data import read_squad_json, synthetic_squad
 
     if data is None:
         splits = synthetic_squad(questions, SEED)
@@ -99,7 +99,7 @@ def bench_squad(
     ``out`` or printed; a table of the medians and ratios."""
     from rich.console import Console
 
-    from ..data.squad_features import squad_features
+    from ..tasks.squad.features import squad_features
     from ..data.tokenizer import Tokenizer
 
     console = Console()

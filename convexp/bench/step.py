@@ -26,11 +26,11 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from ..config import model_config
+from ..config.compose import model_config
 from ..models import MaskedLM
 from ..models.encoder import Block, init_weights
-from ..stages.accel import fused_adamw
-from ..stages.objectives import prediction_slots
+from ..train.accel import fused_adamw
+from ..tasks.pretraining.objectives import prediction_slots
 
 
 def _mlm_batch(vocab: int, batch_size: int, seq_len: int, seed: int = 0):

@@ -91,7 +91,7 @@ class MLMHead(nn.Module):
         * ``labels`` [B, L] (-100 = not predicted): logits [M, V] for the M labelled tokens, in
           row-major order (M depends on the data: the selection reads it back to the host);
         * ``positions`` [P] into the flattened [B·L] batch with ``labels`` [P] (pre-training's
-          prediction slots, :func:`~convexp.stages.objectives.prediction_slots`): logits [P, V]
+          prediction slots, :func:`~convexp.tasks.pretraining.objectives.prediction_slots`): logits [P, V]
           for the tokens at those positions, a shape fixed by P; unused slots (position B·L,
           label -100) are scored on the last token and left out of the loss. ELECTRA's
           ``gather_positions`` does the same.

@@ -134,7 +134,7 @@ def preset_table(names: list[str], seq_len: int = 128, user: set[str] = frozense
     from rich.console import Console
     from rich.table import Table
 
-    from ..config import model_configs
+    from ..config.compose import model_configs
 
     table = Table(
         title=f"convexp model presets (params: encoder + tied MLM head; training FLOPs per token at length {seq_len})"

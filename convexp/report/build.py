@@ -270,7 +270,7 @@ def _log_to_wandb(plan: Plan, report: dict, out: Path) -> None:
     summary, the figures as images."""
     import wandb
 
-    from ..stages.wandb_mode import own_service, skip_unstaged_launch_inputs, wandb_mode
+    from ..train.wandb_mode import own_service, skip_unstaged_launch_inputs, wandb_mode
 
     cfg = plan.logger
     mode, _why = wandb_mode(cfg)

@@ -23,9 +23,9 @@ import statistics
 from dataclasses import dataclass, field
 
 from .. import results
-from ..data import scores
-from ..data.squad import SQUAD_TASKS
-from ..data.tasks import GROUPS, PROBING_ORDER
+from ..tasks.classification import scores
+from ..tasks.squad.data import SQUAD_TASKS
+from ..tasks.classification.registry import GROUPS, PROBING_ORDER
 
 HEADERS = {
     "params": "Params",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import CONF_DIR, compose, compose_stage, group_options, override_key, parse_overrides, with_key
-from ..schema import check_sweep_settings
+from ..config.compose import CONF_DIR, compose, compose_stage, group_options, override_key, parse_overrides, with_key
+from ..config.schema import check_sweep_settings
 from .spec import SweepError
 
 STAGES = ("pretrain", "finetune")

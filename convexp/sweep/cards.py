@@ -164,7 +164,7 @@ def _flat(d: Mapping, prefix: str = "") -> list[tuple[str, object]]:
 def finetune_cards(nodes, scale: str = "paper") -> list[Card]:
     """One card per distinct fine-tuning recipe of the plan's fine-tuning nodes (``Node.hparams``:
     run id -> :func:`finetune_settings`); its title lists the tasks that use it."""
-    from ..stages.rundirs import RECIPE_KEYS
+    from ..store.rundirs import RECIPE_KEYS
 
     grouped: dict[tuple, tuple[list[str], list[str]]] = {}
     for n in nodes:

@@ -60,7 +60,7 @@ def pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float:
     full length seq_len: sentence pairs are padded to seq_len (as Chang et al.'s dataset pads them),
     so their padding costs compute although it holds no token (``pretrain_tokens`` counts the real
     ones)."""
-    from ..stages.objectives import generator_config
+    from ..tasks.pretraining.objectives import generator_config
 
     per_token = _flops_per_token(model_cfg, cfg.seq_len)
     if generator and cfg.objective.name == "electra":
@@ -76,7 +76,7 @@ def finetune_flops(cfg: DictConfig, model_cfg, task: str) -> float:
         return 0.0
     n = cfg.glue.synthetic_size if cfg.glue.source == "synthetic" else GLUE_TRAIN.get(task, 100_000)
     per_token = _flops_per_token(model_cfg, cfg.task.max_len)
-    from ..stages.rundirs import hyperparameters
+    from ..store.rundirs import hyperparameters
 
     total = 0.0
     for hp in hyperparameters(cfg, model_cfg.hidden_size):
@@ -89,7 +89,7 @@ def squad_flops(cfg: DictConfig, model_cfg, task: str) -> float:
     contexts make more windows; 0 when the model is unknown)."""
     if model_cfg is None:
         return 0.0
-    from ..stages.squad_runs import qa_settings, squad_runs
+    from ..tasks.squad.runs import qa_settings, squad_runs
 
     n = cfg.squad.synthetic_size if cfg.squad.source == "synthetic" else SQUAD_TRAIN.get(task, 100_000)
     max_len = qa_settings(cfg)["max_len"]

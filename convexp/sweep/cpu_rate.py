@@ -28,7 +28,7 @@ def measured_flops(cfg: DictConfig, steps: int = 3) -> float:
     (one warm-up step, then ``steps`` timed)."""
     import torch
 
-    from ..config import to_model_config
+    from ..config.compose import to_model_config
     from ..models import MaskedLM
     from .compute import _flops_per_token
 

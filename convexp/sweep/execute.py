@@ -7,10 +7,10 @@ import dataclasses
 import time
 from pathlib import Path
 
-from ..config import compose_stage, override_key, parse_overrides
-from ..data.squad import SQUAD_TASKS
-from ..record import invocation_record
-from ..runs import Run
+from ..config.compose import compose_stage, override_key, parse_overrides
+from ..tasks.squad.data import SQUAD_TASKS
+from ..store.record import invocation_record
+from ..store.runs import Run
 from .nodes import Node
 from .plan import Plan
 
@@ -19,16 +19,16 @@ STOPPED = ("failed", "blocked", "diverged", "held")  # a dependant of such a nod
 def run_node(stage: str, overrides: list[str]) -> None:
     """Run one node: exactly what ``convexp <stage> OVERRIDES`` does."""
     if stage == "pretrain":
-        from ..stages.pretrain import run_pretrain
+        from ..tasks.pretraining.stage import run_pretrain
 
         run_pretrain(compose_stage("pretrain", overrides))
     elif any(o in (f"task={t}" for t in SQUAD_TASKS) for o in overrides):  # convexp finetune squad
-        from ..stages.squad import run_squad
+        from ..tasks.squad.stage import run_squad
 
         run_squad(compose_stage("finetune", overrides))
     else:
-        from ..stages.finetune import run_glue
-        from ..stages.rundirs import compose_finetune
+        from ..tasks.classification.stage import run_glue
+        from ..store.rundirs import compose_finetune
 
         run_glue(*compose_finetune(overrides), summary=False)
 
@@ -93,7 +93,7 @@ class Ledger:
                 "file": str(self.plan.sweep.path),
                 "args": self.plan.args,
                 "started": self.started,
-                "record": self.invocation,  # command line, versions, device (convexp.record)
+                "record": self.invocation,  # command line, versions, device (convexp.store.record)
                 "nodes": {
                     k: {
                         "command": n.command,

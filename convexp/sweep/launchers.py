@@ -18,8 +18,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..logs import set_verbosity, verbosity
-from ..record import warn_if_other_version
-from ..runs import error_line
+from ..store.record import warn_if_other_version
+from ..store.runs import error_line
 from . import slurm
 from .execute import Ledger, Outcome, blocked_by, failure, ready, run_node, settled
 from .nodes import Node
@@ -67,7 +67,7 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
 
 def reserve(node: Node) -> None:
     """Make the node's run directories under the names the plan gave them, before its stage
-    command runs: the command finds its run by hash (convexp.runs.find_run), so it writes there
+    command runs: the command finds its run by hash (convexp.store.runs.find_run), so it writes there
     instead of naming the run by its own overrides (which hold the sweep's base too). A node that
     fails before writing anything leaves its directory empty; the next attempt uses it."""
     for run in node.runs:

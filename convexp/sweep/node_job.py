@@ -7,7 +7,7 @@ last checkpoint (run ids are content hashes: the same command finds the same run
 
 The run saves that checkpoint itself: the job sets ``trainer.requeue_signal`` to submitit's signal,
 so training stops at the end of the current step, saves ``last.ckpt`` and then hands the signal to
-submitit's handler, which calls ``checkpoint`` and requeues (`convexp.stages.health`). A signal
+submitit's handler, which calls ``checkpoint`` and requeues (`convexp.train.health`). A signal
 outside training (data preparation, export) goes to submitit's handler directly; the requeued job
 then redoes that part.
 """

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import CONF_DIR, compose_stage, to_model_config
+from ..config.compose import CONF_DIR, compose_stage, to_model_config
 from ..errors import ConfigError, UserError
-from ..runs import Run
+from ..store.runs import Run
 from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
 from .spec import Sweep, SweepError, Variant
@@ -49,8 +49,8 @@ class Node:
 
     @property
     def command(self) -> str:
-        from ..data.squad import SQUAD_TASKS
-        from ..data.tasks import PROBING_ORDER
+        from ..tasks.squad.data import SQUAD_TASKS
+        from ..tasks.classification.registry import PROBING_ORDER
 
         kind = "probing" if self.task in PROBING_ORDER else "squad" if self.task in SQUAD_TASKS else "glue"
         head = "convexp pretrain" if self.stage == "pretrain" else f"convexp finetune {kind}"
@@ -63,7 +63,7 @@ def _quote(o: str) -> str:
 
 def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]):
     """(the variant's pre-training node, its composed config, its ModelConfig)."""
-    from ..stages.rundirs import pretrain_run, variant_tokens
+    from ..store.rundirs import pretrain_run, variant_tokens
 
     where = f"sweep {sweep.name}, variant {v.name}"
     scale = settings.scale
@@ -97,8 +97,8 @@ def continuation_node(
     config, so another sweep continuing the same pre-training run finds it cached. At scale=smoke the
     length is the smoke models' position table (model.max_position_embeddings: 128, twice the smoke
     pre-training's 64): the stage runs, at the length a smoke model can hold."""
-    from ..config import override_key, parse_overrides
-    from ..stages.rundirs import pretrain_run, variant_tokens
+    from ..config.compose import override_key, parse_overrides
+    from ..store.rundirs import pretrain_run, variant_tokens
 
     spec = sweep.squad_continuation
     where = f"sweep {sweep.name}, variant {v.name}, squad_continuation"
@@ -152,10 +152,10 @@ def finetune_nodes(
     """One node per (task, seed) fine-tuning the variant's start (MNLI included when the protocol
     starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
     run of that task (its first seed), which must be planned first."""
-    from ..data.squad import SQUAD_TASKS
-    from ..data.tasks import PROBING_ORDER
-    from ..stages.rundirs import glue_runs, glue_task_names, variant_tokens
-    from ..stages.squad_runs import squad_runs
+    from ..tasks.squad.data import SQUAD_TASKS
+    from ..tasks.classification.registry import PROBING_ORDER
+    from ..store.rundirs import glue_runs, glue_task_names, variant_tokens
+    from ..tasks.squad.runs import squad_runs
 
     where = f"sweep {sweep.name}, variant {v.name}"
     start = starts[v.name]

@@ -110,7 +110,7 @@ def _tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
 
 
 def _squad_tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
-    from ..data.squad import SQUAD_TASKS
+    from ..tasks.squad.data import SQUAD_TASKS
 
     return [t for t in _tasks(sweep, settings) if t in SQUAD_TASKS] if sweep.finetune else []
 

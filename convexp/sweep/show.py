@@ -29,7 +29,7 @@ def print_sweeps() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..config import group_sources, is_builtin
+    from ..config.compose import group_sources, is_builtin
 
     sweeps = group_sources("sweep")
     table = Table(title="named sweeps: convexp ablate NAME (* = yours)", title_justify="left", box=None)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import group_options, group_sources
+from ..config.compose import group_options, group_sources
 from ..errors import UserError
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -284,9 +284,9 @@ def check_detect(detect, where: str) -> None:
 
 
 def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, where: str) -> None:
-    from ..data.scores import CHANG_COLUMNS, CONVBERT_COLUMNS
-    from ..data.squad import SQUAD_TASKS
-    from ..data.tasks import GROUPS, PROBING_ORDER
+    from ..tasks.classification.scores import CHANG_COLUMNS, CONVBERT_COLUMNS
+    from ..tasks.squad.data import SQUAD_TASKS
+    from ..tasks.classification.registry import GROUPS, PROBING_ORDER
 
     if r.style not in ("convbert", "chang", "probing"):
         raise SweepError(f"{where}: report.style must be convbert, chang or probing, not {r.style!r}")

@@ -34,7 +34,7 @@ def checkpoint_start(init: str) -> Start:
     """A checkpoint's name and width, from its config when it is on disk (a directory, a convexp
     run, or the HF cache); a hub checkpoint not downloaded yet is assumed base-sized (768: only
     the convbert / chang protocols' learning rates depend on it)."""
-    from ..checkpoint import CheckpointError, CheckpointNotCached, open_checkpoint
+    from ..store.checkpoint import CheckpointError, CheckpointNotCached, open_checkpoint
 
     try:
         ckpt = open_checkpoint(init, weights=False)

@@ -11,7 +11,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from ..runs import Run
+from ..store.runs import Run
 from . import slurm
 from .execute import Ledger, Outcome, read_ledger
 from .nodes import Node

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from ..atomic import atomic_write
-from ..config import group_sources
+from ..config.compose import group_sources
 from .plan import Plan
 
 

@@ -1,0 +1,462 @@
+"""Compose the configs with Hydra's compose API and validate the result.
+
+The configs ship inside the package (``convexp/conf/``: stage configs, config groups, named sweeps
+in ``conf/sweep/``). A user's own config directories — laid out the same way, e.g.
+``mine/model/my_model.yaml`` or ``mine/sweep/my-sweep.yaml`` — are searched first: they come from
+``convexp --config-dir DIR`` or the ``CONVEXP_CONFIG_PATH`` environment variable (directories
+separated by ``os.pathsep``), which ``--config-dir`` also sets so that worker processes see them.
+
+Hydra parses every override (its grammar: ``key=value``, ``+key=value``, ``~key``, lists, quoting)
+and composes; types are checked at compose time against the structured configs in
+:mod:`convexp.schema`. Everything a user can get wrong raises :class:`ConfigError` with one line
+that names the problem and the fix (Hydra's own hint, kept to one line); the CLI prints that line
+and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from ..errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the built-in configs (package data)
+CONFIG_PATH_ENV = "CONVEXP_CONFIG_PATH"
+
+
+# --- where configs are found ----------------------------------------------------------------
+
+
+def user_config_dirs() -> list[Path]:
+    """The user's config directories (``CONVEXP_CONFIG_PATH``), searched before the built-in ones."""
+    dirs = [Path(p).expanduser() for p in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if p]
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError(
+                f"config directory {str(d)!r} (from --config-dir or {CONFIG_PATH_ENV}) does not exist"
+            )
+    return [d.resolve() for d in dirs]
+
+
+def add_config_dirs(dirs: list[str | Path]) -> None:
+    """Search ``dirs`` (in this order) before every config directory known so far."""
+    for d in dirs:
+        if not Path(d).expanduser().is_dir():
+            raise ConfigError(f"--config-dir {str(d)!r}: no such directory")
+    known = os.environ.get(CONFIG_PATH_ENV, "")
+    os.environ[CONFIG_PATH_ENV] = os.pathsep.join(
+        [*(str(Path(d).expanduser().resolve()) for d in dirs), *filter(None, known.split(os.pathsep))]
+    )
+
+
+def config_dirs() -> list[Path]:
+    """Every config directory in search order: the user's first, then the built-in ``conf/``."""
+    return [*user_config_dirs(), CONF_DIR]
+
+
+def group_sources(group: str) -> dict[str, Path]:
+    """{name: file} of every config in group ``group`` (e.g. ``model``, ``sweep``), sorted by name;
+    a user's config shadows a built-in one of the same name."""
+    found: dict[str, Path] = {}
+    for d in config_dirs():
+        for p in (d / group).glob("*.yaml"):
+            found.setdefault(p.stem, p)
+    return dict(sorted(found.items()))
+
+
+def group_options(group: str) -> list[str]:
+    """Names of the configs in a config group, user and built-in, sorted."""
+    return list(group_sources(group))
+
+
+def is_builtin(path: Path) -> bool:
+    return CONF_DIR in Path(path).resolve().parents
+
+
+# --- overrides: Hydra's grammar ----------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def parse_overrides(overrides: list[str]) -> list:
+    """Hydra's parse of command-line overrides (``hydra.core.override_parser.types.Override``)."""
+    from hydra.errors import HydraException
+
+    try:
+        parsed = _parser().parse_overrides(list(overrides))
+    except HydraException as e:
+        wide = next((o for o in overrides if not o.isascii() and "=" in o and "'" not in o and '"' not in o), None)
+        if wide:  # Hydra's grammar takes letters beyond ASCII only in quotes
+            key, value = wide.split("=", 1)
+            raise ConfigError(f"{wide}: quote a value with letters beyond ASCII, e.g. {key}='{value}'") from e
+        raise ConfigError(one_line(str(e))) from e
+    for o in parsed:
+        if not o.key_or_group:
+            raise ConfigError(f"{o.input_line!r} has no key: write KEY=VALUE, e.g. optim.lr{o.input_line}")
+    return parsed
+
+
+def check_group_choice(o) -> None:
+    """A config group (``model=``, ``scale=``, ...) takes the name of one of its files."""
+    group = o.key_or_group
+    if o.is_delete() or not any((d / group).is_dir() for d in config_dirs()):
+        return
+    value = o.value()
+    if value is not None and not isinstance(value, (str, list)):  # null deselects the group (Hydra's)
+        names = ", ".join(group_options(group))
+        raise ConfigError(f"{group}={o.input_line.split('=', 1)[-1]}: {group} is a config group; choose one of {names}")
+
+
+def _yaml_problem(e) -> str:
+    """One line for a config file that is not YAML: the file (searched in the user's config
+    directories, where hand-written files are), the line and the problem."""
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    for d in user_config_dirs():
+        for f in sorted(d.rglob("*.yaml")):
+            try:
+                yaml.safe_load(f.read_text())
+            except yaml.YAMLError as bad:
+                m = getattr(bad, "problem_mark", None)
+                where = f"line {m.line + 1}, column {m.column + 1}: " if m else ""
+                return f"{f} is not valid YAML ({where}{getattr(bad, 'problem', None) or bad}); fix or remove it"
+    return f"a config file is not valid YAML ({where}{getattr(e, 'problem', None) or e}); fix it"
+
+
+def override_key(o) -> str:
+    """The key an override sets, with its package (``model``, ``trainer.max_steps``, ``model@x``)."""
+    return o.key_or_group + (f"@{o.package}" if o.package else "")
+
+
+def with_key(o, key: str) -> str:
+    """Override ``o`` written out again with another key (prefix and value kept as given)."""
+    prefix = {"ADD": "+", "FORCE_ADD": "++", "DEL": "~"}.get(o.type.name, "")
+    line = o.input_line or ""
+    value = line.split("=", 1)[1] if "=" in line else None
+    return f"{prefix}{key}" + ("" if value is None else f"={value}")
+
+
+def one_line(message: str) -> str:
+    """A Hydra / OmegaConf error reduced to one line: Hydra's message and fix hint joined; option
+    lists kept (comma-separated), the config search path dropped."""
+    lines: list[str] = []
+    options: list[str] = []
+    for raw in message.strip().splitlines():
+        if raw.startswith("Config search path"):
+            break
+        if raw.startswith("\t"):
+            options.append(raw.strip())
+        elif raw.strip() and not raw.startswith("    "):
+            lines.append(raw.strip().rstrip("."))
+    if lines and lines[0].startswith("Could not override") and len(lines) > 1:  # a key not in the config
+        lines = [lines[0] + ": no such key, check the spelling (--cfg prints every key)", *lines[1:]]
+    text = "; ".join(lines)
+    if options:
+        text += " " + ", ".join(options)
+    text = re.sub(r"^In '[^']*': ", "", text)
+    return re.sub(r"^\w+ raised while resolving interpolation: ", "", text)
+
+
+# --- composing --------------------------------------------------------------------------------
+
+
+def _steps(n, *, _root_) -> int:
+    """``${steps:N}`` (conf/recipe/, conf/scale/): N updates x ``trainer.steps_multiplier`` ("train
+    longer"), resolved when composing so that ``--cfg`` shows the number of steps that runs; a
+    ``trainer.max_steps=N`` given on the command line is taken as it is."""
+    return int(round(int(n) * _number(_root_, "trainer.steps_multiplier", 1)))
+
+
+def _number(root, key: str, default=None) -> float:
+    """A number a resolver computes with; a value that is not one is named (one line)."""
+    value = OmegaConf.select(root, key, default=default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key}={value!r} is not a number; e.g. {key}={default if default is not None else 0.15}") from None
+
+
+OmegaConf.register_new_resolver("steps", _steps, replace=True)
+
+
+def _electra_max_predictions(*, _root_) -> int:
+    """``${electra_max_predictions:}`` (conf/recipe/electra_small.yaml): ELECTRA's cap on masked
+    positions, computed from the length as google-research/electra configure_pretraining.py does,
+    ``int((mask_prob + 0.005) * max_seq_length)``: 19 at 128, 79 at 512, so that a run at another
+    length (the SQuAD continuation at 512, smoke at 64) masks the same fraction."""
+    return int((_number(_root_, "objective.mask_prob") + 0.005) * _number(_root_, "seq_len"))
+
+
+OmegaConf.register_new_resolver("electra_max_predictions", _electra_max_predictions, replace=True)
+
+
+def _when_pruning(on, off, *, _root_):
+    """``${when_pruning:A,B}``: A when the config fine-prunes (``pruning.method`` is not none), else
+    B (conf/protocol/bermo.yaml: BERMO's fine-pruning lr and epochs differ from its fine-tuning ones)."""
+    return off if OmegaConf.select(_root_, "pruning.method", default="none") == "none" else on
+
+
+OmegaConf.register_new_resolver("when_pruning", _when_pruning, replace=True)
+
+
+def compose(config_name: str | None, overrides: list[str] = (), choices: bool = False) -> DictConfig:
+    """Compose ``conf/<config_name>.yaml`` (or nothing) with Hydra overrides, resolved.
+
+    With ``choices`` the result carries ``choices``: the option picked in every config group
+    (e.g. ``choices.model == "convbert_small"``)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    cfg = _hydra_compose(config_name, overrides, choices)
+    try:
+        if choices:
+            picked = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra")}
+            with open_dict(cfg):
+                del cfg["hydra"]
+                cfg.choices = picked
+        OmegaConf.resolve(cfg)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(one_line(str(e))) from e
+    return cfg
+
+
+def hydra_config(stage: str, overrides: list[str]) -> DictConfig:
+    """Hydra's own configuration of a stage command (``--cfg hydra``): search path, the option
+    picked in every config group, the overrides as Hydra parsed them."""
+    return _hydra_compose(stage, stage_overrides(stage, overrides), True).hydra
+
+
+def _hydra_compose(config_name: str | None, overrides: list[str], hydra_node: bool) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    for o in parse_overrides(overrides):
+        check_group_choice(o)
+        if o.is_sweep_override():
+            raise ConfigError(
+                f"{o.input_line!r} is a sweep over values, and a command composes one configuration: "
+                f"for a list write {o.key_or_group}=[a,b], for text with commas quote it, "
+                "for a sweep write a sweep file (`convexp ablate`)"
+            )
+    try:
+        _initialize_hydra(tuple(user_config_dirs()))
+        return hydra_compose(config_name=config_name, overrides=list(overrides), return_hydra_config=hydra_node)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(one_line(str(e))) from e
+    except yaml.YAMLError as e:
+        raise ConfigError(_yaml_problem(e)) from e
+    except ValueError as e:  # Hydra's own checks of an override it could parse
+        raise ConfigError(one_line(str(e))) from e
+    except RecursionError as e:
+        raise ConfigError(
+            "a config inherits from itself through its defaults list (a config of yours with the name "
+            "of a built-in one it inherits from?): rename it"
+        ) from e
+
+
+_initialized_with: list = []
+
+
+def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
+    """Initialise Hydra once per process (later composes are fast), again only when the user's
+    config directories change. They come first in the search path, so a user's config shadows a
+    built-in one of the same name (``hydra.searchpath`` would put them after the built-ins). This is
+    what ``hydra.initialize_config_dir`` does, with the user's directories prepended."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+
+    hydra = GlobalHydra.instance()
+    if hydra.is_initialized() and _initialized_with == [user_dirs]:
+        return
+    hydra.clear()
+    search_path = create_config_search_path(f"file://{CONF_DIR}")
+    for d in reversed(user_dirs):
+        search_path.prepend(provider="convexp-user", path=f"file://{d}")
+    Hydra.create_main_hydra2(task_name="convexp", config_search_path=search_path)  # sets GlobalHydra
+    _initialized_with[:] = [user_dirs]
+
+
+# `scale=` on the command line selects the stage's own scale group.
+SCALE_GROUP = {"pretrain": "scale", "finetune": "finetune_scale"}
+
+
+def stage_overrides(stage: str, overrides: list[str]) -> list[str]:
+    """Command-line overrides as the stage's config spells them: ``scale=`` is the stage's scale
+    group; fine-tuning's ``model=<preset>`` (the random-init baseline) is its key ``init_model``."""
+    out = []
+    for o, parsed in zip(overrides, parse_overrides(overrides)):
+        key = override_key(parsed)
+        if key == "scale":
+            o = with_key(parsed, SCALE_GROUP[stage])
+        elif stage == "pretrain" and key == "recipe":  # model presets include it at the root package
+            o = with_key(parsed, "recipe@_global_")
+        elif stage == "finetune" and key == "model":
+            value = parsed.value()
+            if value not in group_options("model"):
+                raise ConfigError(
+                    f"unknown model preset {value!r}; run `convexp models` to list them"
+                )
+            o = with_key(parsed, "init_model")
+        out.append(o)
+    return out
+
+
+def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
+    """The stage's composed, type-checked configuration for command-line ``overrides``."""
+    from ..store.record import command_line
+    from .schema import check_types
+
+    given = list(overrides)
+    overrides = stage_overrides(stage, given)
+    cfg = compose(stage, overrides, choices=True)
+    if stage == "finetune":
+        _task_pruning(cfg, overrides)
+        _keys_read(cfg)
+    check_types(cfg)
+    with open_dict(cfg):  # for the run record; not part of the run id (runs.EXECUTION_KEYS)
+        cfg.invocation = {"command": command_line(), "overrides": given}
+    return cfg
+
+
+PROTOCOL_TABLES = ("lr", "epochs", "batch_size")  # task.<key>: a value per protocol, read by conf/protocol/
+FAMILY_KEYS = {"squad": ("squad",), "glue": ("glue",)}  # read by one task family only
+
+
+def _keys_read(cfg: DictConfig) -> None:
+    """A fine-tuning config holds only what its run reads: the protocol's values stand in place
+    of the task's per-protocol tables (``task.lr`` / ``epochs`` / ``batch_size``, dropped once
+    resolved), a SQuAD task drops the keys only GLUE and probing read, the others SQuAD's, and a
+    run from a checkpoint drops ``init_model`` (``model=``: the preset of ``init=none``)."""
+    from ..tasks.squad.data import SQUAD_TASKS
+
+    with open_dict(cfg):
+        if not OmegaConf.is_missing(cfg, "init") and str(cfg.init) != "none":  # model=: init=none's preset
+            if cfg.init_model is not None:
+                raise ConfigError(
+                    f"model={cfg.init_model} picks the preset of init=none (a randomly initialised baseline); "
+                    f"init={cfg.init} brings its own model: drop model= or use init=none"
+                )
+            cfg.pop("init_model")
+        for key in PROTOCOL_TABLES:
+            value = cfg[key]
+            cfg[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+        for key in PROTOCOL_TABLES:
+            cfg.task.pop(key, None)
+        other = "glue" if cfg.task.name in SQUAD_TASKS else "squad"
+        for key in FAMILY_KEYS[other]:
+            cfg.pop(key, None)
+
+
+def _task_pruning(cfg: DictConfig, overrides: list[str]) -> None:
+    """Merge ``pruning.tasks[<task>]`` (settings that differ per task, e.g. BERMO Table 7's QQP
+    warm-ups) into ``pruning``, except keys given on the command line; then drop the map."""
+    tasks = cfg.pruning.get("tasks")
+    if tasks is None:
+        return
+    given = {override_key(o) for o in parse_overrides(overrides)}
+    extra = {k: v for k, v in (tasks.get(cfg.task.name) or {}).items() if f"pruning.{k}" not in given}
+    with open_dict(cfg):
+        del cfg.pruning["tasks"]
+    for k, v in extra.items():
+        if k not in cfg.pruning:
+            raise ConfigError(
+                f"pruning.tasks.{cfg.task.name}.{k}: no such pruning setting; check conf/pruning/"
+            )
+        cfg.pruning[k] = v
+
+
+def model_config(name: str, overrides: list[str] = ()):
+    """The validated :class:`~convexp.models.ModelConfig` of preset ``conf/model/<name>.yaml``.
+
+    overrides are Hydra overrides relative to the model, e.g. ``["kernel_size=9"]``.
+    """
+    scoped = [with_key(o, f"model.{o.key_or_group}") for o in parse_overrides(overrides)]
+    cfg = compose(None, [f"+model={name}", *scoped])
+    return to_model_config(cfg.model)
+
+
+def model_configs(names: list[str]) -> dict:
+    """Several presets at once (one Hydra composition): {name: ModelConfig}."""
+    presets = [f"+model@presets.{n}={n}" for n in names]
+    try:  # each preset names its pre-training recipe (conf/recipe/), which would clash: leave it out
+        cfg = compose(None, [*presets, "~recipe@_global_"])
+    except ConfigError:  # none of them names one (a user's presets)
+        cfg = compose(None, presets)
+    return {n: to_model_config(cfg.presets[n]) for n in names}
+
+
+def to_model_config(node) -> "ModelConfig":  # noqa: F821
+    """Validate a model node (types, known keys, then :meth:`ModelConfig.validate`)."""
+    from ..models import ModelConfig
+    from .schema import typed
+
+    try:
+        return typed(ModelConfig, node, "model")
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(str(e)) from e
+
+
+# --- discovering and copying configs --------------------------------------------------------------
+
+
+def stage_help(stage: str) -> list[tuple[str, str]]:
+    """(name, options) rows for a stage command's ``--help``: every config group of the stage
+    with its options (yours marked *), then the stage's own top-level keys."""
+    spec = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{stage}.yaml"), resolve=False)
+    rows = []
+    for entry in spec.get("defaults", []):
+        if not isinstance(entry, dict):
+            continue
+        (group,) = entry.keys()
+        shown = "scale" if group == SCALE_GROUP.get(stage) else group
+        names = [n + ("*" if not is_builtin(p) else "") for n, p in group_sources(group).items()]
+        rows.append((shown, f"{', '.join(names)} (default {entry[group]})"))
+    keys = [k for k, v in spec.items() if k != "defaults" and not isinstance(v, dict)]
+    rows.append(("keys", ", ".join(keys) + "; --cfg prints every key with its value"))
+    return rows
+
+
+def copy_config(name: str, dest: str | Path) -> Path:
+    """Copy the built-in config ``GROUP/NAME`` (or a ``NAME`` only one group has) to ``dest``: a
+    folder gets ``DEST/GROUP/NAME.yaml`` (ready for ``--config-dir DEST``), a ``.yaml`` path is the
+    file itself. Never overwrites."""
+    group, _, stem = name.rpartition("/")
+    if group:
+        matches = [CONF_DIR / group / f"{stem}.yaml"]
+        if not matches[0].is_file():
+            raise ConfigError(f"no built-in config {name!r}; see `convexp models` or `convexp ablate --list`")
+    else:
+        matches = sorted(CONF_DIR.glob(f"*/{stem}.yaml")) + sorted(CONF_DIR.glob(f"{stem}.yaml"))
+        if not matches:
+            raise ConfigError(f"no built-in config named {name!r}; give GROUP/NAME, e.g. model/convbert_small")
+        if len(matches) > 1:
+            where = ", ".join(f"{p.parent.name}/{stem}" for p in matches)
+            raise ConfigError(f"{name!r} is in several groups ({where}): give GROUP/NAME")
+    src = matches[0]
+    dest = Path(dest)
+    target = dest if dest.suffix in (".yaml", ".yml") else dest / src.relative_to(CONF_DIR)
+    if target.exists():
+        raise ConfigError(f"{target} exists; choose another destination (convexp cp never overwrites)")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "x") as out:  # "x": never overwrites, even a file made meanwhile
+            out.write(src.read_text())
+    except OSError as e:
+        raise ConfigError(
+            f"cannot write {target} ({e.strerror or e}); choose a destination you can write, e.g. convexp cp {name} mine/"
+        ) from e
+    return target

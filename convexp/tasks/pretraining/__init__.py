@@ -1,0 +1,10 @@
+"""Pre-training: examples from a corpus, the objectives, the batches and the stage.
+
+  sentences.py          split_sentences: documents -> sentences (for sentence-pair examples)
+  packing.py            pre-training examples (pure Python): token streams packed into fixed-length
+                        [CLS] A [SEP] B [SEP] blocks, or Chang et al.'s one sentence pair per example
+  pretraining.py        prepare_pretraining_data: corpus -> tokenizer -> cached train/val examples
+  objectives.py         MLM and ELECTRA as plain torch (no Lightning)
+  batches.py            batches fetched, stacked and masked off the training thread
+  stage.py              `convexp pretrain`
+"""

@@ -1,0 +1,388 @@
+"""`convexp pretrain`: MLM or ELECTRA pre-training of any model preset, into the run store."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+
+import datasets
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig
+from torch.utils.data import DataLoader
+
+from ...store.checkpoint import Checkpoint, open_checkpoint
+from ...config.compose import to_model_config
+from .pretraining import StreamingBlocks, prepare_pretraining_data
+from ...errors import UserError
+from ...models import ModelConfig, ReplacedTokenDetector
+from ...models.io import save_model_dir
+from ...store.record import warn_if_other_version, write_record
+from ...store.runs import Run, RunDiverged, non_finite, said
+from ...store.rundirs import pretrain_run
+from ...train.common import (
+    OptimizerStep,
+    adamw_with_linear_schedule,
+    cluster_plugins,
+    finish_wandb,
+    log_result,
+    make_loggers,
+    per_device_batch,
+    step_seed,
+)
+from ...train.health import Health, fit
+from ...train.progress import StepProgressBar, refresh_every
+from .objectives import ElectraObjective, MLMObjective, TokenInfo
+from .batches import Masker, MaskingCollate, PositionBatches, Prefetched, StreamBatches, ValBatches
+from ...train.accel import compile_objective, fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32, set_threads
+from ...train.streams import BlockStream, PermutedStream, StreamSampler
+
+COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class PretrainModule(OptimizerStep, pl.LightningModule):
+    """Runs the objective on batches the data pipeline has already masked (``batches.py``; the
+    masks are seeded by the batch's stream position, so resumed runs repeat uninterrupted ones
+    exactly), logs losses and tokens/s.
+
+    The step reads nothing back from the device: the batch carries its seed, padding flag and
+    prediction slots as host values (``batches.Masker``), the objective keeps its metrics on the
+    device, and Lightning reads the logged values every ``log_every_n_steps``. With
+    ``trainer.compile=step`` the objective's forward (and so its backward) is one compiled graph;
+    ``graphs`` also captures it as CUDA graphs (``accel.compile_objective``)."""
+
+    def __init__(self, model_cfg: ModelConfig, cfg: DictConfig, tokens: TokenInfo, total_steps: int):
+        super().__init__()
+        self.cfg, self.tokens, self.total_steps = cfg, tokens, total_steps
+        obj = cfg.objective
+        if obj.name == "mlm":
+            self.objective = MLMObjective(model_cfg, pair_head=obj.pair_format in ("nsp", "sop"))
+        elif obj.name == "electra":
+            self.objective = ElectraObjective(
+                model_cfg, obj.generator_fraction, obj.gen_weight, obj.disc_weight, obj.temperature
+            )
+        else:
+            raise UserError(f"unknown objective {obj.name!r}; use objective=mlm or objective=electra")
+        self.masker = Masker.from_objective(tokens, obj, slot_multiple=64 if on_cuda(cfg.trainer) else 8)
+        self.train_objective = compile_objective(self.objective, cfg.trainer)
+        self._t0, self.tokens_seen, self.train_seconds = None, 0.0, 0.0
+
+    def mask(self, batch: dict, seed: int) -> dict:
+        """The batch masked as the objective's masking settings say (as the data pipeline does)."""
+        return self.masker(batch, seed)
+
+    def training_step(self, batch: dict, batch_idx: int):
+        torch.manual_seed(batch["seed"])  # dropout and the generator's samples of this batch
+        out = self.train_objective(batch)
+        n = len(batch["input_ids"])  # sequences: said, not inferred by Lightning from the batch dict
+        self.log("train/loss", out.loss.detach(), prog_bar=True, batch_size=n)
+        self.log_dict({f"train/{k}": v for k, v in out.metrics.items()}, batch_size=n)
+        return out.loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        now = time.perf_counter()
+        if self._t0 is not None:  # tokens/s of this device over the last batch, and since the start
+            tokens = batch["num_tokens"]
+            self.tokens_seen += tokens
+            self.train_seconds += now - self._t0
+            # a device scalar made by a fill kernel: logging a Python float would copy it to the GPU
+            # from pageable memory, a copy that waits for every step queued before it
+            rate = torch.full((), tokens / (now - self._t0), device=self.device)
+            self.log("train/tokens_per_s", rate, prog_bar=True)
+        self._t0 = now
+
+    def on_validation_end(self) -> None:
+        self._t0 = None  # validation time is not training time
+
+    @property
+    def mean_tokens_per_s(self) -> float | None:
+        return self.tokens_seen / self.train_seconds if self.train_seconds else None
+
+    def validation_step(self, batch: dict, batch_idx: int):
+        torch.manual_seed(batch["seed"])  # fixed masks and samples: comparable across steps and runs
+        out = self.objective(batch)
+        n = len(batch["input_ids"])  # the weight of this batch in the validation means
+        self.log("val/loss", out.loss, sync_dist=True, batch_size=n)
+        self.log_dict({f"val/{k}": v for k, v in out.metrics.items()}, sync_dist=True, batch_size=n)
+
+    def configure_optimizers(self):
+        o = self.cfg.optim
+        return adamw_with_linear_schedule(
+            self.objective,
+            o.lr,
+            o.betas,
+            o.eps,
+            o.weight_decay,
+            o.warmup_steps,
+            self.total_steps,
+            fused=fused_adamw(self.cfg.trainer.fused_adamw, self.device.type, self.cfg.trainer.precision),
+        )
+
+
+class PretrainData(pl.LightningDataModule):
+    """Batches made and masked in the data pipeline (``batches.py``): in ``num_workers`` loader
+    processes, or with none, in a background thread when ``background`` (a GPU run: the step
+    waits for the device, the thread fills that wait) and inline on a CPU run (the step keeps every
+    core busy; a thread only takes cycles from it — stage/bare-step 0.84 with it, 0.96 without on 2
+    cores). The train stream starts where the restored global step says (see streams.py)."""
+
+    def __init__(
+        self,
+        train,
+        val,
+        seed: int,
+        batch_size: int,
+        num_workers: int,
+        columns: tuple[str, ...],
+        masker: Masker,
+        pin_memory: bool = False,
+        background: bool = False,
+    ):
+        super().__init__()
+        self.train, self.val, self.seed, self.masker = train, val, seed, masker
+        self.batch_size, self.num_workers, self.columns = batch_size, num_workers, columns
+        self.pin_memory, self.background = pin_memory, background
+        self._prefetchers: list[Prefetched] = []
+
+    def _prefetched(self, loader):
+        """``loader`` read ahead in a background thread (when ``background``), else as it is."""
+        if not self.background:
+            return loader
+        self._prefetchers.append(Prefetched(loader))
+        return self._prefetchers[-1]
+
+    def teardown(self, stage: str) -> None:
+        """Stop the prefetch threads: the endless train stream's iterator is never exhausted."""
+        for p in self._prefetchers:
+            p.close()
+        self._prefetchers.clear()
+
+    def train_dataloader(self):
+        t = self.trainer
+        start = t.global_step * t.accumulate_grad_batches * self.batch_size * t.world_size
+        if isinstance(self.train, StreamingBlocks):  # a streaming corpus: read in order, in one thread
+            stream = BlockStream(self.train, start, t.global_rank, t.world_size, self.columns)
+            collate = MaskingCollate(self.masker, self.seed)
+            return self._prefetched(
+                DataLoader(stream, batch_size=self.batch_size, collate_fn=collate, pin_memory=self.pin_memory)
+            )
+        loader = DataLoader(
+            StreamBatches(PermutedStream(self.train, self.seed, self.columns), self.masker, self.seed),
+            batch_size=None,  # the sampler yields whole batches of positions
+            sampler=PositionBatches(StreamSampler(start, t.global_rank, t.world_size), self.batch_size),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            pin_memory=self.pin_memory,
+        )
+        return loader if self.num_workers else self._prefetched(loader)
+
+    def val_dataloader(self):
+        batches = ValBatches(self.val, self.columns, self.batch_size, self.masker, self.seed)
+        return DataLoader(batches, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
+
+
+def run_pretrain(cfg: DictConfig, callbacks: tuple = ()) -> Run:
+    """Pre-train as configured; returns the run. A finished run with the same config is reused.
+    ``callbacks``: Lightning callbacks added to the stage's own (``bench pretrain --profile``)."""
+    run = pretrain_run(cfg)
+    if run.finished:
+        warn_if_other_version(run)
+        print(said("already finished", run.dir, "(nothing to do)"))
+        return run
+    run.refuse_diverged(cfg.retry_diverged)
+    if run.last_checkpoint() and not cfg.resume:
+        raise UserError(
+            f"{run.dir} has an unfinished run; pass resume=true to continue it or name=<label> for a new run"
+        )
+    init = open_checkpoint(cfg.init, label="init") if cfg.init else None  # a bad one fails before any file is written
+    model_cfg = to_model_config(cfg.model)
+    if model_cfg.absolute_positions and model_cfg.max_position_embeddings < cfg.seq_len:
+        raise UserError(
+            f"seq_len={cfg.seq_len} exceeds model.max_position_embeddings={model_cfg.max_position_embeddings}"
+        )
+    datasets.disable_progress_bars()
+    data = prepare_pretraining_data(
+        cfg.data, cfg.tokenizer, cfg.seq_len, Path(cfg.outputs) / "cache", cfg.seed, cfg.objective.pair_format
+    )
+    tok = data.tokenizer
+    model_cfg = dataclasses.replace(model_cfg, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
+    if init is not None and init.model_cfg.vocab_size != model_cfg.vocab_size:
+        raise UserError(
+            f"init={cfg.init} has a vocabulary of {init.model_cfg.vocab_size} tokens but the tokenizer has "
+            f"{model_cfg.vocab_size}; use the checkpoint's own tokenizer (tokenizer=pretrained "
+            "tokenizer.path=<its vocab.txt or tokenizer.json>)"
+        )
+    with run.removed_on_refusal(), run.attempt(wait=cfg.trainer.lock_wait, stage="pretrain") as started:
+        if not started:
+            print(said("already finished", run.dir, "(by another process)"))
+            return run
+        try:
+            _train(cfg, run, model_cfg, data, init, callbacks)
+        finally:
+            finish_wandb()
+    return run
+
+
+def token_info(tok) -> TokenInfo:
+    """What masking needs to know about a tokenizer's vocabulary."""
+    return TokenInfo(tok.vocab_size, tok.mask_id, tuple(sorted(tok.special_ids)), tok.continuation_mask())
+
+
+def _train(
+    cfg: DictConfig, run: Run, model_cfg: ModelConfig, data, init: Checkpoint | None, callbacks: tuple = ()
+) -> None:
+    """One attempt (the run's lock held): train from the last intact checkpoint, then finish."""
+    tok = data.tokenizer
+    run.write_config(cfg)
+    write_record(run, cfg)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    tokens = token_info(tok)
+
+    steps = cfg.trainer.max_steps
+    cuda = on_cuda(cfg.trainer)
+    set_tf32(cfg.trainer, cuda)
+    module = PretrainModule(model_cfg, cfg, tokens, steps)
+    if init is not None:
+        _init_weights(module.objective.encoder, init, model_cfg)
+    prepare_encoders(module.objective, cfg.trainer)
+    columns = COLUMNS + (("pair_label",) if cfg.objective.pair_format in ("nsp", "sop") else ())
+    batch = per_device_batch(cfg.trainer.batch_size, cfg.trainer)
+    datamodule = PretrainData(
+        data.train, data.val, cfg.seed, batch, cfg.trainer.num_workers, columns, module.masker,
+        pin_memory(cfg.trainer, cuda),
+        background=cuda,
+    )
+
+    from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
+
+    t = cfg.trainer
+    reads_every = refresh_every(t, cuda)  # steps between reads of device values
+    set_threads(t)
+    trainer = pl.Trainer(
+        default_root_dir=str(run.dir),
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=t.strategy,
+        plugins=cluster_plugins(),
+        precision=t.precision,
+        max_steps=steps,
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        gradient_clip_val=cfg.optim.grad_clip,
+        val_check_interval=t.val_every_n_steps * t.accumulate_grad_batches,
+        check_val_every_n_epoch=None,
+        limit_val_batches=t.val_batches,
+        num_sanity_val_steps=0,
+        log_every_n_steps=t.log_every_n_steps,
+        deterministic=t.deterministic,
+        use_distributed_sampler=False,
+        logger=make_loggers(cfg, run, "pretrain", tags=[cfg.choices.model, cfg.objective.name]),
+        callbacks=[
+            ModelCheckpoint(
+                dirpath=str(run.checkpoints),
+                filename="step={step}",
+                auto_insert_metric_name=False,
+                every_n_train_steps=t.checkpoint_every_n_steps,
+                save_top_k=-1,
+                save_last=True,
+            ),
+            LearningRateMonitor(logging_interval="step"),
+            StepProgressBar(reads_every, speed=False),  # tokens/s instead of batches/s
+            Health(t.nonfinite_patience, t.requeue_signal, check_every=reads_every),
+            *callbacks,
+        ],
+        enable_model_summary=False,
+    )
+    started = time.time()
+    ckpt = run.resume_checkpoint()
+    health = fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
+    metrics = health.final_metrics(trainer)
+    final = trainer.global_step  # 0 in the main process of ddp_spawn (the workers trained)
+    if final and final % t.val_every_n_steps == 0 and health.val_step != final:
+        trainer.validate(module, datamodule=datamodule, verbose=False)  # the checkpoint predates it
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    if trainer.global_rank == 0:
+        _finish(run, trainer, module, model_cfg, data, metrics, time.time() - started)
+
+
+def _init_weights(encoder, init: Checkpoint, model_cfg: ModelConfig) -> None:
+    """Continue pre-training from a checkpoint (see :func:`convexp.store.checkpoint.open_checkpoint`;
+    its vocabulary was checked against the tokenizer before the run started)."""
+    missing, unexpected = encoder.load_state_dict(init.encoder_state, strict=False)
+    if missing or unexpected:
+        raise UserError(
+            f"{init.name} does not match model={model_cfg.name}: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+
+
+def _finish(
+    run: Run,
+    trainer: pl.Trainer,
+    module: PretrainModule,
+    model_cfg: ModelConfig,
+    data,
+    m: dict,
+    seconds: float,
+) -> None:
+    """Check the final metrics are finite (else the run diverged: nothing is exported), export the
+    model (the discriminator for ELECTRA), then metrics.json and status finished (`Run.finish`).
+    The attempt removed any exports of an earlier finishing step that did not complete."""
+    bad = non_finite(m)
+    if bad:
+        raise RunDiverged(
+            f"training diverged: final {bad[0][0]}={bad[0][1]}; nothing exported. Lower the learning rate",
+            step=trainer.global_step, result=dict(bad),
+        )
+    obj = module.objective
+    model = obj.discriminator if isinstance(obj, ElectraObjective) else obj.model
+    tok_dir = run.dir / "tokenizer"
+    data.tokenizer.save(tok_dir)
+    save_model_dir(model.cpu().float(), model_cfg, run.model_dir, extra_files=sorted(tok_dir.iterdir()))
+    hf_export = _export_hf(model, model_cfg, run.dir / "hf", tok_dir, data.tokenizer)
+    steps = trainer.global_step
+    if steps == 0 and run.last_checkpoint():  # ddp_spawn: the main process did not train; its checkpoint did
+        steps = torch.load(run.last_checkpoint(), map_location="cpu", weights_only=False)["global_step"]
+    metrics = {
+        "steps": steps,
+        "final_train_loss": m.get("train/loss"),
+        "val_loss": m.get("val/loss"),
+        "val_mlm_loss": m.get("val/mlm_loss"),
+        "unigram_entropy": data.stats.get("unigram_entropy"),
+        "tokens_per_s": module.mean_tokens_per_s
+        or m.get("train/tokens_per_s"),  # mean over this process's steps
+        "wall_time_s": seconds,
+        "hf_export": hf_export,
+        "metrics": m,
+        "data": {k: v for k, v in data.stats.items() if isinstance(v, (int, float, str, bool))},
+    }
+    log_result(metrics, run)
+    run.finish(metrics)
+    print(said("finished", run.dir))
+
+
+def _export_hf(model, model_cfg: ModelConfig, out: Path, tok_dir: Path, tokenizer) -> str:
+    """Also write a Hugging Face ConvBERT directory (with the tokenizer, and its
+    ``tokenizer_config.json`` for ``AutoTokenizer``) where the architecture allows; returns the
+    directory or the reason it was not written."""
+    from ...models.hf_export import check_exportable, export_convbert
+    from ...models.hf_keys import ExportError
+
+    if out.exists():
+        return str(out)
+    try:
+        check_exportable(model_cfg)
+    except ExportError as e:
+        return f"not exported: {e}"
+    from ...atomic import atomic_dir
+
+    with atomic_dir(out) as tmp:  # a crash leaves no half-written export
+        # HF ConvBERT has no RTD head: an ELECTRA discriminator is exported as its encoder
+        export_convbert(model.encoder if isinstance(model, ReplacedTokenDetector) else model, model_cfg, tmp)
+        for f in tok_dir.iterdir():
+            shutil.copy2(f, tmp / f.name)
+        config = tokenizer.hf_config(model_cfg.max_position_embeddings)
+        (tmp / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return str(out)
