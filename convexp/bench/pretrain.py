@@ -73,6 +73,7 @@ def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
 
     from ..config.compose import to_model_config
     from ..train.accel import fused_adamw, on_cuda, prepare_encoders, set_tf32
+    from ..train.captured import WARMUP_STEPS, WholeStep
     from ..train.common import adamw_with_linear_schedule, per_device_batch
     from ..tasks.pretraining.stage import COLUMNS, PretrainModule, token_info
     from ..train.streams import PermutedStream
@@ -100,9 +101,17 @@ def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
     )["optimizer"]
     module.objective.train()
     params = [p for p in module.objective.parameters() if p.requires_grad]
+    whole = None if module.automatic_optimization else WholeStep(
+        module.train_objective, params, o.grad_clip, capture=device.type == "cuda"
+    )  # trainer.compile=graphs on one GPU: the stage's captured step (captured.py)
 
     def step() -> None:
         torch.manual_seed(batch["seed"])
+        if whole is not None:
+            with _autocast(cfg.trainer.precision, device):
+                whole(batch)
+            opt.step()
+            return
         with _autocast(cfg.trainer.precision, device):
             loss = module.train_objective(batch).loss
         loss.backward()
@@ -113,7 +122,8 @@ def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     resident = _resident_mib()
-    for _ in range(3 if device.type == "cuda" else 2):  # warm-up (a compiled step compiles here)
+    captures = WARMUP_STEPS + 1 if whole is not None else 0  # eager steps, then the capture
+    for _ in range((3 if device.type == "cuda" else 2) + captures):  # warm-up (a compiled step compiles here)
         step()
     sync()
     start = time.perf_counter()
@@ -165,7 +175,8 @@ def stage_tokens_per_s(cfg, profile: bool = False) -> dict:
     probe = StageProfile(start=max(3, steps - PHASE_STEPS - PROFILE_STEPS - 5)) if profile else None
     run = run_pretrain(cfg, callbacks=(probe,) if probe else ())
     m = json.loads((run.dir / "metrics.json").read_text())
-    out = {"tokens_per_s": m["tokens_per_s"], "wall_time_s": m["wall_time_s"], "steps": m["steps"]}
+    out = {"tokens_per_s": m["tokens_per_s"], "wall_time_s": m["wall_time_s"], "steps": m["steps"],
+           "final_train_loss": m["final_train_loss"], "val_loss": m["val_loss"]}  # fmt: skip
     if probe is not None:
         out["profile"] = probe.result
     return out
@@ -222,6 +233,8 @@ def bench_pretrain(
         "peak_rss_mib": _peak_rss_mib(),
         "stage_tokens_per_s": stage["tokens_per_s"],
         "stage_wall_time_s": stage["wall_time_s"],
+        "stage_final_train_loss": stage["final_train_loss"],  # the same losses in every compile mode
+        "stage_val_loss": stage["val_loss"],
         "ratio": stage["tokens_per_s"] / bare_rate if bare else None,
         "bare_steps_per_s": 1.0 / seconds if bare else None,
         "stage_steps_per_s": stage["tokens_per_s"] / real_tokens,  # the first batch's real tokens per step

@@ -107,15 +107,17 @@ class StageProfile(pl.Callback):
             self.prof = None
 
     def _summary(self, prof, profiled_wall: float, cuda: bool) -> dict:
-        # phase i: HOOKS[i-1] -> HOOKS[i]; "loop + data": the last hook of one step -> the first of the next
-        rows = [s for s in self.stamps if all(h in s for h in HOOKS)]
+        # phase i: HOOKS[i-1] -> HOOKS[i]; "loop + data": the last hook of one step -> the first of the
+        # next. A hook the loop does not call (manual optimisation: the captured step has no backward
+        # hook) merges its phase into the next one: "forward + zero_grad + backward", say.
+        rows = [s for s in self.stamps if HOOKS[0] in s and HOOKS[-1] in s]
+        present = [i for i, h in enumerate(HOOKS) if rows and all(h in s for s in rows)]
         phases = {}
-        for i, name in enumerate(PHASES):
-            if i == 0:
-                spans = [b[HOOKS[0]] - a[HOOKS[-1]] for a, b in zip(rows, rows[1:])]
-            else:
-                spans = [s[HOOKS[i]] - s[HOOKS[i - 1]] for s in rows]
-            phases[name] = 1e3 * statistics.median(spans) if spans else None
+        loop = [b[HOOKS[0]] - a[HOOKS[-1]] for a, b in zip(rows, rows[1:])]
+        phases[PHASES[0]] = 1e3 * statistics.median(loop) if loop else None
+        for prev, i in zip(present, present[1:]):
+            spans = [s[HOOKS[i]] - s[HOOKS[prev]] for s in rows]
+            phases[" + ".join(PHASES[prev + 1 : i + 1])] = 1e3 * statistics.median(spans)
         starts = [s[HOOKS[0]] for s in rows]
         step_ms = 1e3 * statistics.median(b - a for a, b in zip(starts, starts[1:])) if len(starts) > 1 else None
         events = prof.key_averages()

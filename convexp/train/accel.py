@@ -158,7 +158,7 @@ def compile_mode(setting) -> str | None:
     return "blocks" if setting is True else str(setting)
 
 
-def compile_objective(objective: torch.nn.Module, trainer_cfg):
+def compile_objective(objective: torch.nn.Module, trainer_cfg, whole_step: bool = False):
     """The callable the pre-training step runs its objective with: the objective itself, or (with
     ``trainer.compile`` ``step`` / ``graphs``) its forward compiled whole, ``fullgraph`` (the
     objective reads nothing back from the device, so there is nothing to break the graph) and
@@ -168,10 +168,13 @@ def compile_objective(objective: torch.nn.Module, trainer_cfg):
     that change every step (its seed, token count) would each compile a new graph. With
     ``graphs`` each call marks a new step for the CUDA-graph trees (whose outputs live in memory
     the next replay reuses; the stage clones what it keeps). A plain function, not a module, so
-    the objective's parameters are not registered twice."""
+    the objective's parameters are not registered twice. ``whole_step``: the stage captures the
+    whole step itself (``captured.WholeStep``), so ``graphs`` compiles as ``step`` does."""
     mode = compile_mode(trainer_cfg.compile)
     if mode not in ("step", "graphs"):
         return objective
+    if whole_step:
+        mode = "step"
     compiled = torch.compile(objective, fullgraph=True, dynamic=False, mode="reduce-overhead" if mode == "graphs" else None)
 
     def call(batch: dict):

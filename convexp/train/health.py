@@ -118,8 +118,10 @@ class Health(pl.Callback):
         self._loss, self._loss_bad = loss, ~torch.isfinite(loss)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        norm = total_norm(grads)
+        norm = getattr(pl_module, "captured_grad_norm", None)  # a captured step computed it (captured.py)
+        if norm is None:
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            norm = total_norm(grads)
         if hasattr(pl_module, "step_grad_norm"):  # common.OptimizerStep: its clipping reuses it
             pl_module.step_grad_norm = norm
         if self.check_every > 1:

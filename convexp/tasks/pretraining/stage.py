@@ -33,6 +33,7 @@ from ...train.common import (
     per_device_batch,
     step_seed,
 )
+from ...train.captured import WholeStep, whole_step_applies
 from ...train.health import Health, fit
 from ...train.progress import StepProgressBar, refresh_every
 from .objectives import ElectraObjective, MLMObjective, TokenInfo
@@ -67,7 +68,13 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
         else:
             raise UserError(f"unknown objective {obj.name!r}; use objective=mlm or objective=electra")
         self.masker = Masker.from_objective(tokens, obj, slot_multiple=64 if on_cuda(cfg.trainer) else 8)
-        self.train_objective = compile_objective(self.objective, cfg.trainer)
+        whole = whole_step_applies(cfg.trainer, on_cuda(cfg.trainer))
+        self.train_objective = compile_objective(self.objective, cfg.trainer, whole_step=whole)
+        # trainer.compile=graphs on one GPU: the step up to the clipped gradients is one CUDA graph
+        # (captured.py), and the module steps AdamW and the schedule itself
+        self.automatic_optimization = not whole
+        self.whole_step: WholeStep | None = None
+        self.captured_grad_norm: torch.Tensor | None = None  # this step's, for Health's check
         self._t0, self.tokens_seen, self.train_seconds = None, 0.0, 0.0
 
     def mask(self, batch: dict, seed: int) -> dict:
@@ -76,11 +83,26 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int):
         torch.manual_seed(batch["seed"])  # dropout and the generator's samples of this batch
-        out = self.train_objective(batch)
+        out = self.train_objective(batch) if self.automatic_optimization else self._whole_step(batch)
         n = len(batch["input_ids"])  # sequences: said, not inferred by Lightning from the batch dict
         self.log("train/loss", out.loss.detach(), prog_bar=True, batch_size=n)
         self.log_dict({f"train/{k}": v for k, v in out.metrics.items()}, batch_size=n)
         return out.loss
+
+    def _whole_step(self, batch: dict):
+        """The step as one CUDA graph (captured.py), then AdamW through Lightning's optimizer (its
+        step count, the divergence check's hook) and the learning-rate schedule."""
+        opt = self.optimizers()
+        if self.whole_step is None:
+            params = [p for group in opt.optimizer.param_groups for p in group["params"]]
+            capture = self.device.type == "cuda"
+            self.whole_step = WholeStep(self.train_objective, params, self.cfg.optim.grad_clip, capture)
+        out, self.captured_grad_norm = self.whole_step(batch)
+        for health in (c for c in self.trainer.callbacks if isinstance(c, Health)):
+            health.on_before_backward(self.trainer, self, out.loss)  # no backward hook runs: the graph did it
+        opt.step()
+        self.lr_schedulers().step()
+        return out
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         now = time.perf_counter()
@@ -271,7 +293,7 @@ def _train(
         precision=t.precision,
         max_steps=steps,
         accumulate_grad_batches=t.accumulate_grad_batches,
-        gradient_clip_val=cfg.optim.grad_clip,
+        gradient_clip_val=cfg.optim.grad_clip if module.automatic_optimization else None,  # else in the graph
         val_check_interval=t.val_every_n_steps * t.accumulate_grad_batches,
         check_val_every_n_epoch=None,
         limit_val_batches=t.val_batches,
