@@ -802,7 +802,7 @@ def _stage(tmp_path, name: str, *extra: str):
 
 
 def test_whole_step_path_trains_as_lightnings_own_loop(tmp_path, monkeypatch):
-    """The captured step's path (trainer.compile=graphs on one GPU: captured.WholeStep, AdamW and the
+    """The captured step's path (trainer.compile=whole on one GPU: captured.WholeStep, AdamW and the
     schedule stepped by the module under Lightning's manual optimisation), run eagerly on a CPU,
     gives what Lightning's automatic loop gives: the same losses, steps and weights (ELECTRA,
     clipping at 1.0, the linear schedule with warm-up)."""
@@ -838,3 +838,18 @@ def test_whole_step_path_still_catches_divergence(tmp_path, monkeypatch):
     with pytest.raises(RunDiverged, match="non-finite"):
         _stage(tmp_path, "nan", "optim.lr=1e6")
     assert not list((tmp_path / "nan").rglob("metrics.json"))
+
+
+def test_the_whole_step_is_captured_only_where_the_capture_is_valid():
+    """trainer.compile=whole captures on one CUDA device without accumulation or fp16 scaling;
+    elsewhere it is graphs (and graphs itself never changes path)."""
+    from convexp.stages.captured import whole_step_applies
+
+    def applies(*extra, cuda=True):
+        return whole_step_applies(pretrain_cfg("trainer.compile=whole", *extra).trainer, cuda)
+
+    assert applies() and applies("trainer.precision=bf16-mixed")
+    assert not applies(cuda=False)
+    assert not applies("trainer.devices=2") and not applies("trainer.num_nodes=2")
+    assert not applies("trainer.accumulate_grad_batches=2") and not applies("trainer.precision=16-mixed")
+    assert not whole_step_applies(pretrain_cfg("trainer.compile=graphs").trainer, True)

@@ -103,7 +103,7 @@ def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
     params = [p for p in module.objective.parameters() if p.requires_grad]
     whole = None if module.automatic_optimization else WholeStep(
         module.train_objective, params, o.grad_clip, capture=device.type == "cuda"
-    )  # trainer.compile=graphs on one GPU: the stage's captured step (captured.py)
+    )  # trainer.compile=whole on one GPU: the stage's captured step (captured.py)
 
     def step() -> None:
         torch.manual_seed(batch["seed"])

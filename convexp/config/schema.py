@@ -79,8 +79,8 @@ class TrainerSchema:
         for key in ("fused_adamw", "pin_memory"):
             if getattr(self, key) not in ("auto", True, False):
                 raise ValueError(f"trainer.{key}={getattr(self, key)}: use auto, true or false")
-        if self.compile not in (False, True, "blocks", "step", "graphs"):
-            raise ValueError(f"trainer.compile={self.compile}: use false, blocks (or true), step or graphs")
+        if self.compile not in (False, True, "blocks", "step", "graphs", "whole"):
+            raise ValueError(f"trainer.compile={self.compile}: use false, blocks (or true), step, graphs or whole")
         if self.num_workers < 0:
             raise ValueError(f"trainer.num_workers={self.num_workers}: must be 0 (load in the main process) or more")
         if self.threads != "auto" and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):

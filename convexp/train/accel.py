@@ -20,7 +20,10 @@ key                          default      effect
                                           forward (generator, sampling, discriminator, losses)
                                           and so its backward, as one graph; ``graphs`` that
                                           graph replayed as CUDA graphs (``reduce-overhead``:
-                                          one launch for the forward and one for the backward).
+                                          one launch for the forward and one for the backward);
+                                          ``whole`` (one GPU) the step from the batch to the
+                                          clipped gradients captured as one CUDA graph
+                                          (``captured.py``; elsewhere as ``graphs``).
                                           Fine-tuning compiles its blocks for any of them.
 ``gradient_checkpointing``   false        recompute each encoder block in the backward pass
                                           (long sequences: activation memory of one block).
@@ -151,8 +154,8 @@ def set_tf32(trainer_cfg, cuda: bool) -> None:
 
 
 def compile_mode(setting) -> str | None:
-    """``trainer.compile`` as ``blocks``, ``step`` or ``graphs`` (schema.py checks the value), or
-    None (eager); ``true`` is ``blocks``."""
+    """``trainer.compile`` as ``blocks``, ``step``, ``graphs`` or ``whole`` (schema.py checks the
+    value), or None (eager); ``true`` is ``blocks``."""
     if setting is False or setting is None:
         return None
     return "blocks" if setting is True else str(setting)
@@ -168,13 +171,14 @@ def compile_objective(objective: torch.nn.Module, trainer_cfg, whole_step: bool 
     that change every step (its seed, token count) would each compile a new graph. With
     ``graphs`` each call marks a new step for the CUDA-graph trees (whose outputs live in memory
     the next replay reuses; the stage clones what it keeps). A plain function, not a module, so
-    the objective's parameters are not registered twice. ``whole_step``: the stage captures the
-    whole step itself (``captured.WholeStep``), so ``graphs`` compiles as ``step`` does."""
+    the objective's parameters are not registered twice. ``whole``: with ``whole_step`` the stage
+    captures the whole step itself (``captured.WholeStep``), so it compiles as ``step`` does;
+    where the capture does not apply (``captured.whole_step_applies``), as ``graphs``."""
     mode = compile_mode(trainer_cfg.compile)
-    if mode not in ("step", "graphs"):
+    if mode not in ("step", "graphs", "whole"):
         return objective
-    if whole_step:
-        mode = "step"
+    if mode == "whole":
+        mode = "step" if whole_step else "graphs"
     compiled = torch.compile(objective, fullgraph=True, dynamic=False, mode="reduce-overhead" if mode == "graphs" else None)
 
     def call(batch: dict):

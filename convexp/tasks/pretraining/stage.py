@@ -70,7 +70,7 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
         self.masker = Masker.from_objective(tokens, obj, slot_multiple=64 if on_cuda(cfg.trainer) else 8)
         whole = whole_step_applies(cfg.trainer, on_cuda(cfg.trainer))
         self.train_objective = compile_objective(self.objective, cfg.trainer, whole_step=whole)
-        # trainer.compile=graphs on one GPU: the step up to the clipped gradients is one CUDA graph
+        # trainer.compile=whole on one GPU: the step up to the clipped gradients is one CUDA graph
         # (captured.py), and the module steps AdamW and the schedule itself
         self.automatic_optimization = not whole
         self.whole_step: WholeStep | None = None
