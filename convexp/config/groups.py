@@ -246,7 +246,9 @@ class LauncherSchema:
     """``conf/launcher/`` (``convexp ablate``): local, node or submitit; a launcher's keys only."""
 
     name: str = "local"
-    workers: int = 1
+    workers: Any = 1  # a number, or auto (launcher=local: one per GPU slot, sweep/gpus.py)
+    per_gpu: int = 1  # launcher=local: jobs at once on one GPU
+    gpu_ids: Optional[List[int]] = None  # launcher=local: the GPUs the sweep may use (null: all)
     key: Optional[str] = None
     wait_s: float = 86400.0
     cluster: Optional[str] = None
@@ -268,7 +270,15 @@ class LauncherSchema:
 
     def __post_init__(self) -> None:
         choose("launcher.name", self.name, ("local", "node", "submitit"), "submitit (launcher=submitit)")
-        count("launcher.workers", self.workers)
+        if self.workers != "auto":
+            if isinstance(self.workers, bool) or not isinstance(self.workers, int):
+                raise ValueError(f"launcher.workers={self.workers}: give a number of workers (1 or more) or auto")
+            count("launcher.workers", self.workers)
+        count("launcher.per_gpu", self.per_gpu)
+        for i in self.gpu_ids or []:
+            count("launcher.gpu_ids", i, low=0)
+        if self.gpu_ids is not None and (not self.gpu_ids or len(set(self.gpu_ids)) != len(self.gpu_ids)):
+            raise ValueError(f"launcher.gpu_ids={self.gpu_ids}: give distinct GPU indices, e.g. [0,1], or null for all")
         non_negative("launcher.wait_s", self.wait_s)
         choose("launcher.cluster", self.cluster, (None, "slurm", "local", "debug"), "slurm")
         for key in ("timeout_min", "nodes", "tasks_per_node", "cpus_per_task", "array_parallelism"):

@@ -35,11 +35,12 @@ def run_node(stage: str, overrides: list[str]) -> None:
 
 @dataclasses.dataclass
 class Outcome:
-    status: str  # done | cached | failed | diverged | held | blocked | submitted (a SLURM job runs it)
+    status: str  # done | cached | failed | diverged | held | blocked | submitted (a SLURM job runs it) | running
     seconds: float = 0.0
     error: str | None = None
     log: str | None = None
     job: str | None = None  # its SLURM job (N or, for an array task, N_T)
+    gpus: list[int] | None = None  # launcher=local: the GPUs its worker ran on (gpus.py)
 
 
 def settled(node: Node) -> Outcome | None:

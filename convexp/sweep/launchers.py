@@ -22,6 +22,7 @@ from ..store.record import warn_if_other_version
 from ..store.runs import error_line
 from . import slurm
 from .execute import Ledger, Outcome, blocked_by, failure, ready, run_node, settled
+from .gpus import GpuPool, check_placeable, pool_from_settings, workers_for
 from .nodes import Node
 from .plan import Plan
 from .spec import SweepError
@@ -37,6 +38,12 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
         return {launcher.key: run_one(plan, launcher.key, float(launcher.wait_s))}
     if launcher.name == "submitit":
         require_submitit()
+    pool, workers = GpuPool([]), 1
+    if launcher.name == "local":  # refused before anything is written: GPUs the job cannot have
+        pool = pool_from_settings(launcher)
+        workers = workers_for(launcher, pool)
+        if pool.ids:
+            check_placeable([n for n in plan.nodes.values() if not n.done], pool, lambda n: n.gpus)
     ledger = Ledger(plan)
     queued = queued_jobs(ledger) if on_slurm(launcher) else {}
     for key, node in plan.nodes.items():
@@ -52,10 +59,10 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
     for key, node in plan.nodes.items():
         if key not in ledger.outcomes:
             reserve(node)
-    if launcher.name == "local" and launcher.workers <= 1:
+    if launcher.name == "local" and workers <= 1 and launcher.get("gpu_ids") is None:
         run_sequential(plan, ledger)
     elif launcher.name == "local":
-        run_pool(plan, ledger, int(launcher.workers))
+        run_pool(plan, ledger, workers, pool)
     elif launcher.name == "submitit" and on_slurm(launcher):
         submit_plan(plan, ledger, launcher)
     elif launcher.name == "submitit":
@@ -158,10 +165,14 @@ def run_one(plan: Plan, key: str | None, wait_s: float, poll_s: float = 10.0) ->
 # ----------------------------------------------------------------------------- worker processes
 
 
-def _pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: dict | None) -> str | None:
+def _pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: dict | None,
+              cuda_devices: str | None = None) -> str | None:  # fmt: skip
     """In a fresh worker process: run one node with its output in ``log``, as verbose as the
-    command line chose (``chosen``: logs.verbosity()); the error line or None."""
+    command line chose (``chosen``: logs.verbosity()), on the GPUs ``cuda_devices`` names (its
+    ``CUDA_VISIBLE_DEVICES``; "" none; None: as the parent); the error line or None."""
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    if cuda_devices is not None:  # before anything initialises CUDA in this process
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", buffering=1) as f:
         os.dup2(f.fileno(), 1)  # the Trainer's progress and prints go to the log
@@ -179,44 +190,84 @@ def _pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: 
             return error_line(e)
 
 
-def run_pool(plan: Plan, ledger: Ledger, workers: int) -> None:
-    """Up to ``workers`` nodes at once, each in its own process with cores/workers threads."""
+def cuda_devices(ids: list[int]) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a worker given pool indices ``ids``: the parent's own visible
+    devices at those positions (it may itself see only some of the machine's)."""
+    parent = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [x.strip() for x in parent.split(",")] if parent and parent.strip() else None
+    return ",".join(names[i] if names and i < len(names) else str(i) for i in ids)
+
+
+def _out_of_memory(error: str) -> bool:
+    return "out of memory" in error.lower() or "outofmemoryerror" in error.lower()
+
+
+def run_pool(plan: Plan, ledger: Ledger, workers: int, pool: GpuPool | None = None, executor=None) -> None:
+    """Up to ``workers`` nodes at once, each in its own process with cores/workers threads and, on a
+    machine with GPUs (``pool``), pinned to the GPUs the pool gives it (gpus.py). A node that wants
+    GPUs all busy waits, and so do the GPU nodes after it (a k-GPU job is not starved by one-GPU
+    jobs); CPU nodes go on. A node that ran out of GPU memory beside others is run again alone on
+    its GPU, once. ``executor``: what runs the jobs (default: spawned worker processes)."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+    pool = pool or GpuPool([])
     threads = max(1, (os.cpu_count() or 1) // workers)
     pending = [n for n in plan.order() if n.key not in ledger.outcomes]
     running: dict = {}
+    alone: set[str] = set()  # nodes to run again with a GPU to themselves
     n_total, n_started = len(pending), 0
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), max_tasks_per_child=1) as pool:
+    executor = executor or ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
+    with executor as pool_:
         while pending or running:
+            gpu_wait = False  # an earlier node waits for GPUs: later GPU nodes wait behind it
             for node in list(pending):
                 dep = blocked_by(node, ledger.outcomes)
                 if dep:
                     pending.remove(node)
                     _block(ledger, node, dep)
-                elif ready(node, ledger.outcomes) and len(running) < workers:
-                    pending.remove(node)
-                    n_started += 1
-                    _announce(node, n_started, n_total)
-                    log = _log_path(plan, node)
-                    future = pool.submit(_pool_job, node.stage, node.overrides, str(log), threads, verbosity())
-                    running[future] = (node, time.time(), log)
+                    continue
+                if not ready(node, ledger.outcomes) or len(running) >= workers:
+                    continue
+                wanted = node.gpus if pool.ids else 0
+                ids = None if gpu_wait and wanted else pool.take(wanted, alone=node.key in alone)
+                if ids is None:
+                    gpu_wait = True
+                    continue
+                pending.remove(node)
+                n_started += 1
+                _announce(node, n_started, n_total)
+                if pool.ids:
+                    print(f"  on {'GPU ' + ','.join(map(str, ids)) if ids else 'the CPU'}", flush=True)
+                log = _log_path(plan, node)
+                devices = cuda_devices(ids) if pool.ids else None
+                future = pool_.submit(_pool_job, node.stage, node.overrides, str(log), threads, verbosity(), devices)
+                running[future] = (node, time.time(), log, ids, node.key in alone)
+                ledger.record(node.key, Outcome("running", log=str(log), gpus=ids if pool.ids else None))
             if not running:
                 break
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
-                node, started, log = running.pop(future)
+                node, started, log, ids, whole = running.pop(future)
+                shared = bool(ids) and len(ids) == 1 and pool.per_gpu > 1 and not whole  # it may have had company
+                pool.give(ids, alone=whole)
                 try:
                     error = future.result()
                 except Exception as e:  # the worker process died (killed, out of memory)
                     error = error_line(e)
                 seconds = time.time() - started
+                gpus = ids if pool.ids else None
                 if error is None:
-                    ledger.record(node.key, Outcome("done", seconds, log=str(log)))
+                    ledger.record(node.key, Outcome("done", seconds, log=str(log), gpus=gpus))
                     print(f"done: {node.key} ({seconds:.0f} s)", flush=True)
+                elif shared and _out_of_memory(error) and node.key not in alone:
+                    alone.add(node.key)
+                    pending.insert(0, node)
+                    ledger.record(node.key, Outcome("pending", log=str(log)))
+                    print(f"out of GPU memory beside other jobs: {node.key} runs again alone on a GPU", flush=True)
                 else:
                     outcome = failure(node, seconds, error, str(log))
+                    outcome.gpus = gpus
                     ledger.record(node.key, outcome)
                     print(f"{outcome.status}: {node.key}: {error} (log: {log})", flush=True)
 

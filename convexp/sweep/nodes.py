@@ -14,6 +14,7 @@ from ..errors import ConfigError, UserError
 from ..store.runs import Run
 from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
+from .gpus import job_gpus
 from .spec import Sweep, SweepError, Variant
 from .start import Start
 
@@ -32,6 +33,7 @@ class Node:
     seed: int | None = None
     flops: float = 0.0
     hparams: dict = dataclasses.field(default_factory=dict)  # fine-tuning: run id -> cards.finetune_settings
+    gpus: int = 0  # GPUs its job trains on (gpus.job_gpus: 0 on the CPU, -1 every GPU)
 
     @property
     def done(self) -> bool:
@@ -80,7 +82,7 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     over.append(
         f"outputs={Path(cfg.outputs).resolve()}"
     )  # absolute: workers and cluster jobs start elsewhere
-    return Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops), cfg, model_cfg
+    return Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops, gpus=job_gpus(cfg)), cfg, model_cfg
 
 
 def continuation_node(
@@ -130,7 +132,7 @@ def continuation_node(
     except (ConfigError, ValueError) as e:
         raise SweepError(f"{where}: {e}") from e
     run = pretrain_run(cfg, variant_tokens(v.pretrain))
-    node = Node(f"continue/{v.name}", "pretrain", v.name, over, [run], deps=[pre.key], flops=flops)
+    node = Node(f"continue/{v.name}", "pretrain", v.name, over, [run], deps=[pre.key], flops=flops, gpus=job_gpus(cfg))
     start = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, node.key, model_cfg)
     return node, start
 
@@ -213,6 +215,7 @@ def finetune_nodes(
         tcfg = compose_task(node.task)
         flops = squad_flops if node.task in SQUAD_TASKS else finetune_flops
         node.flops = flops(tcfg, start.model_cfg, node.task)
+        node.gpus = job_gpus(tcfg)
     return list(nodes.values())
 
 

@@ -141,6 +141,34 @@ def print_plan(plan: Plan) -> None:
         markup=False,
         soft_wrap=True,
     )
+    if plan.settings.launcher.name == "local":
+        console.print(placement_line(plan), markup=False, soft_wrap=True)
+
+
+def placement_line(plan: Plan) -> str:
+    """launcher=local on this machine: its workers, the GPUs they share and what each job takes
+    (a job that cannot be placed is refused here, as when the sweep runs)."""
+    from .gpus import check_placeable, pool_from_settings, workers_for
+
+    launcher = plan.settings.launcher
+    pool = pool_from_settings(launcher)
+    workers = workers_for(launcher, pool)
+    todo = [n for n in plan.order() if n.state != "cached"]
+    if not pool.ids:
+        return f"placement: {workers} worker{'s' if workers > 1 else ''} on this machine's CPU (no GPU visible)"
+    check_placeable(todo, pool, lambda n: n.gpus)
+    needs: dict[str, int] = {}
+    for n in todo:
+        k = pool.need(n.gpus)
+        label = "on the CPU" if k == 0 else "on 1 GPU" if k == 1 else f"on {k} GPUs (DDP, cards held whole)"
+        needs[label] = needs.get(label, 0) + 1
+    gpus = ",".join(map(str, pool.ids))
+    jobs = "; ".join(f"{v} job{'s' if v > 1 else ''} {k}" for k, v in needs.items()) or "nothing to run"
+    return (
+        f"placement: {workers} worker{'s' if workers > 1 else ''} on GPUs {gpus}, at most {pool.per_gpu} "
+        f"job{'s' if pool.per_gpu > 1 else ''} a GPU (launcher.per_gpu); {jobs}; each worker sees only its own "
+        "GPUs (CUDA_VISIBLE_DEVICES); --status names them"
+    )
 
 
 def _minutes(m: float) -> str:

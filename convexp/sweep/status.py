@@ -86,10 +86,15 @@ def node_states(plan: Plan, recorded: dict[str, dict], jobs: dict[str, slurm.Job
         bad = next((d for d in node.deps if out[d].state in ENDED_BADLY), None)
         if node.done:
             st.state = "done" if job_id or rec.get("status") == "done" else "cached"
+            if rec.get("gpus"):
+                st.detail = f"{st.state} (ran on GPU {','.join(map(str, rec['gpus']))})"
         elif any(r.status == "diverged" for r in node.runs):
             st.state, st.detail = "diverged", f"diverged: {_error(node, None)}"
         elif bad:
             st.state, st.detail = "blocked", f"blocked by {bad}"
+        elif job is None and rec.get("status") == "running" and any(r.locked_by() for r in node.runs):
+            where = f"GPU {','.join(map(str, rec['gpus']))}" if rec.get("gpus") else "the CPU"
+            st.state, st.detail = "running", f"running on {where} (a local worker)"
         elif job is None:
             if rec.get("status") in ("failed", "blocked"):
                 st.state, st.detail = rec["status"], f"{rec['status']}: {rec.get('error')}"

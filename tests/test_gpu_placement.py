@@ -1,0 +1,163 @@
+"""launcher=local on a machine with several GPUs (sweep/gpus.py), checked on a CPU with a fake GPU
+count (CONVEXP_GPU_COUNT): each worker pinned to its own GPU(s), a k-GPU job waiting for k free
+ones, at most per_gpu jobs on one card, bad values refused before anything is written."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+from helpers import SHRINK, convexp, write_sweep
+
+from convexp.sweep.gpus import GpuPool, pool_from_settings, workers_for
+from convexp.sweep.launchers import cuda_devices
+
+
+def test_one_gpu_jobs_spread_then_share_up_to_per_gpu():
+    pool = GpuPool([0, 1], per_gpu=2)
+    assert [pool.take(1), pool.take(1)] == [[0], [1]]  # the least-loaded card first
+    assert [pool.take(1), pool.take(1)] == [[0], [1]]
+    assert pool.take(1) is None  # every card holds per_gpu jobs
+    pool.give([1])
+    assert pool.take(1) == [1]
+    assert pool.take(0) == []  # a CPU job takes no GPU
+
+
+def test_a_multi_gpu_job_waits_for_empty_cards_and_holds_them_whole():
+    pool = GpuPool([0, 1, 2], per_gpu=2)
+    one = pool.take(1)
+    assert pool.take(3) is None  # GPU 0 is busy
+    two = pool.take(2)
+    assert sorted(two) == [1, 2]
+    assert pool.take(1) == [0]  # GPU 0's second slot; 1 and 2 are the DDP job's alone
+    assert pool.take(1) is None
+    pool.give(two)
+    pool.give(one)
+    assert pool.take(-1) is None  # every GPU: GPU 0 still holds one job
+    assert pool.take(1, alone=True) == [1]  # an out-of-memory retry: a card to itself
+    assert pool.take(1) == [2]
+
+
+def test_a_worker_sees_its_own_gpus_among_the_parents(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert cuda_devices([2, 3]) == "2,3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,7")  # the sweep itself sees three cards
+    assert cuda_devices([1]) == "5" and cuda_devices([0, 2]) == "4,7"
+
+
+def test_workers_auto_is_every_gpu_slot(monkeypatch):
+    monkeypatch.setenv("CONVEXP_GPU_COUNT", "4")
+    launcher = {"workers": "auto", "per_gpu": 2, "gpu_ids": None}
+    pool = pool_from_settings(launcher)
+    assert pool.ids == [0, 1, 2, 3] and workers_for(launcher, pool) == 8
+    launcher = {"workers": "auto", "per_gpu": 1, "gpu_ids": [1, 3]}
+    assert workers_for(launcher, pool_from_settings(launcher)) == 2
+    monkeypatch.setenv("CONVEXP_GPU_COUNT", "0")
+    assert workers_for({"workers": "auto"}, pool_from_settings({"workers": "auto"})) == 1
+
+
+class FakeWorkers:
+    """An executor standing in for the worker processes: each job 'runs' for ``seconds`` in a
+    timer thread; records which GPUs each job was given and how many ran on each at once."""
+
+    def __init__(self, seconds: float = 0.15):
+        self.seconds, self.lock = seconds, threading.Lock()
+        self.devices: dict[str, str] = {}
+        self.now: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+        self.together: list[set] = []
+        self.running: set[str] = set()
+
+    def submit(self, fn, stage, overrides, log, threads, chosen, devices):
+        key = log.rsplit("/", 1)[-1].removesuffix(".log").replace("__", "/")
+        future: Future = Future()
+        with self.lock:
+            self.devices[key] = devices
+            self.running.add(key)
+            self.together.append(set(self.running))
+            for d in devices.split(",") if devices else []:
+                self.now[d] = self.now.get(d, 0) + 1
+                self.peak[d] = max(self.peak.get(d, 0), self.now[d])
+
+        def finish():
+            with self.lock:
+                self.running.discard(key)
+                for d in devices.split(",") if devices else []:
+                    self.now[d] -= 1
+            future.set_result(None)
+
+        threading.Timer(self.seconds, finish).start()
+        return future
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(self.seconds * 2)
+
+
+@pytest.fixture
+def gpu_sweep(tmp_path, monkeypatch):
+    """Two variants; b pre-trains with DDP on 2 GPUs; every stage on the (fake) GPUs."""
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "out"))
+    monkeypatch.setenv("CONVEXP_GPU_COUNT", "2")
+    sweep = write_sweep(tmp_path / "s.yaml", {"a": {}, "b": {"pretrain": ["trainer.devices=2", "optim.lr=0.0002"]}})
+    gpu = ["pretrain.trainer.accelerator=auto", "finetune.trainer.accelerator=auto"]
+    return sweep, [*SHRINK, *gpu]
+
+
+def test_the_pool_pins_each_job_and_a_ddp_job_waits_for_two_free_gpus(gpu_sweep):
+    from convexp.sweep.execute import Ledger
+    from convexp.sweep.launchers import run_pool
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    sweep, args = gpu_sweep
+    plan = build_plan(load_sweep(str(sweep)), [*args, "launcher.workers=auto", "launcher.per_gpu=2"])
+    assert {k: n.gpus for k, n in plan.nodes.items()} == {
+        "pretrain/a": 1, "pretrain/b": 2, "finetune/a/rte/s42": 1, "finetune/b/rte/s42": 1,
+    }  # fmt: skip
+    ledger = Ledger(plan)
+    fake = FakeWorkers()
+    run_pool(plan, ledger, 4, GpuPool([0, 1], per_gpu=2), executor=fake)
+    assert {k: o.status for k, o in ledger.outcomes.items()} == dict.fromkeys(plan.nodes, "done")
+    assert fake.devices["pretrain/a"] in ("0", "1") and sorted(fake.devices["pretrain/b"].split(",")) == ["0", "1"]
+    assert all(len(fake.devices[k]) == 1 for k in plan.nodes if k != "pretrain/b")
+    assert max(fake.peak.values()) <= 2  # per_gpu
+    # the DDP job never ran beside another job: it held both cards whole
+    assert not any("pretrain/b" in group and len(group) > 1 for group in fake.together)
+    assert ledger.outcomes["pretrain/b"].gpus in ([0, 1], [1, 0])
+
+
+def test_one_job_per_gpu_by_default(gpu_sweep):
+    from convexp.sweep.execute import Ledger
+    from convexp.sweep.launchers import run_pool
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    sweep, args = gpu_sweep
+    plan = build_plan(load_sweep(str(sweep)), [*args, "variants=[a]", "seeds=[1,2,3]"])
+    fake = FakeWorkers()
+    run_pool(plan, Ledger(plan), 4, GpuPool([0, 1], per_gpu=1), executor=fake)
+    assert max(fake.peak.values()) == 1 and set(fake.devices.values()) == {"0", "1"}
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["launcher.per_gpu=0"], ["launcher.per_gpu", ">= 1"]),
+        (["launcher.gpu_ids=[5]"], ["launcher.gpu_ids=[5]", "GPUs 0-1"]),
+        (["launcher.gpu_ids=[0,0]"], ["launcher.gpu_ids", "distinct"]),
+        (["launcher.workers=many"], ["launcher.workers", "auto"]),
+        (["launcher.gpu_ids=[1]"], ["pretrain/b", "2 GPUs", "launcher.gpu_ids"]),  # DDP on 2 of 1
+    ],
+)
+def test_bad_gpu_settings_are_one_line_exit_2_and_write_nothing(gpu_sweep, tmp_path, extra, words):
+    sweep, args = gpu_sweep
+    res = convexp("ablate", str(sweep), *args, *extra, outputs=tmp_path / "out", env={"CONVEXP_GPU_COUNT": "2"})
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and all(w in lines[0] for w in words), lines
+    assert not (tmp_path / "out" / "sweeps").exists() and not (tmp_path / "out" / "runs").exists()
