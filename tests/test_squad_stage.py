@@ -113,13 +113,13 @@ def test_protocol_settings_and_run_ids():
         return run_hash(planned.run_cfg)
 
     [electra] = plan("task=squad2")
-    assert electra.run_cfg.qa == {
+    assert electra.run_cfg["qa"] == {
         "head": "electra", "max_len": 512, "doc_stride": 128, "stride_mode": "step", "max_query_len": 64,
         "n_best": 20, "max_answer_len": 30, "answerable": True, "version": "v2.0",
     }  # fmt: skip
     assert (electra.hp["epochs"], electra.hp["batch_size"], electra.hp["layerwise_lr_decay"]) == (2, 32, 0.8)
     [bert] = plan("task=squad1", "protocol=bermo")
-    assert (bert.run_cfg.qa["head"], bert.run_cfg.qa["max_len"], bert.run_cfg.qa["stride_mode"]) == (
+    assert (bert.run_cfg["qa"]["head"], bert.run_cfg["qa"]["max_len"], bert.run_cfg["qa"]["stride_mode"]) == (
         "bert",
         384,
         "step",
@@ -127,11 +127,11 @@ def test_protocol_settings_and_run_ids():
     assert (bert.hp["epochs"], bert.hp["batch_size"]) == (3, 16)
     # BERMO fine-pruning on SQuAD: 10 epochs, Tables 7-10's SQuAD column
     [l0] = plan("task=squad1", "protocol=bermo", "pruning=l0")
-    p = l0.run_cfg.pruning
+    p = l0.run_cfg["pruning"]
     assert l0.hp["epochs"] == 10 and (p["final_lambda"], p["score_lr"], p["warmup_steps"]) == (175.0, 0.1, 5400)
     [soft] = plan("task=squad1", "protocol=bermo", "pruning=soft_movement")
-    assert soft.run_cfg.pruning["final_lambda"] == 500.0
-    assert (soft.run_cfg.pruning["initial_warmup"], soft.run_cfg.pruning["final_warmup"]) == (1, 2)
+    assert soft.run_cfg["pruning"]["final_lambda"] == 500.0
+    assert (soft.run_cfg["pruning"]["initial_warmup"], soft.run_cfg["pruning"]["final_warmup"]) == (1, 2)
     # the same command, the same run; windows and data source are part of the id
     # (a run is its hash: names show the overrides given, and the store finds a run by its hash)
     assert plan("task=squad1", "protocol=bermo")[0].run.dir == bert.run.dir
@@ -142,7 +142,7 @@ def test_protocol_settings_and_run_ids():
     assert ident(plan("task=squad1", "protocol=bermo", "task.max_len=32")[0]) == ident(bert)  # GLUE's key
     # length-grouped batches (the default at smoke and small) are part of the id; off, the id is as before
     grouped = plan("task=squad1", "protocol=bermo", "group_by_length=true")[0]
-    assert grouped.run_cfg.group_by_length is True and ident(grouped) != ident(bert)
+    assert grouped.run_cfg["group_by_length"] is True and ident(grouped) != ident(bert)
     assert "group_by_length" not in bert.run_cfg
 
 

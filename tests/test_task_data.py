@@ -114,7 +114,7 @@ def test_run_ids_unchanged_by_null_keys_changed_by_limits():
     assert [p.run.id for p in glue_runs(cfg, "m", 64, {})] == before
     limited = glue_runs(task_cfg("task=rte", "task.max_train_samples=100"), "m", 64, {})
     assert not {p.run.id[-10:] for p in limited} & {b[-10:] for b in before}  # other hashes, not only names
-    assert limited[0].run_cfg.task_data == {"max_train_samples": 100}
+    assert limited[0].run_cfg["task_data"] == {"max_train_samples": 100}
 
 
 # ---------------------------------------------------------------------------- task=custom

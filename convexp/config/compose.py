@@ -88,8 +88,21 @@ def _parser():
     return OverridesParser.create()
 
 
+_PARSED: dict[tuple[str, ...], list] = {}  # overrides -> Hydra's parse (a sweep's plan asks ~1,000 times)
+
+
 def parse_overrides(overrides: list[str]) -> list:
-    """Hydra's parse of command-line overrides (``hydra.core.override_parser.types.Override``)."""
+    """Hydra's parse of command-line overrides (``hydra.core.override_parser.types.Override``);
+    the same overrides are parsed once per process."""
+    key = tuple(overrides)
+    if key not in _PARSED:
+        if len(_PARSED) > 4096:
+            _PARSED.clear()
+        _PARSED[key] = _parse_overrides(list(overrides))
+    return list(_PARSED[key])
+
+
+def _parse_overrides(overrides: list[str]) -> list:
     from hydra.errors import HydraException
 
     try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Mapping
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -196,7 +197,7 @@ class GlueRun:
     seed: int
     hp: dict
     run: Run
-    run_cfg: DictConfig
+    run_cfg: dict  # what the run id hashes (rundirs.finetune_run)
     start: "GlueRun | None" = None
 
 
@@ -298,61 +299,83 @@ def finetune_run(
     start_slug: str = "",
     extra: Mapping | None = None,
     tokens: list[str] = (),
-) -> tuple[Run, DictConfig]:
+) -> tuple[Run, dict]:
     """The run directory of one (task, seed, hyper-parameters) fine-tune, and what its id hashes
     (``extra``: more keys a task family adds, e.g. SQuAD's windows and data source; ``tokens``: the
     name's tokens). The init and the start run are hashed by :func:`runs.run_key` of their names,
-    so that their names' tokens never change this run's id."""
-    run_cfg = OmegaConf.create(
-        {
-            "stage": "finetune",
-            "recipe": FINETUNE_RECIPE,
-            "task": task_name,
-            "seed": seed,
-            "hp": hp,
-            "init": run_key(init_slug),
-            "from": run_key(start_slug),
-            "glue": OmegaConf.to_container(cfg.glue) if "glue" in cfg else None,
-            "max_len": cfg.task.max_len,
-            "protocol": cfg.protocol,
-            "precision": cfg.trainer.precision,
-            "name": cfg.name,
-            "logger": OmegaConf.to_container(cfg.logger),
-            "trainer": {
-                k: cfg.trainer[k]
-                for k in ("accelerator", "num_workers", "log_every_n_steps")
-            },
-        }
-    )
-    data = task_data(cfg.task)  # sample limits, a custom task's files: only when set (older ids stay)
-    if data:
-        run_cfg.task_data = data
-    # pruning and distillation change a run only when they are on (older runs keep their ids)
-    if cfg.pruning.method != "none":
-        run_cfg.pruning = OmegaConf.to_container(cfg.pruning)
-    if cfg.distill.teacher:
-        teacher = run_key(_identity(cfg.distill.teacher))
-        run_cfg.distill = {**OmegaConf.to_container(cfg.distill), "teacher": teacher}
-    mix = cfg.get("scalar_mix")
-    if mix is not None:  # BERMO's layer mixing added to (or removed from) the init model
-        run_cfg.scalar_mix = bool(mix)
-        if mix:  # the normalisation changes what the mix computes
-            run_cfg.scalar_mix_norm = cfg.get("scalar_mix_norm", "per_layer")
-    if cfg.get("both_orders"):  # the training pairs in both orders (off: older ids stay)
-        run_cfg.both_orders = True
-    if cfg.get("classifier"):  # a head other than the init model's
-        run_cfg.classifier = cfg.classifier
-    for k, v in (extra or {}).items():
-        run_cfg[k] = v
+    so that their names' tokens never change this run's id.
+
+    What the id hashes is a plain dict of plain values (the same JSON as the DictConfig it used to
+    be: the same ids), and the part that depends on ``cfg`` alone is built once per composed config:
+    a sweep plans one run per (task, seed, setting), thousands from a few configs."""
+    run_cfg = {
+        "stage": "finetune",
+        "recipe": FINETUNE_RECIPE,
+        "task": task_name,
+        "seed": seed,
+        "hp": hp,
+        "init": run_key(init_slug),
+        "from": run_key(start_slug),
+        **_task_identity(cfg),
+    }
+    for k, v in (extra or {}).items():  # plain values, as the id hashes them
+        run_cfg[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
     inputs = input_digests(_local_inputs(run_cfg))
     if inputs:  # local data files: their contents, not only their paths (edited data, a new run)
-        run_cfg.inputs = inputs
+        run_cfg["inputs"] = inputs
+    mix = cfg.get("scalar_mix")
     bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
     slug = "-".join(filter(None, [init_slug, bermo, task_name, f"s{seed}", cfg.name]))
     return Run.for_config(cfg.outputs, "finetune", slug, run_cfg, tokens), run_cfg
 
 
-def _local_inputs(run_cfg: DictConfig) -> dict:
+_IDENTITY: dict[int, tuple[DictConfig, dict]] = {}  # id(cfg) -> (cfg, its part of run ids)
+
+
+def _task_identity(cfg: DictConfig) -> dict:
+    """The keys of a fine-tuning run's id that depend on its composed config alone (copied: the
+    caller adds its own). Cached per config object (kept alive by the cache, so an id is never
+    another config's)."""
+    hit = _IDENTITY.get(id(cfg))
+    if hit is None or hit[0] is not cfg:
+        if len(_IDENTITY) > 512:
+            _IDENTITY.clear()
+        hit = _IDENTITY[id(cfg)] = (cfg, _identity_of(cfg))
+    return json.loads(json.dumps(hit[1]))  # a copy the caller may add to
+
+
+def _identity_of(cfg: DictConfig) -> dict:
+    d = {
+        "glue": OmegaConf.to_container(cfg.glue) if "glue" in cfg else None,
+        "max_len": cfg.task.max_len,
+        "protocol": cfg.protocol,
+        "precision": cfg.trainer.precision,
+        "name": cfg.name,
+        "logger": OmegaConf.to_container(cfg.logger),
+        "trainer": {k: cfg.trainer[k] for k in ("accelerator", "num_workers", "log_every_n_steps")},
+    }
+    data = task_data(cfg.task)  # sample limits, a custom task's files: only when set (older ids stay)
+    if data:
+        d["task_data"] = data
+    # pruning and distillation change a run only when they are on (older runs keep their ids)
+    if cfg.pruning.method != "none":
+        d["pruning"] = OmegaConf.to_container(cfg.pruning)
+    if cfg.distill.teacher:
+        teacher = run_key(_identity(cfg.distill.teacher))
+        d["distill"] = {**OmegaConf.to_container(cfg.distill), "teacher": teacher}
+    mix = cfg.get("scalar_mix")
+    if mix is not None:  # BERMO's layer mixing added to (or removed from) the init model
+        d["scalar_mix"] = bool(mix)
+        if mix:  # the normalisation changes what the mix computes
+            d["scalar_mix_norm"] = cfg.get("scalar_mix_norm", "per_layer")
+    if cfg.get("both_orders"):  # the training pairs in both orders (off: older ids stay)
+        d["both_orders"] = True
+    if cfg.get("classifier"):  # a head other than the init model's
+        d["classifier"] = cfg.classifier
+    return json.loads(json.dumps(d))  # plain values, as the id hashes them
+
+
+def _local_inputs(run_cfg: Mapping) -> dict:
     """The values of a fine-tuning run's id that may name local files or folders."""
     glue, squad, data = (run_cfg.get(k) or {} for k in ("glue", "squad", "task_data"))
     return {

@@ -434,11 +434,34 @@ def said(label: str, run_dir: Path, note: str = "", width: int = 80) -> str:
     return f"{label}: {run_dir.name}\n  in {run_dir.parent}{note}"
 
 
+_LISTINGS: dict[str, tuple[int, dict[str, list[str]]]] = {}  # folder -> (its mtime, hash -> names)
+
+
+def _names_by_digest(folder: Path) -> dict[str, list[str]]:
+    """The run names in ``folder`` by their hash, listed once while the folder is unchanged (a
+    folder's modification time moves when an entry is added or removed): planning a sweep looks
+    up thousands of runs in one folder. A folder changed in the last two seconds is listed anew each
+    time: two changes within the clock's tick can leave it the same time."""
+    try:
+        stamp = folder.stat().st_mtime_ns
+    except OSError:
+        return {}
+    hit = _LISTINGS.get(str(folder))
+    if hit is None or hit[0] != stamp or time.time_ns() - stamp < 2_000_000_000:
+        names: dict[str, list[str]] = {}
+        for entry in os.scandir(folder):
+            if not entry.name.startswith(".") and "-" in entry.name:
+                names.setdefault(entry.name.rsplit("-", 1)[1], []).append(entry.name)
+        hit = _LISTINGS[str(folder)] = (stamp, names)
+    return hit[1]
+
+
 def find_run(folder: Path, digest: str) -> Path | None:
     """The directory in ``folder`` (``outputs/runs/<stage>``) of the run with hash ``digest``,
     whatever the rest of its name; None when there is none. Two of them (made at the same time
     under two names) are ranked: finished first, then one with a checkpoint, then one that ran."""
-    found = [p for p in folder.glob(f"*-{digest}") if p.is_dir() and not p.name.startswith(".")]
+    found = [folder / name for name in _names_by_digest(folder).get(digest, ())]
+    found = [p for p in found if p.is_dir()]
     if len(found) <= 1:
         return found[0] if found else None
 

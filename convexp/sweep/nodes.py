@@ -4,6 +4,7 @@ and seed), each with the run directories it produces, known before anything runs
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 
@@ -251,6 +252,11 @@ def compose_cached(cache: dict, where: str, overrides: list[str]) -> DictConfig:
     return cache[key]
 
 
+@functools.cache
+def _paper_seeds() -> list[int]:
+    return list(OmegaConf.load(CONF_DIR / "finetune_scale" / "paper.yaml").seeds)
+
+
 def _seeds(sweep: Sweep, settings: DictConfig, scale: str) -> list[int] | None:
     """Explicit seeds, or None for the scale's own (conf/finetune_scale/<scale>.yaml)."""
     if settings.seeds is not None:
@@ -261,7 +267,7 @@ def _seeds(sweep: Sweep, settings: DictConfig, scale: str) -> list[int] | None:
     if s is None or scale != "paper":
         return None
     if isinstance(s, int):
-        paper = list(OmegaConf.load(CONF_DIR / "finetune_scale" / "paper.yaml").seeds)
+        paper = _paper_seeds()
         if s > len(paper):
             raise SweepError(
                 f"sweep {sweep.name}: seeds: {s} but the paper scale lists only {len(paper)} seeds"

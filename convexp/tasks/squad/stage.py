@@ -223,12 +223,12 @@ def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
     run.refuse_diverged(cfg.retry_diverged)
     if run.last_checkpoint() and not cfg.resume:
         raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it")
-    if init.model_cfg.max_position_embeddings < run_cfg.qa["max_len"]:
+    if init.model_cfg.max_position_embeddings < run_cfg["qa"]["max_len"]:
         raise UserError(
-            f"task max_len {run_cfg.qa['max_len']} exceeds the model's {init.model_cfg.max_position_embeddings} "
+            f"task max_len {run_cfg['qa']['max_len']} exceeds the model's {init.model_cfg.max_position_embeddings} "
             f"positions; pass squad.max_len={init.model_cfg.max_position_embeddings} (or a model trained longer)"
         )
-    qa = dict(run_cfg.qa)
+    qa = dict(run_cfg["qa"])
     teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
     with run.removed_on_refusal():
         run.dir.mkdir(parents=True, exist_ok=True)
