@@ -161,3 +161,18 @@ def test_bad_gpu_settings_are_one_line_exit_2_and_write_nothing(gpu_sweep, tmp_p
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and all(w in lines[0] for w in words), lines
     assert not (tmp_path / "out" / "sweeps").exists() and not (tmp_path / "out" / "runs").exists()
+
+
+def test_variants_whose_fine_tunes_are_one_run_train_it_once(tmp_path, monkeypatch):
+    """Two variants that differ only in how they run (trainer.compile: not part of a run id) plan
+    the same fine-tuning run: the second variant's node waits for the first's and is then cached,
+    instead of two workers racing for the run's lock."""
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "out"))
+    sweep = write_sweep(tmp_path / "s.yaml", {"a": {}, "b": {"finetune": ["trainer.compile=blocks"]}})
+    plan = build_plan(load_sweep(str(sweep)), SHRINK)
+    a, b = plan.nodes["finetune/a/rte/s42"], plan.nodes["finetune/b/rte/s42"]
+    assert [r.dir for r in a.runs] == [r.dir for r in b.runs]
+    assert "finetune/a/rte/s42" in b.deps and "finetune/b/rte/s42" not in a.deps

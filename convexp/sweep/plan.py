@@ -59,6 +59,7 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
     starts: dict[str, Start] = {}
     pretrain_cfgs: dict[str, DictConfig] = {}
     by_run: dict[str, str] = {}  # pre-training run id -> its node (variants may share one)
+    tuned_by: dict[str, str] = {}  # fine-tuning run id -> the first node that trains it
     cache: dict[tuple, DictConfig] = {}  # fine-tuning compositions shared by variants
     for v in _selected(sweep, settings.variants):
         squad_start = None  # where the variant's SQuAD tasks start when not from starts[v] (a continuation)
@@ -89,6 +90,7 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
                         nodes[node.key].runs += [r for r in node.runs if r not in nodes[node.key].runs]
                     else:
                         nodes[node.key] = node
+                    _after_twin(nodes[node.key], tuned_by)
     if pretrain_cfgs:
         first = next(iter(pretrain_cfgs.values()))
     else:
@@ -103,6 +105,16 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
         Path(first.outputs),
         first.logger,
     )
+
+
+def _after_twin(node: Node, tuned_by: dict[str, str]) -> None:
+    """A fine-tuning node whose runs another variant's node already trains (their configs differ
+    only in how they run, e.g. trainer.compile) waits for that node and is then cached: one
+    training, never two processes racing for one run's lock (on one GPU, when jobs are packed)."""
+    for run in node.runs:
+        twin = tuned_by.setdefault(run.id, node.key)
+        if twin != node.key and twin not in node.deps:
+            node.deps.append(twin)
 
 
 def _tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
