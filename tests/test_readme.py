@@ -6,11 +6,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_ci_runs_the_readme_test_command():
+    """README's test command is dev.py's (set-up, then pytest with the tier the README names), and
+    CI runs it as written; the top of the README shows the same two commands."""
+    import shlex
+
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
     tests = readme[readme.index("## Tests") :]
-    command = tests[tests.index("```bash\n") + 8 :].split("\n", 1)[0]
-    assert command.startswith("pytest") and command in ci
+    command, pytest_line = tests[tests.index("```bash\n") + 8 :].split("\n", 2)[:2]
+    assert command.split(" #")[0].strip() == "python3 dev.py test" and "python3 dev.py test" in ci
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    assert pytest_line.split(" #")[0].strip() == shlex.join(["pytest", *dev.TESTS]).replace("'", '"')
+    top = readme[readme.index("## Two commands") : readme.index("## Install")]
+    assert "python3 dev.py demo" in top and "python3 dev.py test" in top
 
 
 def _command_tree():
