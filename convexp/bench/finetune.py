@@ -198,6 +198,34 @@ def check_inputs(init: str | None, data: str | None) -> None:
                 )
 
 
+def job_inputs(work: Path, rows: int, dev_rows: int, shape: str, hf: bool, init: str | None = None,
+               data: str | None = None) -> tuple[Path, Path]:  # fmt: skip
+    """The job's GLUE folder (``work/glue``: synthetic SST-2, or ``data``'s first ``rows`` training
+    rows and whole dev set) and model directory (``init``, or a random ``shape`` one in ``work/model``)."""
+    data_dir = work / "glue"
+    if data is None:
+        words = write_synthetic_sst2(data_dir, rows, dev_rows)
+    else:  # a real SST-2: its first `rows` training rows, every dev row
+        words = _cut(Path(data), data_dir, rows, SHAPES[shape]["vocab"] - len(SPECIALS))
+    return data_dir, Path(init) if init else write_model_dir(work / "model", SHAPES[shape], words, hf)
+
+
+def job_commands(model_dir: Path, data_dir: Path, epochs: int, batch_size: int, max_len: int, seed: int,
+                 cuda: bool, tools=("convexp", *SCRIPTS)) -> dict[str, list[str]]:  # fmt: skip
+    """The job's command (tool -> argv) through each of ``tools``: convexp, plain, trainer."""
+    convexp_cmd = [
+        sys.executable, "-m", "convexp.cli", "finetune", "glue", "task=sst2",
+        f"init={model_dir}", "glue.source=local", f"glue.path={data_dir}", "protocol=chang",
+        f"epochs={epochs}", f"batch_size={batch_size}", f"task.max_len={max_len}", f"lr={LR}",
+        f"seeds=[{seed}]", "group_by_length=true",  # as the Trainer's flag (off at the default scale=paper)
+        *(["trainer.accelerator=gpu", "trainer.precision=bf16-mixed"] if cuda else []),
+    ]  # fmt: skip
+    script_args = [str(model_dir), str(data_dir), str(epochs), str(batch_size), str(max_len), str(LR), str(seed),
+                   "cuda" if cuda else "cpu"]  # fmt: skip
+    cmds = {"convexp": convexp_cmd, **{c: [sys.executable, str(path), *script_args] for c, path in SCRIPTS.items()}}
+    return {t: cmds[t] for t in tools}
+
+
 def bench_finetune(
     rows: int = 4000,
     dev_rows: int = 872,
@@ -223,23 +251,10 @@ def bench_finetune(
     cuda = _cuda(device)
     work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-ft-"))
     work.mkdir(parents=True, exist_ok=True)
-    data_dir = work / "glue"
-    if data is None:
-        words = write_synthetic_sst2(data_dir, rows, dev_rows)
-    else:  # a real SST-2: its first `rows` training rows, every dev row
-        words = _cut(Path(data), data_dir, rows, SHAPES[shape]["vocab"] - len(SPECIALS))
-    model_dir = Path(init) if init else write_model_dir(work / "model", SHAPES[shape], words, hf)
+    data_dir, model_dir = job_inputs(work, rows, dev_rows, shape, hf, init, data)
+
     def commands(seed: int) -> dict[str, list[str]]:
-        convexp_cmd = [
-            sys.executable, "-m", "convexp.cli", "finetune", "glue", "task=sst2",
-            f"init={model_dir}", "glue.source=local", f"glue.path={data_dir}", "protocol=chang",
-            f"epochs={epochs}", f"batch_size={batch_size}", f"task.max_len={max_len}", f"lr={LR}",
-            f"seeds=[{seed}]", "group_by_length=true",  # as the Trainer's flag (off at the default scale=paper)
-            *(["trainer.accelerator=gpu", "trainer.precision=bf16-mixed"] if cuda else []),
-        ]  # fmt: skip
-        script_args = [str(model_dir), str(data_dir), str(epochs), str(batch_size), str(max_len), str(LR), str(seed),
-                       "cuda" if cuda else "cpu"]  # fmt: skip
-        return {"convexp": convexp_cmd, **{c: [sys.executable, str(SCRIPTS[c]), *script_args] for c in contenders}}
+        return job_commands(model_dir, data_dir, epochs, batch_size, max_len, seed, cuda, ("convexp", *contenders))
 
     floor = None if cuda else arithmetic_floor(model_dir, data_dir, batch_size, epochs, max_len)
     # Repeat i runs every tool with seed 42 + i: the tools draw their random numbers differently, so
