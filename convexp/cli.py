@@ -455,6 +455,37 @@ def bench_finetune(
     )  # fmt: skip
 
 
+@bench_app.command("sweep")
+def bench_sweep(
+    jobs: Optional[int] = typer.Option(None, help="Fine-tunes per way, job i with seed 42 + i [CUDA: 16; CPU: 4]."),
+    per_gpu: Optional[int] = typer.Option(
+        None, help="Packed: jobs at once on the one GPU (on a CPU: sharing the cores) [CUDA: 4; CPU: 2]."
+    ),
+    rows: Optional[int] = typer.Option(None, help="Synthetic SST-2 training rows [CUDA: 10000; CPU: 2000]."),
+    shape: str = typer.Option("minilm", help="Shape of the random checkpoint: minilm | tiny."),
+    device: str = typer.Option("auto", help="cpu (fp32) | cuda (bf16 autocast) | auto (cuda where a GPU is visible)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write the JSON record here (default: print it)."),
+    workdir: Optional[str] = typer.Option(
+        None, help="Where the runs and generated inputs go (default: a temporary folder)."
+    ),
+    skip_hf: bool = typer.Option(False, help="Skip the Trainer's jobs."),
+) -> None:
+    """Time a small sweep's fine-tunes (SST-2, one checkpoint) three ways: convexp one at a time,
+    convexp packed --per-gpu at once, and the transformers Trainer one at a time: wall time,
+    GPU-seconds (CPU: core-seconds) per fine-tune, fine-tunes per GPU-hour, median dev accuracy."""
+    from .bench.finetune import SHAPES
+    from .bench.sweep import bench_sweep
+
+    for flag, value in (("--jobs", jobs), ("--per-gpu", per_gpu), ("--rows", rows)):
+        if value is not None and value < 1:
+            _fail(f"{flag} must be a positive integer, got {value}")
+    if shape not in SHAPES:
+        _fail(f"--shape {shape!r}: use one of {', '.join(SHAPES)}")
+    if device not in ("auto", "cpu", "cuda"):
+        _fail(f"--device {device!r}: use cpu, cuda or auto")
+    bench_sweep(jobs, per_gpu, rows, shape, device=device, out=out, workdir=workdir, hf=not skip_hf)
+
+
 
 @bench_app.command("squad")
 def bench_squad(

@@ -1,0 +1,196 @@
+"""``convexp bench sweep``: the fine-tuning part of a small sweep (issue 41, item 4) — N GLUE
+fine-tunes of one checkpoint (``bench finetune``'s job: SST-2, 1 epoch, batch 32, max length 64,
+job i with seed 42 + i) — run three ways in one invocation:
+
+1. ``sequential``: convexp, one job at a time, each in its own process;
+2. ``packed``: convexp, K jobs at once (a pool: the next starts when one ends). On CUDA all K share
+   one GPU (each child gets the same ``CUDA_VISIBLE_DEVICES``); on both devices each child gets
+   cores // K threads (``OMP_NUM_THREADS`` and ``trainer.threads``), as ``launcher=local`` gives its
+   workers, so packed jobs share the cores instead of oversubscribing them;
+3. ``trainer``: the same jobs one at a time through the ``transformers`` Trainer
+   (trainer_finetune.py).
+
+A way's wall time runs from its first child's start to its last child's end. Its device-seconds per
+fine-tune: on CUDA GPU-seconds, wall x 1 GPU / jobs; on a CPU core-seconds, wall x cores / jobs;
+jobs per device-hour is 3600 over that. Each convexp child writes to its own outputs folder
+(``CONVEXP_OUTPUTS``), with ``WANDB_MODE=disabled``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..errors import UserError
+from .finetune import (
+    SEED,
+    SHAPES,
+    _convexp_accuracy,
+    _cuda,
+    _drop,
+    _machine,
+    _script_metric,
+    hf_contenders,
+    job_commands,
+    job_inputs,
+    timed,
+    write_record,
+)
+
+WAYS = {"sequential": "convexp", "packed": "convexp ×{k}", "trainer": "Trainer"}  # the table's row labels
+
+
+def device_name(cuda: bool) -> str:
+    """The GPU's name, or the CPU's model (/proc/cpuinfo, else ``platform.processor()``)."""
+    if cuda:
+        import torch
+
+        return torch.cuda.get_device_name()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def run_pool(cmds: list[list[str]], per_device: int, envs: list[dict], logs: list[Path], console, way: str) -> dict:
+    """Run ``cmds`` at most ``per_device`` at once (the next starts when one ends), each timed by
+    finetune.timed; the wall time from the first start to the last end, and each job's result."""
+    def one(i: int) -> dict:
+        r = timed(cmds[i], envs[i], logs[i])
+        console.print(f"[{way} {i + 1}/{len(cmds)}] {r['wall_s']:.1f} s wall, exit {r['returncode']}", markup=False)
+        return r
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=per_device) as pool:
+        results = list(pool.map(one, range(len(cmds))))
+    wall = time.perf_counter() - start
+    for r in results:
+        if r["returncode"] != 0:
+            raise UserError(f"{way} job failed (exit {r['returncode']}): {r['stderr_tail'][-600:]}")
+    return {"wall_s": wall, "jobs": results}
+
+
+def summarize_sweep(walls: dict[str, float], accuracies: dict[str, list], jobs: int, devices: int) -> dict:
+    """Per way: wall seconds, device-seconds per fine-tune (wall x ``devices`` / ``jobs``), jobs per
+    device-hour, the median dev accuracy; ``ratio``: packed over the others in jobs per device-hour."""
+    out: dict = {}
+    for way, wall in walls.items():
+        per_job = wall * devices / jobs
+        scores = [a for a in accuracies.get(way, []) if a is not None]
+        out[way] = {"wall_s": wall, "device_s_per_job": per_job, "jobs_per_device_hour": 3600 / per_job,
+                    "dev_accuracy": statistics.median(scores) if scores else None}  # fmt: skip
+    out["ratio"] = {f"packed/{w}": out["packed"]["jobs_per_device_hour"] / out[w]["jobs_per_device_hour"]
+                    for w in walls if w != "packed" and "packed" in walls}  # fmt: skip
+    return out
+
+
+def bench_sweep(
+    jobs: int | None = None,
+    per_device: int | None = None,
+    rows: int | None = None,
+    shape: str = "minilm",
+    dev_rows: int = 872,
+    epochs: int = 1,
+    batch_size: int = 32,
+    max_len: int = 64,
+    device: str = "auto",
+    out: str | None = None,
+    workdir: str | None = None,
+    hf: bool = True,
+) -> dict:
+    """Run the sweep's fine-tunes the three ways; the JSON record (written to ``out`` or printed)
+    and a table. Defaults: 16 jobs, 4 per GPU, 10000 rows on CUDA; 4 jobs, 2 at once, 2000 rows on a CPU."""
+    from rich.console import Console
+
+    console = Console()
+    cuda = _cuda(device)
+    jobs = jobs or (16 if cuda else 4)
+    per_device = per_device or (4 if cuda else 2)
+    rows = rows or (10000 if cuda else 2000)
+    contenders = [c for c in hf_contenders(hf, console) if c == "trainer"]
+    cores = os.cpu_count() or 1
+    devices, unit = (1, "GPU") if cuda else (cores, "core")
+    threads = max(1, cores // min(per_device, jobs))  # each packed job's share of the cores
+    work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-sweep-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data_dir, model_dir = job_inputs(work, rows, dev_rows, shape, hf=bool(contenders))  # the Trainer: HF layout
+    seeds = [SEED + i for i in range(jobs)]
+    base = {**os.environ, "WANDB_MODE": "disabled"}
+    if cuda:  # every child on the same (first visible) GPU
+        base["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+
+    def cmd(tool: str, seed: int, extra: list[str]) -> list[str]:
+        return [*job_commands(model_dir, data_dir, epochs, batch_size, max_len, seed, cuda, (tool,))[tool], *extra]
+
+    plans = {  # way -> (tool, at once, extra convexp overrides, extra environment)
+        "sequential": ("convexp", 1, [], {}),
+        "packed": ("convexp", per_device, [f"trainer.threads={threads}"], {"OMP_NUM_THREADS": str(threads)}),
+        **({"trainer": ("trainer", 1, [], {})} if contenders else {}),
+    }
+    ways, accuracies = {}, {}
+    for way, (tool, k, extra, env) in plans.items():
+        outputs = [work / f"{way}-{i}" for i in range(jobs)]
+        res = run_pool([cmd(tool, s, extra) for s in seeds], k,
+                       [{**base, **env, "CONVEXP_OUTPUTS": str(o)} for o in outputs], outputs, console, way)  # fmt: skip
+        accuracies[way] = [_convexp_accuracy(o) if tool == "convexp" else _script_metric(r["stdout"], "dev_accuracy")
+                           for o, r in zip(outputs, res["jobs"])]  # fmt: skip
+        first = cmd(tool, SEED, extra)  # runnable as written: convexp ..., python trainer_finetune.py ...
+        ways[way] = {
+            "tool": tool,
+            "at_once": k,
+            "wall_s": res["wall_s"],
+            "command": ["convexp", *first[3:]] if tool == "convexp" else ["python", *first[1:]],
+            "environment": env,
+            "runs": [{"seed": s, "dev_accuracy": a, **_drop(r, "stdout", "stderr_tail")}
+                     for s, a, r in zip(seeds, accuracies[way], res["jobs"])],  # fmt: skip
+        }
+    record = {
+        "benchmark": "sweep",
+        "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "sweep"] else None,
+        "device": "cuda" if cuda else "cpu",
+        "device_name": device_name(cuda),
+        "device_unit": unit,
+        "devices": devices,  # device-seconds = wall x devices (1 GPU, or the CPU's cores)
+        "jobs": jobs,
+        "per_device": per_device,
+        "threads_per_packed_job": threads,
+        "cuda_visible_devices": base.get("CUDA_VISIBLE_DEVICES") if cuda else None,  # every child's
+        "job": {"task": "sst2", "train_rows": rows, "dev_rows": dev_rows, "model": f"random {shape}",
+                "shape": SHAPES[shape], "epochs": epochs, "batch_size": batch_size, "max_len": max_len,
+                "precision": "bf16-mixed" if cuda else "fp32", "seeds": seeds},  # fmt: skip
+        "machine": _machine(),
+        "ways": ways,
+        "summary": summarize_sweep({w: v["wall_s"] for w, v in ways.items()}, accuracies, jobs, devices),
+    }
+    write_record(record, out)
+    print_sweep_table(console, record)
+    return record
+
+
+def print_sweep_table(console, record: dict) -> None:
+    from rich.table import Table
+
+    s, unit, k = record["summary"], record["device_unit"], record["per_device"]
+    where = record["device_name"] + ("" if unit == "GPU" else f", {record['devices']} cores")
+    table = Table(title=f"{record['jobs']} SST-2 fine-tunes of one checkpoint on {where}",
+                  caption=f"×{k}: {k} jobs at once, else one at a time; dev acc: the jobs' median; packed ×: packed's "
+                  f"jobs/{unit}-h over the row's")
+    for col in ("", "wall s", f"{unit}-s/job", f"jobs/{unit}-h", "dev acc %", "packed ×"):
+        table.add_column(col, justify="right" if col else "left", no_wrap=True)
+    for way, label in WAYS.items():
+        if way not in s:
+            continue
+        r, ratio = s[way], s["ratio"].get(f"packed/{way}")
+        acc = "-" if r["dev_accuracy"] is None else f"{r['dev_accuracy']:.2f}"
+        table.add_row(label.format(k=k), f"{r['wall_s']:.1f}", f"{r['device_s_per_job']:.1f}",
+                      f"{r['jobs_per_device_hour']:.1f}", acc, f"{ratio:.2f}" if ratio else "")  # fmt: skip
+    console.print(table)
