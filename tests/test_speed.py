@@ -843,7 +843,7 @@ def test_whole_step_path_still_catches_divergence(tmp_path, monkeypatch):
 def test_the_whole_step_is_captured_only_where_the_capture_is_valid():
     """trainer.compile=whole captures on one CUDA device without accumulation or fp16 scaling;
     elsewhere it is graphs (and graphs itself never changes path)."""
-    from convexp.stages.captured import whole_step_applies
+    from convexp.train.captured import whole_step_applies
 
     def applies(*extra, cuda=True):
         return whole_step_applies(pretrain_cfg("trainer.compile=whole", *extra).trainer, cuda)
