@@ -128,7 +128,7 @@ def test_bench_prints_each_row_as_it_is_measured():
 
     from rich.console import Console
 
-    from convexp.bench.step import _print
+    from convexp.bench.step import print_rows
 
     buf = io.StringIO()
     out = Console(file=buf, width=100)
@@ -139,7 +139,7 @@ def test_bench_prints_each_row_as_it_is_measured():
             seen.append(buf.getvalue())  # what was printed when row i started
             yield {"length": 128 * (i + 1), "ms": 1.5 * i}
 
-    _print("title", rows(), {"ms": ".1f"}, out, "blocks")
+    print_rows("title", rows(), {"ms": ".1f"}, out, "blocks")
     assert "length 128, ms 0.0" not in seen[0] and "length 128, ms 0.0" in seen[1] and "length 256" in seen[2]
     assert buf.getvalue().index("length 384, ms 3.0") < buf.getvalue().index("title")  # then the table
 

@@ -352,7 +352,7 @@ def _keys_read(cfg: DictConfig) -> None:
     of the task's per-protocol tables (``task.lr`` / ``epochs`` / ``batch_size``, dropped once
     resolved), a SQuAD task drops the keys only GLUE and probing read, the others SQuAD's, and a
     run from a checkpoint drops ``init_model`` (``model=``: the preset of ``init=none``)."""
-    from ..tasks.squad.data import SQUAD_TASKS
+    from ..tasks import is_squad
 
     with open_dict(cfg):
         if not OmegaConf.is_missing(cfg, "init") and str(cfg.init) != "none":  # model=: init=none's preset
@@ -367,7 +367,7 @@ def _keys_read(cfg: DictConfig) -> None:
             cfg[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
         for key in PROTOCOL_TABLES:
             cfg.task.pop(key, None)
-        other = "glue" if cfg.task.name in SQUAD_TASKS else "squad"
+        other = "glue" if is_squad(cfg.task.name) else "squad"
         for key in FAMILY_KEYS[other]:
             cfg.pop(key, None)
 

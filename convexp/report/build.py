@@ -15,6 +15,7 @@ from pathlib import Path
 from ..atomic import atomic_write
 from ..errors import UserError
 from ..sweep.compute import parameters
+from ..tasks import is_squad
 from ..sweep.execute import last_args
 from ..sweep.plan import Plan, build_plan
 from ..sweep.spec import check_detect, load_sweep
@@ -310,7 +311,7 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str], gl
     spec, sweep = plan.sweep.report, plan.sweep
     seeds = sorted({m["seed"] for ms in finetune.values() for m in ms})
     tasks = list(sweep.finetune.tasks) if sweep.finetune else []
-    squad = [t for t in tasks if t.startswith("squad")]
+    squad = [t for t in tasks if is_squad(t)]
     kind = "SQuAD" if squad and len(squad) == len(tasks) else "GLUE and SQuAD" if squad else "GLUE"
     lines = [
         f"Source: {sweep.source.get('paper', '?')}, {sweep.source.get('ref', '?')}."

@@ -15,7 +15,7 @@ import io
 from dataclasses import dataclass, field
 
 from . import stats
-from .tables import Row, _tex, header
+from .tables import Row, latex_escape, header
 
 ALPHA = 1 - stats.LEVEL
 
@@ -241,7 +241,7 @@ _SYMBOLS = {
 
 def tex(s: str) -> str:
     """Table text as LaTeX (the table's escapes, then the symbols of these tables; ✓ needs amssymb)."""
-    s = _tex(s)
+    s = latex_escape(s)
     for k, v in _SYMBOLS.items():
         s = s.replace(k, v)
     return s

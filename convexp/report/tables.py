@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from .. import results
 from ..tasks.classification import scores
-from ..tasks.squad.data import SQUAD_TASKS
-from ..tasks.classification.registry import GROUPS, PROBING_ORDER
+from ..tasks import PROBING, is_squad
+from ..tasks.classification.registry import GROUPS
 
 HEADERS = {
     "params": "Params",
@@ -70,7 +70,7 @@ METRICS = {
     "best_f1": "F1 (best thr.)",
 }
 RUN_FACTS = ("remaining_weights", "wall_time_s", "examples_per_s", "eval_time_s")  # TASK.KEY, not scores
-PROBING_GROUPS = {**{g: tuple(ts) for g, ts in GROUPS.items()}, "probing": tuple(PROBING_ORDER)}
+PROBING_GROUPS = {**{g: tuple(ts) for g, ts in GROUPS.items()}, "probing": PROBING}
 
 
 def header(column: str) -> str:
@@ -145,7 +145,7 @@ def run_values(m: dict, style: str, split: str = "dev") -> dict[str, float]:
     per split), plus ``TASK.remaining_weights`` etc. The scores are on ``split`` (dev or test)."""
     task = m["task"]
     results = m.get(split) or {}
-    if task in SQUAD_TASKS:  # SQuAD: the run's score (F1; v2.0 at the dev-chosen threshold), any style
+    if is_squad(task):  # SQuAD: the run's score (F1; v2.0 at the dev-chosen threshold), any style
         out = {task: float(m["score"])} if results else {}
     else:
         style_ = "chang" if style == "probing" else style
@@ -186,7 +186,7 @@ def variant_row(
         for m in ms:
             values = run_values(m, style, split)
             first = next(iter((m.get(split) or {}).values()), None)  # the task's main split
-            if task in SQUAD_TASKS:
+            if is_squad(task):
                 score = m["score"] if first else None
             else:
                 score = results.style_score(task, first, style) if first else None
@@ -349,7 +349,7 @@ _TEX = str.maketrans(
 )
 
 
-def _tex(s: str) -> str:
+def latex_escape(s: str) -> str:
     return s.translate(_TEX)
 
 
@@ -364,18 +364,18 @@ def to_latex(
         r"\centering",
         r"\begin{tabular}{ll" + "r" * len(columns) + "}",
         r"\hline",
-        " & ".join(_tex(h) for h in heads) + r" \\",
+        " & ".join(latex_escape(h) for h in heads) + r" \\",
         r"\hline",
     ]
     for r in rows:
-        out.append(" & ".join([_tex(r.label), "ours", *(_tex(r.ours[c].text(c)) for c in columns)]) + r" \\")
+        out.append(" & ".join([latex_escape(r.label), "ours", *(latex_escape(r.ours[c].text(c)) for c in columns)]) + r" \\")
         if r.paper:
-            cells = [r"\textit{" + _tex(_paper_text(r.paper.get(c), c)) + "}" for c in columns]
+            cells = [r"\textit{" + latex_escape(_paper_text(r.paper.get(c), c)) + "}" for c in columns]
             out.append(" & ".join(["", r"\textit{paper}", *cells]) + r" \\")
         if (beside or {}).get(r.variant):
             cells = [beside[r.variant].get(c, "") for c in columns]
             out.append(" & ".join(["", r"\textit{vs paper}", *cells]) + r" \\")
-    caption = _tex(". ".join([title, " ".join(notes)]) if notes else title)
+    caption = latex_escape(". ".join([title, " ".join(notes)]) if notes else title)
     out += [r"\hline", r"\end{tabular}", r"\caption{" + caption + "}", r"\end{table}"]
     return "\n".join(out) + "\n"
 

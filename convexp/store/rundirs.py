@@ -25,7 +25,7 @@ from ..config.compose import compose_stage, override_key, parse_overrides
 from ..tasks.classification import custom
 from ..data.digests import input_digests
 from ..tasks.classification.loading import task_data
-from ..tasks.classification.registry import PROBING_ORDER
+from ..tasks import PROBING as PROBING_ORDER
 from ..errors import UserError
 from .runs import EXECUTION_KEYS, Run, name_token, run_key
 

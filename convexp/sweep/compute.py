@@ -62,10 +62,10 @@ def pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float:
     ones)."""
     from ..tasks.pretraining.objectives import generator_config
 
-    per_token = _flops_per_token(model_cfg, cfg.seq_len)
+    per_token = flops_per_token(model_cfg, cfg.seq_len)
     if generator and cfg.objective.name == "electra":
         gen = generator_config(model_cfg, cfg.objective.generator_fraction)
-        per_token += _flops_per_token(gen, cfg.seq_len)
+        per_token += flops_per_token(gen, cfg.seq_len)
     return per_token * cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.seq_len
 
 
@@ -75,7 +75,7 @@ def finetune_flops(cfg: DictConfig, model_cfg, task: str) -> float:
     if model_cfg is None:
         return 0.0
     n = cfg.glue.synthetic_size if cfg.glue.source == "synthetic" else GLUE_TRAIN.get(task, 100_000)
-    per_token = _flops_per_token(model_cfg, cfg.task.max_len)
+    per_token = flops_per_token(model_cfg, cfg.task.max_len)
     from ..store.rundirs import hyperparameters
 
     total = 0.0
@@ -93,7 +93,7 @@ def squad_flops(cfg: DictConfig, model_cfg, task: str) -> float:
 
     n = cfg.squad.synthetic_size if cfg.squad.source == "synthetic" else SQUAD_TRAIN.get(task, 100_000)
     max_len = qa_settings(cfg)["max_len"]
-    per_token = _flops_per_token(model_cfg, max_len)
+    per_token = flops_per_token(model_cfg, max_len)
     runs = squad_runs(cfg, "", model_cfg.hidden_size, [])  # only their hyper-parameters: unnamed
     return sum(per_token * n * p.hp["epochs"] * max_len for p in runs)
 
@@ -101,7 +101,7 @@ def squad_flops(cfg: DictConfig, model_cfg, task: str) -> float:
 _FLOPS: dict = {}
 
 
-def _flops_per_token(model_cfg, seq_len: int) -> float:
+def flops_per_token(model_cfg, seq_len: int) -> float:
     from ..models.stats import model_stats
 
     key = (repr(model_cfg), seq_len)

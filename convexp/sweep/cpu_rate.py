@@ -30,7 +30,7 @@ def measured_flops(cfg: DictConfig, steps: int = 3) -> float:
 
     from ..config.compose import to_model_config
     from ..models import MaskedLM
-    from .compute import _flops_per_token
+    from .compute import flops_per_token
 
     model_cfg = to_model_config(cfg.model)
     batch, length = int(cfg.trainer.batch_size), int(cfg.seq_len)
@@ -50,4 +50,4 @@ def measured_flops(cfg: DictConfig, steps: int = 3) -> float:
     for _ in range(steps):
         step()
     seconds = (time.perf_counter() - start) / steps
-    return _flops_per_token(model_cfg, length) * batch * length / seconds
+    return flops_per_token(model_cfg, length) * batch * length / seconds

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..config.compose import compose_stage, override_key, parse_overrides
-from ..tasks.squad.data import SQUAD_TASKS
+from ..tasks import is_squad
 from ..store.record import invocation_record
 from ..store.runs import Run
 from .nodes import Node
@@ -22,7 +22,7 @@ def run_node(stage: str, overrides: list[str]) -> None:
         from ..tasks.pretraining.stage import run_pretrain
 
         run_pretrain(compose_stage("pretrain", overrides))
-    elif any(o in (f"task={t}" for t in SQUAD_TASKS) for o in overrides):  # convexp finetune squad
+    elif any(o.startswith("task=") and is_squad(o.split("=", 1)[1]) for o in overrides):  # finetune squad
         from ..tasks.squad.stage import run_squad
 
         run_squad(compose_stage("finetune", overrides))

@@ -15,6 +15,8 @@ from ..errors import ConfigError, UserError
 from ..store.runs import Run
 from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
+from ..tasks import is_squad
+from ..tasks import kind as task_kind
 from .gpus import job_gpus
 from .spec import Sweep, SweepError, Variant
 from .start import Start
@@ -52,10 +54,7 @@ class Node:
 
     @property
     def command(self) -> str:
-        from ..tasks.squad.data import SQUAD_TASKS
-        from ..tasks.classification.registry import PROBING_ORDER
-
-        kind = "probing" if self.task in PROBING_ORDER else "squad" if self.task in SQUAD_TASKS else "glue"
+        kind = task_kind(self.task)
         head = "convexp pretrain" if self.stage == "pretrain" else f"convexp finetune {kind}"
         return " ".join([head, *(_quote(o) for o in self.overrides)])
 
@@ -155,8 +154,6 @@ def finetune_nodes(
     """One node per (task, seed) fine-tuning the variant's start (MNLI included when the protocol
     starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
     run of that task (its first seed), which must be planned first."""
-    from ..tasks.squad.data import SQUAD_TASKS
-    from ..tasks.classification.registry import PROBING_ORDER
     from ..store.rundirs import glue_runs, glue_task_names, variant_tokens
     from ..tasks.squad.runs import squad_runs
 
@@ -188,13 +185,13 @@ def finetune_nodes(
     nodes: dict[str, Node] = {}
     for t in tasks:
         tcfg = compose_task(t)
-        if t in PROBING_ORDER and tcfg.glue.source not in ("local", "synthetic"):
+        if task_kind(t) == "probing" and tcfg.glue.source not in ("local", "synthetic"):
             raise SweepError(
                 f"{where}: probing task {t} needs SentEval's files: finetune.glue.source=local "
                 "finetune.glue.path=<SentEval data/probing> (or scale=smoke: synthetic stand-ins)"
             )
         try:
-            if t in SQUAD_TASKS:  # `convexp finetune squad`: one task, no intermediate tasks
+            if is_squad(t):  # `convexp finetune squad`: one task, no intermediate tasks
                 planned = squad_runs(tcfg, start.slug, start.width, variant_tokens(v.finetune))
             else:
                 task_cfgs = {n: compose_task(n) for n in glue_task_names(tcfg) if n != t}
@@ -214,7 +211,7 @@ def finetune_nodes(
                 nodes[key].hparams[p.run.id] = finetune_settings(p.hp, p.run_cfg)
     for node in nodes.values():
         tcfg = compose_task(node.task)
-        flops = squad_flops if node.task in SQUAD_TASKS else finetune_flops
+        flops = squad_flops if is_squad(node.task) else finetune_flops
         node.flops = flops(tcfg, start.model_cfg, node.task)
         node.gpus = job_gpus(tcfg)
     return list(nodes.values())

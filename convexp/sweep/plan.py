@@ -122,9 +122,9 @@ def _tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
 
 
 def _squad_tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
-    from ..tasks.squad.data import SQUAD_TASKS
+    from ..tasks import is_squad
 
-    return [t for t in _tasks(sweep, settings) if t in SQUAD_TASKS] if sweep.finetune else []
+    return [t for t in _tasks(sweep, settings) if is_squad(t)] if sweep.finetune else []
 
 
 def _task_parts(sweep: Sweep, settings: DictConfig, start: Start, squad_start: Start | None):

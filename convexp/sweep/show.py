@@ -3,6 +3,7 @@ compute (--dry-run), and the end-of-sweep summary."""
 
 from __future__ import annotations
 
+from ..tasks import GLUE
 from .cards import Card, Grid, recipe_cards
 from .compute import pretrain_tokens
 from .cpu_rate import measured_flops, runs_on_cpu
@@ -19,7 +20,6 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-GLUE_TASKS = {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"}  # the 8 every GLUE sweep runs
 
 
 def print_sweeps() -> None:
@@ -42,7 +42,7 @@ def print_sweeps() -> None:
         s = load_sweep(name)
         name = name if is_builtin(path) else f"{name}*"
         paper = str(s.source.get("paper", "?")).split(",")[0].split(" (")[0]  # "ConvBERT", "Chang et al."
-        tasks = "GLUE" if s.finetune and set(s.finetune.tasks) == GLUE_TASKS else None
+        tasks = "GLUE" if s.finetune and set(s.finetune.tasks) == set(GLUE) else None
         tasks = tasks or (",".join(s.finetune.tasks) if s.finetune else None)
         stages = (s.init or "pretrain") + (f" → {tasks}" if tasks else "")
         table.add_row(name, f"{paper}, {s.source.get('ref', '?')}", str(len(s.variants)), stages)

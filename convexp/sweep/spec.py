@@ -285,8 +285,8 @@ def check_detect(detect, where: str) -> None:
 
 def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, where: str) -> None:
     from ..tasks.classification.scores import CHANG_COLUMNS, CONVBERT_COLUMNS
-    from ..tasks.squad.data import SQUAD_TASKS
-    from ..tasks.classification.registry import GROUPS, PROBING_ORDER
+    from ..tasks import PROBING, SQUAD
+    from ..tasks.classification.registry import GROUPS
 
     if r.style not in ("convbert", "chang", "probing"):
         raise SweepError(f"{where}: report.style must be convbert, chang or probing, not {r.style!r}")
@@ -295,7 +295,7 @@ def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, 
     if r.split not in ("dev", "test"):
         raise SweepError(f"{where}: report.split must be dev or test, not {r.split!r}")
     task_columns = set(CONVBERT_COLUMNS) | set(CHANG_COLUMNS) | {"mnli-m", "mnli-mm", "wnli"}
-    task_columns |= set(PROBING_ORDER) | set(GROUPS) | set(SQUAD_TASKS) | {"probing", "seeds", "diverged"}
+    task_columns |= set(PROBING) | set(GROUPS) | set(SQUAD) | {"probing", "seeds", "diverged"}
     for c in r.columns:
         head = c.split(".", 1)[0]
         if not (

@@ -27,6 +27,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from .. import pruning as pruner
 from ..store.record import write_record
 from ..store.runs import Run
+from ..tasks import is_squad
 from .accel import fused_adamw, heap_mmap_threshold, kept_word_grad, mmap_threshold_mib, on_cuda, set_threads
 from .common import (
     OptimizerStep,
@@ -299,7 +300,7 @@ def train_attempt(
             if fresh:
                 write_record(run, cfg)
                 ckpt = run.resume_checkpoint()
-                heap = mmap_threshold_mib(cfg.malloc_mmap_threshold_mib, squad="qa" in cfg.task)
+                heap = mmap_threshold_mib(cfg.malloc_mmap_threshold_mib, squad=is_squad(cfg.task.name))
                 with heap_mmap_threshold(heap):
                     fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
                     # Lightning's teardown has moved the model to the CPU: what the final validation

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...data.errors import TaskError, TaskLabelError, UnknownTaskError
+from .. import PROBING
 
 # ============================================================================ the Task
 
@@ -268,7 +269,8 @@ _TABLE = (
     ("somo", "odd_man_out", "Somo", ("C", "O")),
     ("coordinv", "coordination_inversion", "CoordInv", ("I", "O")),
 )
-PROBING_ORDER = tuple(row[0] for row in _TABLE)  # BERMO Table 1's column order
+PROBING_ORDER = PROBING  # BERMO Table 1's column order (convexp/tasks/__init__.py)
+assert tuple(row[0] for row in _TABLE) == PROBING
 PROBING_COLUMNS = {name: column for name, _, column, _ in _TABLE}  # BERMO Table 1's column names
 GROUPS = {  # BERMO Table 1's groups
     "surface": ("sentlen", "wc"),

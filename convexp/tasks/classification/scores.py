@@ -13,9 +13,10 @@ import warnings
 from collections.abc import Mapping
 
 from ...data.errors import TaskError
+from .. import GLUE
 from .registry import Task, get_task
 
-CONVBERT_COLUMNS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")  # mnli = matched
+CONVBERT_COLUMNS = GLUE  # ConvBERT's GLUE columns (convexp/tasks/__init__.py; mnli = matched)
 CHANG_COLUMNS = ("cola", "mnli-m", "mnli-mm", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb")
 _DEV_COLUMNS = {"validation_matched": "mnli-m", "validation_mismatched": "mnli-mm"}
 

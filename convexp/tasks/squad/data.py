@@ -42,7 +42,6 @@ from ...data.errors import DataError
 from ...data.grammar import Clause, Words, sentence
 
 VERSIONS = ("v1.1", "v2.0")
-SQUAD_TASKS = {"squad1": "v1.1", "squad2": "v2.0"}  # task name (conf/task/<name>.yaml) -> version
 SOURCES = ("synthetic", "hub", "local")
 SPLITS = ("train", "validation")
 HUB_NAMES = {"v1.1": "rajpurkar/squad", "v2.0": "rajpurkar/squad_v2"}

@@ -12,18 +12,18 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from .. import is_squad
 from .data import squad_source_settings
 from ...errors import UserError
 from ...store.rundirs import GlueRun, command_tokens, finetune_run, hyperparameters
 
-SQUAD_TASKS = ("squad1", "squad2")  # conf/task/squad1.yaml (v1.1), squad2.yaml (v2.0)
 SQUAD_PROTOCOLS = ("convbert", "bermo")  # ELECTRA's QA recipe, BERMO's (Sanh et al.'s masked_run_squad.py)
 WINDOW_KEYS = ("max_len", "doc_stride")  # squad.<key>: overrides of the protocol's windows
 
 
 def check_squad_config(cfg: DictConfig) -> None:
     """A SQuAD task under a protocol that has SQuAD settings (one-line UserError)."""
-    if cfg.task.name not in SQUAD_TASKS:
+    if not is_squad(cfg.task.name):
         raise UserError(
             f"task={cfg.task.name} is not a SQuAD task; use task=squad1 (v1.1) or task=squad2 (v2.0) "
             "(GLUE tasks: convexp finetune glue)"
