@@ -163,7 +163,7 @@ def bench_model(name: str, batch_size: int, seq_len: int, rounds: int, peak: flo
 
 def run_cuda_benchmarks(rounds: int, hf: bool, compile_modes: tuple[str, ...] = (), shapes=SHAPES) -> dict:
     """The whole CUDA step table; returns {device, matmul_tflops, rows} (also printed)."""
-    from .step import _print, console
+    from .step import print_rows, console
 
     torch.backends.cuda.matmul.allow_tf32 = True  # convexp's trainer.tf32 default
     torch.backends.cudnn.allow_tf32 = True
@@ -183,7 +183,7 @@ def run_cuda_benchmarks(rounds: int, hf: bool, compile_modes: tuple[str, ...] = 
                 yield r
 
     fmt = {"ms/step": ".2f", "tokens/s": ",.0f", "MFU %": ".1f", "vs HF": ".2f", "compile s": ".0f"}
-    _print(f"MLM training step (forward+backward+fused AdamW), bf16 autocast, {device}", measured(), fmt, out, "rows")
+    print_rows(f"MLM training step (forward+backward+fused AdamW), bf16 autocast, {device}", measured(), fmt, out, "rows")
     ratio = _ratio(rows, "convbert_small", "electra_small")
     if ratio:
         out.print(f"ConvBERT-small step / ELECTRA-small step (convexp, eager): {ratio:.2f}")

@@ -144,7 +144,7 @@ def timed(cmd: list[str], env: dict, log: Path) -> dict:
     }
 
 
-def _convexp_accuracy(outputs: Path) -> float | None:
+def convexp_accuracy(outputs: Path) -> float | None:
     found = sorted(outputs.glob("runs/finetune/*/metrics.json"))
     if not found:
         return None
@@ -157,7 +157,7 @@ def script_result(stdout: str) -> dict | None:
     return json.loads(lines[-1]) if lines else None
 
 
-def _script_metric(stdout: str, key: str) -> float | None:
+def script_metric(stdout: str, key: str) -> float | None:
     result = script_result(stdout)
     return result[key] if result else None
 
@@ -175,7 +175,7 @@ def run_repeats(commands, seeds: list[int], work: Path, console, metric: str, la
             if r["returncode"] != 0:
                 raise UserError(f"{tool} failed (exit {r['returncode']}): {r['stderr_tail'][-600:]}")
             value = score(tool, outputs, r["stdout"])
-            runs.append({"tool": tool, "repeat": i, "seed": seed, metric: value, **_drop(r, "stdout", "stderr_tail")})
+            runs.append({"tool": tool, "repeat": i, "seed": seed, metric: value, **drop_keys(r, "stdout", "stderr_tail")})
             console.print(
                 f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} CPU-s, {r['peak_rss_mib']:.0f} MiB, "
                 f"{label} {value:.2f}"
@@ -248,7 +248,7 @@ def bench_finetune(
     console = Console()
     check_inputs(init, data)
     contenders = hf_contenders(hf, console)
-    cuda = _cuda(device)
+    cuda = wants_cuda(device)
     work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-ft-"))
     work.mkdir(parents=True, exist_ok=True)
     data_dir, model_dir = job_inputs(work, rows, dev_rows, shape, hf, init, data)
@@ -261,8 +261,8 @@ def bench_finetune(
     # one seed's accuracies differ by seed noise; the medians over the repeats compare the tools.
     seeds = [SEED + i for i in range(repeats)]
     runs = run_repeats(commands, seeds, work, console, "dev_accuracy", "dev accuracy",
-                       lambda tool, outputs, stdout: _convexp_accuracy(outputs) if tool == "convexp"
-                       else _script_metric(stdout, "dev_accuracy"))  # fmt: skip
+                       lambda tool, outputs, stdout: convexp_accuracy(outputs) if tool == "convexp"
+                       else script_metric(stdout, "dev_accuracy"))  # fmt: skip
     record = {
         "benchmark": "finetune",
         "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
@@ -283,7 +283,7 @@ def bench_finetune(
             "convexp_command": ["convexp", *commands(SEED)["convexp"][3:]],  # runnable as written
             **{f"{c}_command": ["python", *commands(SEED)[c][1:]] for c in contenders},
         },
-        "machine": _machine(),
+        "machine": machine_info(),
         "repeats": repeats,
         "runs": runs,
         "summary": summarize(runs, epochs * _rows(data_dir / "SST-2" / "train.tsv")),
@@ -411,7 +411,7 @@ def hf_contenders(hf: bool, console) -> list[str]:
     return ["plain", "trainer"]
 
 
-def _cuda(device: str) -> bool:
+def wants_cuda(device: str) -> bool:
     """``--device``: cpu, cuda, or auto (cuda where a GPU is visible)."""
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device {device}: use cpu, cuda or auto")
@@ -441,11 +441,11 @@ def _rows(tsv: Path) -> int:
     return sum(1 for line in tsv.read_text(encoding="utf-8").splitlines()[1:] if line.strip())
 
 
-def _drop(d: dict, *keys: str) -> dict:
+def drop_keys(d: dict, *keys: str) -> dict:
     return {k: v for k, v in d.items() if k not in keys}
 
 
-def _machine() -> dict:
+def machine_info() -> dict:
     import torch
 
     info = {

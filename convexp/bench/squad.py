@@ -29,8 +29,8 @@ from .finetune import (
     SEED,
     SHAPES,
     SPECIALS,
-    _cuda,
-    _machine,
+    wants_cuda,
+    machine_info,
     hf_contenders,
     print_table,
     run_repeats,
@@ -108,7 +108,7 @@ def bench_squad(
     for name in ("train-v1.1.json", "dev-v1.1.json") if data is not None else ():
         if not (Path(data) / name).is_file():
             raise UserError(f"--data {data}: no {name}; give the folder of the official SQuAD v1.1 files")
-    cuda = _cuda(device)
+    cuda = wants_cuda(device)
     splits = squad_splits(questions, dev_questions, data)
     room = max_len - 3 - min(64, max(len(r["question"].split()) for r in splits["train"] + splits["validation"]))
     if not 0 < stride < room:  # a window: [CLS] question (at most 64 tokens) [SEP] context [SEP]
@@ -164,7 +164,7 @@ def bench_squad(
             "convexp_command": ["convexp", *commands(SEED)["convexp"][3:]],
             **{f"{c}_command": ["python", *commands(SEED)[c][1:]] for c in contenders},
         },
-        "machine": _machine(),
+        "machine": machine_info(),
         "repeats": repeats,
         "runs": runs,
         "summary": summarize(runs, epochs * windows, metric="dev_f1", rate="windows_per_s", within=2.0),

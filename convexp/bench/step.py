@@ -164,7 +164,7 @@ def console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 160)
 
 
-def _print(title: str, rows: Iterable[dict], fmt: dict[str, str], out: Console, what: str) -> None:
+def print_rows(title: str, rows: Iterable[dict], fmt: dict[str, str], out: Console, what: str) -> None:
     """Print each row as it is measured (with what is being timed while it runs), then the table."""
     done: list[dict] = []
     rows = iter(rows)
@@ -199,7 +199,7 @@ def run_benchmarks(steps: int, batch_size: int, seq_len: int, lengths: list[int]
             '(`pip install "convexp\\[bench]"` adds the Hugging Face comparison)'
         )
         hf = False
-    _print(
+    print_rows(
         f"ConvBERT-small MLM training step (forward+backward+AdamW), batch {batch_size} x length {seq_len}",
         bench_training_step(steps, batch_size, seq_len, hf),
         {"convexp tok/s": ",.0f", "convexp, same AdamW": ",.0f", "HF tok/s": ",.0f", "ratio": ".2f",
@@ -208,7 +208,7 @@ def run_benchmarks(steps: int, batch_size: int, seq_len: int, lengths: list[int]
         "the training step, fp32 then bf16",
     )
     fmt = {f"{who} {part}": ".2f" for who in ("self-attn", "mixed") for part in ("attention", "layer")}
-    _print(
+    print_rows(
         "Base size, batch 1, forward ms: self-attention (electra_base) vs mixed attention (convbert_base)",
         bench_blocks(lengths, steps),
         {**fmt, "attention speed-up": ".2f", "layer speed-up": ".2f"},

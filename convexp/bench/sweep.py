@@ -31,11 +31,11 @@ from ..errors import UserError
 from .finetune import (
     SEED,
     SHAPES,
-    _convexp_accuracy,
-    _cuda,
-    _drop,
-    _machine,
-    _script_metric,
+    convexp_accuracy,
+    wants_cuda,
+    drop_keys,
+    machine_info,
+    script_metric,
     hf_contenders,
     job_commands,
     job_inputs,
@@ -112,7 +112,7 @@ def bench_sweep(
     from rich.console import Console
 
     console = Console()
-    cuda = _cuda(device)
+    cuda = wants_cuda(device)
     jobs = jobs or (16 if cuda else 4)
     per_device = per_device or (4 if cuda else 2)
     rows = rows or (10000 if cuda else 2000)
@@ -141,7 +141,7 @@ def bench_sweep(
         outputs = [work / f"{way}-{i}" for i in range(jobs)]
         res = run_pool([cmd(tool, s, extra) for s in seeds], k,
                        [{**base, **env, "CONVEXP_OUTPUTS": str(o)} for o in outputs], outputs, console, way)  # fmt: skip
-        accuracies[way] = [_convexp_accuracy(o) if tool == "convexp" else _script_metric(r["stdout"], "dev_accuracy")
+        accuracies[way] = [convexp_accuracy(o) if tool == "convexp" else script_metric(r["stdout"], "dev_accuracy")
                            for o, r in zip(outputs, res["jobs"])]  # fmt: skip
         first = cmd(tool, SEED, extra)  # runnable as written: convexp ..., python trainer_finetune.py ...
         ways[way] = {
@@ -150,7 +150,7 @@ def bench_sweep(
             "wall_s": res["wall_s"],
             "command": ["convexp", *first[3:]] if tool == "convexp" else ["python", *first[1:]],
             "environment": env,
-            "runs": [{"seed": s, "dev_accuracy": a, **_drop(r, "stdout", "stderr_tail")}
+            "runs": [{"seed": s, "dev_accuracy": a, **drop_keys(r, "stdout", "stderr_tail")}
                      for s, a, r in zip(seeds, accuracies[way], res["jobs"])],  # fmt: skip
         }
     record = {
@@ -167,7 +167,7 @@ def bench_sweep(
         "job": {"task": "sst2", "train_rows": rows, "dev_rows": dev_rows, "model": f"random {shape}",
                 "shape": SHAPES[shape], "epochs": epochs, "batch_size": batch_size, "max_len": max_len,
                 "precision": "bf16-mixed" if cuda else "fp32", "seeds": seeds},  # fmt: skip
-        "machine": _machine(),
+        "machine": machine_info(),
         "ways": ways,
         "summary": summarize_sweep({w: v["wall_s"] for w, v in ways.items()}, accuracies, jobs, devices),
     }
