@@ -284,7 +284,7 @@ def _diverged(run) -> dict:
 @pytest.mark.parametrize("stage", ["pretrain", "finetune"])
 def test_a_diverged_run_is_not_trained_again_unless_asked(tmp_path, files, monkeypatch, stage):
     from convexp.config.compose import compose_stage
-    from convexp.tasks.classification.stage import resolve_init
+    from convexp.train.finetune import resolve_init
     from convexp.store.rundirs import compose_finetune, glue_runs, pretrain_run
 
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))

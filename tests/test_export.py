@@ -208,7 +208,7 @@ def test_export_loads_through_finetune_init(tmp_path, pretrained):
     exported with --tokenizer: `convexp finetune glue init=<export>` resolves it and its encoder
     loads strictly, giving the pruned model's features."""
     from convexp.config.compose import compose_stage
-    from convexp.tasks.classification.stage import resolve_init
+    from convexp.train.finetune import resolve_init
 
     source = load_model_dir(pretrained / "model")
     kill_ffn_units(source)

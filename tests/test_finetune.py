@@ -126,7 +126,7 @@ def test_intermediate_task_starts_from_the_mnli_model(tmp_path, pretrained):
     assert "embeddings.word.weight" in state and "layers.0.mixer.query.weight" in state
     # a fine-tuned model dir carries its tokenizer: it is a complete init= on its own
     from convexp.config.compose import compose_stage
-    from convexp.tasks.classification.stage import resolve_init
+    from convexp.train.finetune import resolve_init
 
     assert (mnli / "model" / "tokenizer.json").exists()
     init = resolve_init(compose_stage("finetune", [f"init={mnli}", "task=rte"]))

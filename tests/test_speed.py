@@ -774,6 +774,7 @@ def test_the_kept_word_gradient_trains_like_a_fresh_one_each_step(monkeypatch, a
     assert not word.sparse and not word.weight._backward_hooks and kept._word_grad is None
 
 
+@pytest.mark.slow
 def test_bench_pretrain_profiles_the_stage_step_by_phase(tmp_path, monkeypatch):
     """`bench pretrain --profile --no-bare`: the stage alone, its steps timed by Lightning hook (every
     phase present, adding up to about the step) and one window under torch.profiler."""
@@ -801,6 +802,7 @@ def _stage(tmp_path, name: str, *extra: str):
     return run_pretrain(cfg)
 
 
+@pytest.mark.slow
 def test_whole_step_path_trains_as_lightnings_own_loop(tmp_path, monkeypatch):
     """The captured step's path (trainer.compile=whole on one GPU: captured.WholeStep, AdamW and the
     schedule stepped by the module under Lightning's manual optimisation), run eagerly on a CPU,
@@ -829,6 +831,7 @@ def test_whole_step_path_trains_as_lightnings_own_loop(tmp_path, monkeypatch):
         torch.testing.assert_close(ww[k], wa[k], rtol=1e-4, atol=1e-6, msg=k)
 
 
+@pytest.mark.slow
 def test_whole_step_path_still_catches_divergence(tmp_path, monkeypatch):
     """Under the captured step's path a non-finite step is still caught and never finished."""
     import convexp.tasks.pretraining.stage as stage

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import torch
-from torch.utils.data import Dataset, IterableDataset, Sampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 from ..data.length_batches import grouped_permutation, row_lengths
 from ..errors import UserError
@@ -72,6 +72,21 @@ def training_stream(
     if group_by_length:
         return LengthGroupedStream(rows, seed, columns, batch_size)
     return PermutedStream(rows, seed, columns)
+
+
+def training_loader(
+    rows, seed: int, columns: tuple[str, ...], batch_size: int, group_by_length: bool, start_step: int,
+    collate, num_workers: int,
+) -> DataLoader:  # fmt: skip
+    """A fine-tuning stage's training batches: :func:`training_stream` from the batch after
+    ``start_step`` steps (a resumed run goes on where it stopped), collated by ``collate``."""
+    return DataLoader(
+        training_stream(rows, seed, columns, batch_size, group_by_length),
+        batch_size=batch_size,
+        sampler=StreamSampler(start_step * batch_size),
+        collate_fn=collate,
+        num_workers=num_workers,
+    )
 
 
 class StreamSampler(Sampler[int]):

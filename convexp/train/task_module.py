@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from .. import pruning as pruner
+from ..errors import UserError
 from ..store.record import write_record
 from ..store.runs import Run
 from ..tasks import is_squad
@@ -43,6 +44,15 @@ from .progress import StepProgressBar, refresh_every
 
 class TaskModule(OptimizerStep, pl.LightningModule):
     """Fine-tuning state shared by the task stages (see the module docstring)."""
+
+    def load_encoder(self, encoder_state: dict | None) -> None:
+        """The start weights into ``self.model.encoder`` (None: keep the random initialisation). A
+        BERT pooler or BERMO's scalar mix missing from them starts fresh; nothing else may."""
+        if encoder_state is None:
+            return
+        missing, unexpected = self.model.encoder.load_state_dict(encoder_state, strict=False)
+        if unexpected or [k for k in missing if not k.startswith(("pooler.", "scalar_mix."))]:
+            raise UserError(f"init weights do not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
 
     def __init__(
         self,

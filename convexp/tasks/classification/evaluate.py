@@ -12,10 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-from ... import pruning as pruner
 from ...atomic import atomic_write
 from .encoding import collate
 from ...data.length_batches import eval_tokens, row_lengths, sorted_batches
@@ -24,8 +22,9 @@ from .submissions import write_submission
 from .registry import Task
 from ...models import SequenceClassifier
 from ...models.io import save_model_dir
-from ...store.runs import Run, RunDiverged, non_finite
+from ...store.runs import RunDiverged, non_finite
 from ...train.common import log_result
+from ...train.finetune import Trained
 
 
 class Padded:
@@ -82,29 +81,16 @@ def _save_predictions(path: Path, task: Task, idx, logits, labels) -> None:
     atomic_write(path, "\n".join(lines) + "\n")
 
 
-def evaluate_and_save(
-    run: Run,
-    model,
-    task: Task,
-    splits: dict,
-    pad: int,
-    hp: dict,
-    seconds: float,
-    examples: int,
-    pruning: DictConfig | None = None,
-    tokenizer=None,
-    known: dict | None = None,
-) -> None:
-    """Evaluate the trained ``model`` on every dev (and test) split of ``splits``; write the run's
+def evaluate_and_save(trained: Trained, task: Task, splits: dict, known: dict | None = None) -> None:
+    """Evaluate the trained model on every dev (and test) split of ``splits``; write the run's
     results (see the module docstring) and mark it finished. ``known``: {split: (logits, labels,
     idx)} already predicted by this model (the final validation), not predicted again."""
-    remaining = None
+    run, model, pad, hp, pruning, tokenizer = (
+        trained.run, trained.model, trained.pad, trained.hp, trained.pruning, trained.tokenizer
+    )  # fmt: skip
+    seconds, examples = trained.seconds, trained.examples
     eval_device = str(next(model.parameters()).device)
-    if pruning is not None:  # the final masks; the saved model is an ordinary one with W ⊙ M
-        pruner.set_threshold(model, pruning.final_threshold)
-        model.eval()
-        remaining = 100 * pruner.remaining_weights(model)
-        pruner.fold_masks(model)
+    remaining = trained.fold_pruning()
     dev, test = {}, {}
     diverged = False
     for split in task.dev_splits:

@@ -14,14 +14,12 @@ fine-pruning and distillation), the LightningDataModule, one run, and the invoca
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
-from torch.utils.data import DataLoader
 
 from ... import pruning as pruner
 from ...store.checkpoint import Checkpoint, open_checkpoint
@@ -34,76 +32,15 @@ from ...errors import UserError
 from ...models import ModelConfig, SequenceClassifier
 from ...store.record import warn_if_other_version
 from ...store.runs import Run, RunDiverged
-from ...train.accel import prepare_encoders
 from ...train.common import step_seed
 from .evaluate import Padded, by_idx, eval_loader, evaluate_and_save
 from .summary import write_summary
 from ...store.rundirs import GlueRun, glue_runs, task_config
-from ...train.streams import StreamSampler, training_stream
-from ...train.task_module import TaskModule, finetune_trainer, schedule, train_attempt
+from ...train.streams import training_loader
+from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
+from ...train.task_module import TaskModule
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
-
-
-# ----------------------------------------------------------------------------- init model
-
-
-@dataclasses.dataclass
-class Init:
-    """Where fine-tuning starts: a model config, encoder weights (or None) and a tokenizer.
-
-    ``state`` holds the weights read when the checkpoint was opened until the first run takes
-    them (:meth:`take_state`); later runs (other seeds, tasks) read them again from ``ref``, so
-    that no copy of the start weights is held while a model trains."""
-
-    model_cfg: ModelConfig
-    state: dict | None
-    tokenizer: object
-    slug: str
-    ref: str | None = None
-
-    def take_state(self) -> dict | None:
-        """The encoder's start weights (None: random initialisation), for one run to load."""
-        if self.ref is None:
-            return None
-        state, self.state = self.state, None
-        return state if state is not None else open_checkpoint(self.ref).encoder_state
-
-
-def resolve_init(cfg: DictConfig) -> Init:
-    """``init=`` (a checkpoint, see :func:`convexp.store.checkpoint.open_checkpoint`, or ``none`` with
-    ``model=<preset>``), the tokenizer (``tokenizer_path=`` or the checkpoint's own) and
-    ``scalar_mix=`` (BERMO's layer mixing added to or removed from any model)."""
-    from ...config.compose import model_config
-    from ...data.tokenizer import Tokenizer
-    from ...config.schema import init_none_problem
-
-    init = str(cfg.init)
-    tok_path = cfg.tokenizer_path
-    if init == "none":
-        problem = init_none_problem(cfg)  # the CLI asks it too, before importing the stages
-        if problem:
-            raise UserError(problem)
-        tok = Tokenizer.load(tok_path)
-        mc = dataclasses.replace(
-            model_config(cfg.init_model), vocab_size=tok.vocab_size, pad_token_id=tok.pad_id
-        )
-        return Init(mc, None, tok, f"{cfg.init_model}-random")
-    ckpt = open_checkpoint(init)
-    mc = ckpt.model_cfg
-    tok = Tokenizer.load(tok_path or ckpt.tokenizer_path or ckpt.path)
-    if cfg.get("scalar_mix") is not None and bool(cfg.scalar_mix) != mc.scalar_mix:  # BERMO on any model
-        mc = dataclasses.replace(mc, scalar_mix=bool(cfg.scalar_mix))
-    if cfg.get("scalar_mix") and cfg.get("scalar_mix_norm"):  # BERMO mixing added here: its normalisation
-        mc = dataclasses.replace(mc, scalar_mix_norm=cfg.scalar_mix_norm)
-    if cfg.get("classifier"):  # e.g. classifier=hf: Hugging Face's head on an ELECTRA/ConvBERT encoder
-        mc = dataclasses.replace(mc, classifier=cfg.classifier)
-    if tok.vocab_size != mc.vocab_size:
-        raise UserError(
-            f"the tokenizer has {tok.vocab_size} tokens but init={init} has a vocabulary of {mc.vocab_size}; "
-            "use the model's own tokenizer"
-        )
-    return Init(mc, ckpt.encoder_state, tok, ckpt.slug, init)
 
 
 # ----------------------------------------------------------------------------- Lightning module
@@ -119,29 +56,14 @@ class FinetuneModule(TaskModule):
     of the head, a teacher's head and the mask scores does not change)."""
 
     def __init__(
-        self,
-        model_cfg: ModelConfig,
-        task: Task,
-        hp: dict,
-        total_steps: int,
-        seed: int,
-        encoder_state: dict | None = None,
-        pruning: DictConfig | None = None,
-        prune_warmup: int = 0,
-        teacher: Checkpoint | None = None,
-        distill: DictConfig | None = None,
-        fused_adamw="auto",
-    ):
-        super().__init__(hp, total_steps, seed, pruning, prune_warmup, distill, fused_adamw)
+        self, model_cfg: ModelConfig, task: Task, hp: dict, total_steps: int, seed: int,
+        encoder_state: dict | None = None, teacher: Checkpoint | None = None, **settings,
+    ):  # fmt: skip
+        """``settings``: TaskModule's (pruning, prune_warmup, distill, fused_adamw)."""
+        super().__init__(hp, total_steps, seed, **settings)
         self.task = task
         self.model = SequenceClassifier(model_cfg, task.num_labels)
-        if encoder_state is not None:
-            missing, unexpected = self.model.encoder.load_state_dict(encoder_state, strict=False)
-            # a BERT pooler missing from an ELECTRA-style checkpoint starts fresh; nothing else may
-            if unexpected or [k for k in missing if not k.startswith(("pooler.", "scalar_mix."))]:
-                raise UserError(
-                    f"init weights do not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
-                )
+        self.load_encoder(encoder_state)
         self._teacher = [load_teacher(teacher, task, model_cfg)] if teacher is not None else []  # not saved
         self.prune_model()
         self._val: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
@@ -206,14 +128,8 @@ class FinetuneData(pl.LightningDataModule):
         self.group_by_length = group_by_length
 
     def train_dataloader(self):
-        stream = training_stream(self.train, self.seed, COLUMNS, self.batch_size, self.group_by_length)
-        return DataLoader(
-            stream,
-            batch_size=self.batch_size,
-            sampler=StreamSampler(self.trainer.global_step * self.batch_size),
-            collate_fn=Padded(self.pad_id),
-            num_workers=self.num_workers,
-        )
+        return training_loader(self.train, self.seed, COLUMNS, self.batch_size, self.group_by_length,
+                               self.trainer.global_step, Padded(self.pad_id), self.num_workers)  # fmt: skip
 
     def val_dataloader(self):
         return eval_loader(self.dev, self.pad_id, self.trainer.strategy.root_device.type)
@@ -222,72 +138,27 @@ class FinetuneData(pl.LightningDataModule):
 # ----------------------------------------------------------------------------- one run
 
 
-def check_teacher(cfg: DictConfig) -> None:
-    """A bad ``distill.teacher`` fails before any data is prepared or run directory made."""
-    if cfg.distill.teacher:
-        open_checkpoint(cfg.distill.teacher, label="distill.teacher", weights=False)
-
-
 def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) -> Run:
-    """Fine-tune one planned run, or reuse it when it has finished."""
-    task_name, seed, hp, run, run_cfg = planned.task, planned.seed, planned.hp, planned.run, planned.run_cfg
-    task = get_task(task_name)
-    if run.finished:
-        return run
-    run.refuse_diverged(cfg.retry_diverged)
-    if run.last_checkpoint() and not cfg.resume:
-        raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it")
-    # opened before any file is written; its classifier is built by the module after the student (seeded order)
-    teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
-    with run.removed_on_refusal():
-        run.dir.mkdir(parents=True, exist_ok=True)
-        run.write_config(run_cfg)
-        pl.seed_everything(seed, verbose=False)
+    """Fine-tune one planned GLUE / probing / custom run (train/finetune.py), or reuse it."""
+    task, seed, hp = get_task(planned.task), planned.seed, planned.hp
+    train, pad = splits["train"], init.tokenizer.pad_id
 
-        train = splits["train"]
-        steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, len(train), hp)
-        module = FinetuneModule(
-            init.model_cfg,
-            task,
-            hp,
-            total,
-            seed,
-            # the intermediate tasks start from the same seed's MNLI run; read here, dropped once loaded
-            open_checkpoint(planned.start.run.dir, label="from").encoder_state
-            if planned.start
-            else init.take_state(),
-            pruning,
-            prune_warmup,
-            teacher,
-            cfg.distill,
-            cfg.trainer.fused_adamw,
-        )
-        prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
-        pad = init.tokenizer.pad_id
+    def module(total: int, pruning, prune_warmup: int, teacher) -> FinetuneModule:
+        # the intermediate tasks start from the same seed's MNLI run; read here, dropped once loaded
+        start = open_checkpoint(planned.start.run.dir, label="from").encoder_state if planned.start else init.take_state()
+        settings = {"pruning": pruning, "prune_warmup": prune_warmup, "distill": cfg.distill,
+                    "fused_adamw": cfg.trainer.fused_adamw}  # fmt: skip
+        return FinetuneModule(init.model_cfg, task, hp, total, seed, start, teacher, **settings)
+
+    def data() -> FinetuneData:
         group = bool(cfg.get("group_by_length", False))
-        data = FinetuneData(
-            train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers, group
-        )
+        return FinetuneData(train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers, group)
 
-        trainer = finetune_trainer(cfg, run, hp, task_name, seed, total, steps_per_epoch, validate=True)
+    def finish(module: FinetuneModule, trained: Trained) -> None:
+        known = {task.dev_splits[0]: module.final_val} if module.final_val is not None else None
+        evaluate_and_save(trained, task, splits, known)
 
-        def finish(seconds: float) -> None:
-            evaluate_and_save(
-                run,
-                module.model,
-                task,
-                splits,
-                pad,
-                hp,
-                seconds,
-                len(train) * hp["epochs"],
-                pruning,
-                init.tokenizer,
-                known={task.dev_splits[0]: module.final_val} if module.final_val is not None else None,
-            )
-
-        train_attempt(cfg, run, trainer, module, data, finish, task=task_name, seed=seed)
-    return run
+    return train_one(cfg, init, planned, FinetuneJob(len(train), True, module, data, finish))
 
 
 # ----------------------------------------------------------------------------- a GLUE invocation

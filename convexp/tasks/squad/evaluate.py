@@ -15,9 +15,7 @@ from __future__ import annotations
 import time
 
 import torch
-from omegaconf import DictConfig
 
-from ... import pruning as pruner
 from ...data.length_batches import eval_tokens, row_lengths, sorted_batches
 from .decode import decode_independent, decode_joint
 from .features import collate_squad
@@ -26,6 +24,7 @@ from ...models.io import save_model_dir
 from ...models.qa import QuestionAnswerer
 from ...store.runs import Run, RunDiverged, non_finite
 from ...train.common import log_result
+from ...train.finetune import Trained
 
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids", "context_mask")  # the answerer's, in its order
@@ -84,27 +83,15 @@ def write_predictions(run: Run, predictions: dict, version: str) -> None:
 
 
 def evaluate_squad(
-    run: Run,
-    model: QuestionAnswerer,
-    qa: dict,
-    dev_records: list[dict],
-    dev_features: list[dict],
-    pad: int,
-    hp: dict,
-    seconds: float,
-    examples: int,
-    pruning: DictConfig | None = None,
-    tokenizer=None,
-    task: str = "squad1",
+    trained: Trained, qa: dict, dev_records: list[dict], dev_features: list[dict], task: str = "squad1"
 ) -> dict:
-    """Evaluate the trained ``model`` on the dev questions; write the run's results (see the
+    """Evaluate the trained model on the dev questions; write the run's results (see the
     module docstring), mark it finished and return metrics.json's content."""
-    remaining = None
-    if pruning is not None:  # the final masks; the saved model is an ordinary one with W ⊙ M
-        pruner.set_threshold(model, pruning.final_threshold)
-        model.eval()
-        remaining = 100 * pruner.remaining_weights(model)
-        pruner.fold_masks(model)
+    run, model, pad, hp, pruning, tokenizer = (
+        trained.run, trained.model, trained.pad, trained.hp, trained.pruning, trained.tokenizer
+    )  # fmt: skip
+    seconds, examples = trained.seconds, trained.examples
+    remaining = trained.fold_pruning()
     started = time.time()
     eval_device = str(next(model.parameters()).device)
     predictions = predict_spans(model, dev_records, dev_features, qa, pad)

@@ -21,10 +21,9 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
-from torch.utils.data import DataLoader
 
 from ... import pruning as pruner
-from ...store.checkpoint import Checkpoint, CheckpointError, open_checkpoint
+from ...store.checkpoint import Checkpoint, CheckpointError
 from .data import SquadError, load_squad
 from .features import collate_squad, squad_features
 from ...errors import UserError
@@ -32,14 +31,13 @@ from ...models import ModelConfig
 from ...models.qa import QuestionAnswerer
 from ...store.record import warn_if_other_version
 from ...store.runs import Run
-from ...train.accel import prepare_encoders
 from ...train.common import step_seed
-from ..classification.stage import Init, check_teacher, resolve_init
 from ...store.rundirs import GlueRun
 from .evaluate import evaluate_squad
 from .runs import check_squad_config, qa_settings, squad_runs, squad_source
-from ...train.streams import StreamSampler, training_stream
-from ...train.task_module import TaskModule, finetune_trainer, schedule, train_attempt
+from ...train.streams import training_loader
+from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
+from ...train.task_module import TaskModule
 
 COLUMNS = (
     "input_ids",
@@ -93,28 +91,14 @@ class SquadModule(TaskModule):
     QuestionAnswerer with ``encoder_state`` loaded, the teacher, the pruning masks."""
 
     def __init__(
-        self,
-        model_cfg: ModelConfig,
-        qa: dict,
-        hp: dict,
-        total_steps: int,
-        seed: int,
-        encoder_state: dict | None = None,
-        pruning: DictConfig | None = None,
-        prune_warmup: int = 0,
-        teacher: Checkpoint | None = None,
-        distill: DictConfig | None = None,
-        fused_adamw="auto",
-    ):
-        super().__init__(hp, total_steps, seed, pruning, prune_warmup, distill, fused_adamw)
+        self, model_cfg: ModelConfig, qa: dict, hp: dict, total_steps: int, seed: int,
+        encoder_state: dict | None = None, teacher: Checkpoint | None = None, **settings,
+    ):  # fmt: skip
+        """``settings``: TaskModule's (pruning, prune_warmup, distill, fused_adamw)."""
+        super().__init__(hp, total_steps, seed, **settings)
         self.qa = qa
         self.model = build_qa_model(model_cfg, qa)
-        if encoder_state is not None:
-            missing, unexpected = self.model.encoder.load_state_dict(encoder_state, strict=False)
-            if unexpected or [k for k in missing if not k.startswith(("pooler.", "scalar_mix."))]:
-                raise UserError(
-                    f"init weights do not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
-                )
+        self.load_encoder(encoder_state)
         self._teacher = [load_qa_teacher(teacher, qa, model_cfg)] if teacher is not None else []
         self.prune_model()
 
@@ -178,14 +162,8 @@ class SquadData(pl.LightningDataModule):
         self.pad_id, self.num_workers, self.group_by_length = pad_id, num_workers, group_by_length
 
     def train_dataloader(self):
-        stream = training_stream(self.train, self.seed, COLUMNS, self.batch_size, self.group_by_length)
-        return DataLoader(
-            stream,
-            batch_size=self.batch_size,
-            sampler=StreamSampler(self.trainer.global_step * self.batch_size),
-            collate_fn=WindowBatches(self.pad_id),
-            num_workers=self.num_workers,
-        )
+        return training_loader(self.train, self.seed, COLUMNS, self.batch_size, self.group_by_length,
+                               self.trainer.global_step, WindowBatches(self.pad_id), self.num_workers)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- data
@@ -216,57 +194,30 @@ def squad_data(cfg: DictConfig, tokenizer) -> dict:
 
 
 def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
-    """Fine-tune and evaluate one planned SQuAD run, or reuse it when it has finished."""
-    seed, hp, run, run_cfg = planned.seed, planned.hp, planned.run, planned.run_cfg
-    if run.finished:
-        return run
-    run.refuse_diverged(cfg.retry_diverged)
-    if run.last_checkpoint() and not cfg.resume:
-        raise UserError(f"{run.dir} has an unfinished run; pass resume=true to continue it")
-    if init.model_cfg.max_position_embeddings < run_cfg["qa"]["max_len"]:
-        raise UserError(
-            f"task max_len {run_cfg['qa']['max_len']} exceeds the model's {init.model_cfg.max_position_embeddings} "
-            f"positions; pass squad.max_len={init.model_cfg.max_position_embeddings} (or a model trained longer)"
-        )
-    qa = dict(run_cfg["qa"])
-    teacher = open_checkpoint(cfg.distill.teacher, label="distill.teacher") if cfg.distill.teacher else None
-    with run.removed_on_refusal():
-        run.dir.mkdir(parents=True, exist_ok=True)
-        run.write_config(run_cfg)
-        pl.seed_everything(seed, verbose=False)
+    """Fine-tune and evaluate one planned SQuAD run (train/finetune.py), or reuse it."""
+    seed, hp, qa = planned.seed, planned.hp, dict(planned.run_cfg["qa"])
+    train, pad, task = data["train"], init.tokenizer.pad_id, cfg.task.name
 
-        train = data["train"]
-        steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, len(train), hp)
-        module = SquadModule(
-            init.model_cfg, qa, hp, total, seed, init.take_state(), pruning, prune_warmup, teacher, cfg.distill,
-            cfg.trainer.fused_adamw,
-        )
-        prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
-        pad = init.tokenizer.pad_id
-        group = bool(cfg.get("group_by_length", False))
-        datamodule = SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers, group)
-
-        task = cfg.task.name
-        trainer = finetune_trainer(cfg, run, hp, task, seed, total, steps_per_epoch, validate=False)
-
-        def finish(seconds: float) -> None:
-            evaluate_squad(
-                run,
-                module.model,
-                qa,
-                data["dev_records"],
-                data["dev"],
-                pad,
-                hp,
-                seconds,
-                len(train) * hp["epochs"],
-                pruning,
-                init.tokenizer,
-                task,
+    def check() -> None:
+        if init.model_cfg.max_position_embeddings < qa["max_len"]:
+            raise UserError(
+                f"task max_len {qa['max_len']} exceeds the model's {init.model_cfg.max_position_embeddings} "
+                f"positions; pass squad.max_len={init.model_cfg.max_position_embeddings} (or a model trained longer)"
             )
 
-        train_attempt(cfg, run, trainer, module, datamodule, finish, task=task, seed=seed)
-    return run
+    def module(total: int, pruning, prune_warmup: int, teacher) -> SquadModule:
+        settings = {"pruning": pruning, "prune_warmup": prune_warmup, "distill": cfg.distill,
+                    "fused_adamw": cfg.trainer.fused_adamw}  # fmt: skip
+        return SquadModule(init.model_cfg, qa, hp, total, seed, init.take_state(), teacher, **settings)
+
+    def windows() -> SquadData:
+        group = bool(cfg.get("group_by_length", False))
+        return SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers, group)
+
+    def finish(module: SquadModule, trained: Trained) -> None:
+        evaluate_squad(trained, qa, data["dev_records"], data["dev"], task)
+
+    return train_one(cfg, init, planned, FinetuneJob(len(train), False, module, windows, finish, check))
 
 
 # ----------------------------------------------------------------------------- an invocation
