@@ -65,7 +65,7 @@ def test_smoke_pretraining_output_fits_80_columns_without_announcements(tmp_path
     # (a line naming the run directory is as long as the outputs folder's path: a temporary one here)
     assert all(columns(line.replace(str(tmp_path), "outputs")) <= 80 for line in out.splitlines()), out
     assert "loss:" in res.stdout and "finished:" in res.stdout
-    assert res.stdout.splitlines()[0] == "threads: 1 (OMP_NUM_THREADS; trainer.threads=N to change)"
+    assert res.stdout.splitlines()[0] == "threads: 1 (OMP_NUM_THREADS; set trainer.threads=N)"
     assert "W&B: offline (WANDB_MODE)" in res.stderr  # its one line
     assert "`wandb sync RUN/wandb/offline-run-*`" in res.stderr and list((tmp_path / "runs").glob("pretrain/*/wandb/offline-run-*"))
 

@@ -100,7 +100,7 @@ def set_threads(trainer_cfg) -> str:
     else:
         n, why = usable_cores(), "the physical cores this process may use"
     torch.set_num_threads(n)
-    line = f"threads: {n} ({why}; trainer.threads=N to change)"
+    line = f"threads: {n} ({why}; set trainer.threads=N)"  # 80 columns at most
     if _THREADS_SAID != [line]:
         if note := cpu_on_gpu_host(trainer_cfg):
             print(note, file=sys.stderr, flush=True)
