@@ -208,7 +208,7 @@ class PruningSchema:
     tasks: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from ..pruning.masked import ALIASES, METHODS
+        from ..pruning.methods import ALIASES, METHODS
 
         choose("pruning.method", self.method, ("none", *METHODS, *ALIASES), "topk (pruning=movement)")
         if self.method == "none":

@@ -111,46 +111,43 @@ class OptimSchema:
             raise ValueError(f"optim.betas={list(self.betas)}: two numbers in [0, 1)")
 
 
-# The values nearly every run gives, all of them ones Lightning accepts (tests/test_config.py checks
-# them against its registries): such a trainer group is checked without importing Lightning (3-5 s),
-# so ``--cfg`` and a refused value elsewhere answer at once.
-USUAL_LIGHTNING = {
-    "accelerator": ("auto", "cpu", "gpu", "cuda"),
-    "strategy": ("auto", "ddp", "ddp_spawn", "fsdp"),
-    "precision": ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true"),
+# Lightning's names (2.x: its AcceleratorRegistry, StrategyRegistry and precision flags), written
+# here so a value is checked without importing Lightning and torch (3-5 s): a mistake is refused at
+# once. tests/test_config.py checks every name against the installed Lightning. A strategy a newer
+# Lightning adds is refused until it is added here (the message lists what is accepted).
+LIGHTNING_NAMES = {
+    # convexp runs on CPUs and GPUs (train/accel.py); "gpu" is Lightning's alias of the first GPU kind
+    "accelerator": ("auto", "cpu", "gpu", "cuda", "mps"),
+    "strategy": (
+        "auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "fsdp", "fsdp_cpu_offload", "deepspeed",
+        "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_2_offload", "deepspeed_stage_3",
+        "deepspeed_stage_3_offload", "deepspeed_stage_3_offload_nvme", "single_device",
+        *(f"{ddp}_find_unused_parameters_{flag}" for ddp in ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
+          for flag in ("false", "true")),
+    ),
+    "precision": ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "64", "16",
+                  "bf16", "transformer-engine", "transformer-engine-float16"),
 }
+EXAMPLES = {"accelerator": "cpu", "strategy": "ddp", "precision": "bf16-mixed"}
 
 
 def lightning_values(t: TrainerSchema) -> None:
-    """accelerator, strategy, precision and devices as Lightning accepts them: names from its own
-    registries (``AcceleratorRegistry``, ``StrategyRegistry``) and its precision flags; whether the
-    hardware is here is not asked (a sweep is planned on a login node for GPU jobs). Usual values
-    (USUAL_LIGHTNING, a CPU given a count of processes) pass without asking Lightning."""
-    from typing import get_args
-
+    """accelerator, strategy, precision and devices as Lightning accepts them (LIGHTNING_NAMES),
+    without importing it; whether the hardware is here is not asked (a sweep is planned on a login
+    node for GPU jobs)."""
     check_devices(t.devices)
-    cpu_count = t.accelerator != "cpu" or t.devices == "auto" or (type(t.devices) is int and t.devices >= 1)
     given = {"accelerator": t.accelerator, "strategy": t.strategy, "precision": str(t.precision)}
-    if cpu_count and all(given[k] in USUAL_LIGHTNING[k] for k in given):
-        return
-
-    from lightning_fabric import connector
-    from pytorch_lightning.accelerators import AcceleratorRegistry
-    from pytorch_lightning.strategies import StrategyRegistry
-
-    # convexp runs on CPUs and GPUs (train/accel.py); "gpu" is Lightning's alias of the first GPU kind
-    accelerators = ["auto", "gpu", *sorted(AcceleratorRegistry.available_accelerators() & {"cpu", "cuda", "mps"})]
-    choose("trainer.accelerator", t.accelerator, accelerators, "cpu")
-    choose("trainer.strategy", t.strategy, ["auto", *StrategyRegistry.available_strategies()], "ddp")
-    precisions = [str(v) for part in get_args(connector._PRECISION_INPUT) for v in get_args(part)]
-    choose("trainer.precision", str(t.precision), list(dict.fromkeys(precisions)), "bf16-mixed")
-    if t.accelerator == "cpu" and t.devices != "auto":  # Lightning's own parse (a CPU takes a count; GPU ids are checked where the GPUs are)
-        from pytorch_lightning.accelerators import CPUAccelerator
-
-        try:
-            CPUAccelerator.parse_devices(t.devices)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"trainer.devices={t.devices!r} with trainer.accelerator=cpu: {e} e.g. trainer.devices=1") from e
+    for key, value in given.items():
+        choose(f"trainer.{key}", value, LIGHTNING_NAMES[key], EXAMPLES[key])
+    devices = t.devices
+    if isinstance(devices, str) and devices.strip().isdigit():
+        devices = int(devices)
+    cpu_count = devices == "auto" or (type(devices) is int and devices >= 1)
+    if t.accelerator == "cpu" and not cpu_count:  # as Lightning's CPUAccelerator.parse_devices
+        raise ValueError(
+            f"trainer.devices={t.devices!r} with trainer.accelerator=cpu: a CPU takes a number of "
+            "processes (an int > 0), not device ids; e.g. trainer.devices=1"
+        )
 
 
 def check_devices(devices) -> None:

@@ -64,36 +64,39 @@ Parametrized modules cannot be pickled whole (``torch.save(model)``); state dict
 the threshold (a persistent buffer).
 """
 
-from .binarizers import (
-    SigmoidThresholdBinarizer,
-    TopKBinarizer,
-    expected_l0,
-    hard_concrete_mask,
-    magnitude_mask,
-)
-from .distill import distillation_loss, soft_target_loss
-from .masked import (
-    METHODS,
-    WeightMask,
-    canonical_method,
-    fold_masks,
-    masks,
-    prunable_layers,
-    prune,
-    regularization,
-    remaining_weights,
-    score_parameters,
-    set_threshold,
-)
-from .schedule import cubic_threshold, default_warmup, prune_warmup
-from .structured import (
-    StructuredSummary,
-    layer_sizes,
-    measure_speedup,
-    prune_ffn,
-    prune_heads,
-    remove_dead_structures,
-)
+from importlib import import_module
+
+from .methods import METHODS, canonical_method
+
+# The rest is imported on first use (PEP 562 ``__getattr__``): reading the method names (the config
+# check does) does not import torch.
+_MODULE_OF = {
+    "SigmoidThresholdBinarizer": "binarizers",
+    "TopKBinarizer": "binarizers",
+    "expected_l0": "binarizers",
+    "hard_concrete_mask": "binarizers",
+    "magnitude_mask": "binarizers",
+    "distillation_loss": "distill",
+    "soft_target_loss": "distill",
+    "WeightMask": "masked",
+    "fold_masks": "masked",
+    "masks": "masked",
+    "prunable_layers": "masked",
+    "prune": "masked",
+    "regularization": "masked",
+    "remaining_weights": "masked",
+    "score_parameters": "masked",
+    "set_threshold": "masked",
+    "cubic_threshold": "schedule",
+    "default_warmup": "schedule",
+    "prune_warmup": "schedule",
+    "StructuredSummary": "structured",
+    "layer_sizes": "structured",
+    "measure_speedup": "structured",
+    "prune_ffn": "structured",
+    "prune_heads": "structured",
+    "remove_dead_structures": "structured",
+}
 
 __all__ = [
     "METHODS",
@@ -124,3 +127,9 @@ __all__ = [
     "set_threshold",
     "soft_target_loss",
 ]
+
+
+def __getattr__(name: str):
+    if name in _MODULE_OF:
+        return getattr(import_module(f".{_MODULE_OF[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,23 +47,10 @@ from .binarizers import (
     l1_sigmoid,
     magnitude_mask,
 )
+from .methods import canonical_method
 
-METHODS = ("magnitude", "topk", "sigmoid_threshold", "l0")
-ALIASES = {  # the reference's spellings and the paper's names
-    "topK": "topk",
-    "movement": "topk",
-    "sigmoied_threshold": "sigmoid_threshold",
-    "soft_movement": "sigmoid_threshold",
-}
 KEEP_ALL = {"magnitude": 1.0, "topk": 1.0, "sigmoid_threshold": 0.0, "l0": 1.0}  # threshold masking nothing
 MASKABLE = (nn.Linear, GroupedLinear)
-
-
-def canonical_method(method: str) -> str:
-    m = ALIASES.get(method, method)
-    if m not in METHODS:
-        raise ValueError(f"unknown pruning method {method!r}; choose one of {METHODS} (or {sorted(ALIASES)})")
-    return m
 
 
 class WeightMask(nn.Module):
