@@ -137,6 +137,9 @@ def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PR
     """Pre-train a model preset (MLM or ELECTRA) into outputs/runs/pretrain/<id>; re-running resumes."""
     composed = _composed("pretrain", overrides or [], cfg)
     if composed is not None:
+        from .train.inputs import check_pretrain_inputs
+
+        check_pretrain_inputs(composed)  # before the stage's imports (torch, Lightning): at once
         from .tasks.pretraining.stage import run_pretrain
 
         run_pretrain(composed)
@@ -170,7 +173,13 @@ def finetune_squad(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str
         given = ["task=squad1", *given]
     composed = _composed("finetune", given, cfg)
     if composed is not None:
-        _check_init(composed)
+        from .tasks.squad.data import check_source
+        from .tasks.squad.runs import check_squad_config, squad_source
+        from .train.inputs import check_finetune_inputs
+
+        check_squad_config(composed)  # before the stage's imports (torch, Lightning): at once
+        check_finetune_inputs(composed)
+        check_source(squad_source(composed))
         from .tasks.squad.stage import run_squad
 
         run_squad(composed)
@@ -181,21 +190,17 @@ def _finetune(overrides: list[str], print_cfg: str | None) -> None:
     run them (stages receive composed configs)."""
     composed = _composed("finetune", overrides, print_cfg)
     if composed is not None:
-        _check_init(composed)
-        from .tasks.classification.stage import run_glue
         from .store.rundirs import compose_finetune
+        from .tasks.classification.loading import check_source
+        from .train.inputs import check_finetune_inputs
 
-        run_glue(*compose_finetune(overrides, composed))
+        cfg, task_cfgs = compose_finetune(overrides, composed)
+        check_finetune_inputs(cfg, task_cfgs.values())  # before the stage's imports (torch, Lightning)
+        for c in (cfg, *task_cfgs.values()):
+            check_source(c.task, c.glue)
+        from .tasks.classification.stage import run_glue
 
-
-def _check_init(composed) -> None:
-    """``init=none`` without its model or tokenizer: refused before the stages' imports (seconds)."""
-    from .errors import UserError
-    from .config.schema import init_none_problem
-
-    problem = init_none_problem(composed)
-    if problem:
-        raise UserError(problem)
+        run_glue(cfg, task_cfgs)
 
 
 @app.command()

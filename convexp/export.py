@@ -19,19 +19,17 @@ import json
 import time
 from pathlib import Path
 
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import UserError
-from .store.checkpoint import TOKENIZER_FILES, Checkpoint, open_checkpoint
-from .models.io import WEIGHTS, build_model, model_kind, save_model_dir
-from .pruning.masked import remaining_weights
-from .pruning.structured import (
-    layer_sizes,
-    layers_parameters,
-    measure_speedup,
-    pruned_config,
-    remove_dead_structures,
-)
+from .models.files import TOKENIZER_FILES, WEIGHTS
+from .store.locate import locate
+
+if TYPE_CHECKING:
+    import torch
+
+# torch, the checkpoint and the pruning modules are imported by the functions that compute: the
+# arguments are checked before them (a mistake is one line at once)
 
 TOLERANCE = 1e-4  # max |Δ| between the loaded and the exported model's outputs (fp32)
 EXPORT_JSON = "export.json"
@@ -46,17 +44,18 @@ class ExportMismatch(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 
 
-def open_source(run: Path) -> Checkpoint:
-    """The convexp checkpoint to export: a run directory (its model/) or a model directory."""
+def source_dir(run: Path) -> Path:
+    """The convexp model directory to export: a run directory's model/ or a model directory
+    (from the names of its files: nothing read)."""
     if not Path(run).expanduser().exists():
         raise UserError(f"{run} does not exist; give a convexp run directory or model directory")
-    ckpt = open_checkpoint(Path(run), label="", weights=False)
-    if not ckpt.is_convexp:
+    where = locate(Path(run), "", weights=False)
+    if where.kind not in ("run", "model_dir"):
         raise UserError(
             f"{run} is a Hugging Face checkpoint, not a convexp run or model directory; "
             "export reads convexp runs (fine-tune it first: convexp finetune glue init=...)"
         )
-    return ckpt
+    return where.path
 
 
 QA_HEADS = ("head.qa_outputs.weight", "head.start.weight")  # BERT's SpanHead, ELECTRA's JointSpanHead
@@ -117,6 +116,9 @@ def _check_tokenizer(files: list[Path], vocab_size: int) -> None:
 def _rebuild(model: torch.nn.Module) -> torch.nn.Module:
     """A fresh model built from ``pruned_config(model)`` holding ``model``'s tensors: proves that
     the saved directory will load (strict: every name and shape)."""
+    from .models.io import build_model, model_kind
+    from .pruning.structured import pruned_config
+
     state = model.state_dict()
     kind, num_labels = model_kind(state)
     fresh = build_model(pruned_config(model), kind, num_labels)
@@ -130,6 +132,8 @@ def _rebuild(model: torch.nn.Module) -> torch.nn.Module:
 def check_batch(cfg, batch: int, seq_len: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids [B, L], attention_mask [B, L]): random tokens, B = min(batch, 8) ≥ 2, the last row padded
     from L // 2 on (so the padding paths are checked too)."""
+    import torch
+
     B = max(2, min(batch, 8))
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, cfg.vocab_size, (B, seq_len), generator=g)
@@ -139,12 +143,14 @@ def check_batch(cfg, batch: int, seq_len: int, seed: int = 0) -> tuple[torch.Ten
     return ids, mask
 
 
-@torch.no_grad()
 def output_difference(a: torch.nn.Module, b: torch.nn.Module, ids, mask) -> dict:
     """Max |Δ| of the logits and of the encoder features [B, L, D] of two models (eval mode)."""
+    import torch
+
     a.eval(), b.eval()
-    la, lb = a(ids, attention_mask=mask).logits, b(ids, attention_mask=mask).logits
-    fa, fb = a.encoder(ids, mask).features, b.encoder(ids, mask).features
+    with torch.no_grad():
+        la, lb = a(ids, attention_mask=mask).logits, b(ids, attention_mask=mask).logits
+        fa, fb = a.encoder(ids, mask).features, b.encoder(ids, mask).features
     return {
         "logits": float((la.float() - lb.float()).abs().max()),
         "features": float((fa.float() - fb.float()).abs().max()),
@@ -152,6 +158,8 @@ def output_difference(a: torch.nn.Module, b: torch.nn.Module, ids, mask) -> dict
 
 
 def _params(model: torch.nn.Module) -> dict:
+    from .pruning.structured import layers_parameters
+
     return {"layers": layers_parameters(model), "total": sum(p.numel() for p in model.parameters())}
 
 
@@ -181,15 +189,22 @@ def export_model(
 ) -> dict:
     """Export the model of ``run`` (see the module docstring) and return export.json's content
     (plus "out", the directory written)."""
-    ckpt = open_source(run)
-    src = ckpt.path
-    _check_classifier(src, run)
+    src = source_dir(run)
     out = Path(out).expanduser() if out else default_out(src)
     if out.exists():
         raise UserError(f"{out} exists; refusing to overwrite it (give another --out or delete it)")
     if batch < 1 or seq_len < 1:
         raise UserError(f"--batch and --seq-len must be positive, got {batch} and {seq_len}")
-    files = tokenizer_files(src, tokenizer)  # every input checked before the weights are read
+    files = tokenizer_files(src, tokenizer)  # every input checked before torch and the weights
+    import torch
+
+    from .pruning.masked import remaining_weights
+    from .pruning.structured import layer_sizes, measure_speedup, remove_dead_structures
+    from .models.io import save_model_dir
+    from .store.checkpoint import open_checkpoint
+
+    _check_classifier(src, run)
+    ckpt = open_checkpoint(Path(run), label="", weights=False)
     dense = ckpt.model()
     cfg = dense.encoder.cfg
     if cfg.absolute_positions and seq_len > cfg.max_position_embeddings:

@@ -353,3 +353,113 @@ def test_bad_input_on_a_gpu_host_is_still_one_line(tmp_path, files, monkeypatch,
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     args, words = next(c[1:] for c in CASES if c[0] == name)
     test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, files, monkeypatch, args, words)
+
+
+# The refusals that read a file's content (weights, a config's JSON, a TSV's rows): made by the
+# stage, which imports torch first. Every other refusal needs no file's content.
+READS_CONTENT = {
+    "corrupt safetensors", "header-only TSV", "pretrain init damaged weights", "pretrain init truncated config",
+    "init truncated config.json", "init unreadable safetensors", "init unreadable pytorch_model.bin",
+    "export damaged weights",
+}
+HEAVY = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "transformers", "datasets")
+BLOCKED = f'''
+import importlib.abc, json, sys
+class Heavy(Exception):
+    pass
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {HEAVY!r}:
+            raise Heavy(name)
+sys.meta_path.insert(0, Blocker())
+from typer.testing import CliRunner
+from convexp.cli import app
+cases, out = json.loads(sys.stdin.read()), {{}}
+for name, args in cases:
+    res = CliRunner().invoke(app, args, terminal_width=400)
+    e = res.exception
+    while e is not None and not isinstance(e, Heavy):
+        e = e.__cause__ or e.__context__
+    out[name] = [res.exit_code, str(e) if e else None]
+print(json.dumps(out))
+'''
+
+
+def test_refusals_that_need_no_file_content_come_before_torch_and_lightning(tmp_path, files):
+    """Every bad input whose refusal needs no file's content is refused (exit 2) with torch,
+    Lightning, datasets and transformers unimportable: refused before they are imported, at once."""
+    import os
+    import subprocess
+    import sys
+
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "CONVEXP_CONFIG_PATH": "", "WANDB_MODE": "disabled"}
+    cases = [(c[0], [a.replace("{bad}", str(files)) for a in c[1]]) for c in CASES if c[0] not in READS_CONTENT]
+    done = subprocess.run([sys.executable, "-c", BLOCKED], input=json.dumps(cases), capture_output=True,
+                          text=True, env=env, cwd=tmp_path, check=True)  # fmt: skip
+    got = json.loads(done.stdout.splitlines()[-1])
+    late = {name: heavy for name, (code, heavy) in got.items() if heavy}
+    assert late == {}, f"refused only after importing: {late}"
+    assert {name: code for name, (code, _) in got.items() if code != 2} == {}
+    assert not any(outputs.iterdir())
+
+
+def _tree(root) -> set:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("what", ["custom task without its label column", "corpus of malformed JSON lines"])
+def test_a_refused_file_leaves_the_datasets_cache_as_it_was(tmp_path, files, monkeypatch, what):
+    """datasets writes its Arrow copy of a local file (and lock files) before convexp sees the
+    columns: a refusal takes them out again, and leaves what was cached before."""
+    from datasets import config
+
+    cache = tmp_path / "hf-datasets"
+    (cache / "earlier").mkdir(parents=True)
+    (cache / "earlier" / "kept.arrow").write_text("x")
+    before = _tree(cache)
+    monkeypatch.setattr(config, "HF_DATASETS_CACHE", str(cache))
+    data = tmp_path / "data"
+    data.mkdir()
+    if what.startswith("custom"):
+        for split in ("train", "dev"):
+            (data / f"{split}.csv").write_text("sentence,other\nhello world,1\nbye now,0\n")
+        args = [*FT, "task=custom", f"task.train_file={data}/train.csv", f"task.validation_file={data}/dev.csv",
+                "task.text_fields=[sentence]", "task.label_field=label", "task.num_labels=2"]  # fmt: skip
+        words = ["no column label"]
+    else:
+        (data / "corpus.jsonl").write_text('{"text": "a fine line"}\n{"text": "cut sh\n')
+        args, words = [*PRE, "data=files", f"data.path={data}"], ["cannot read"]
+    test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, files, monkeypatch, args, words)
+    assert _tree(cache) == before
+
+
+def test_outputs_that_cannot_be_made_and_unreadable_files_are_one_line(tmp_path, monkeypatch):
+    """Permissions alone do not tell whether outputs can be made (/proc says yes) nor a file
+    read (root reads anything): both refusals are one line naming the path, not a traceback."""
+    import os
+
+    from convexp.data.digests import Digests
+    from convexp.data.errors import DataPathError
+    from convexp.errors import UserError
+    from convexp.train import inputs
+
+    if os.path.isdir("/proc/self"):
+        with pytest.raises(UserError, match="outputs '/proc/convexp-out' cannot be made in /proc"):
+            inputs.check_outputs_writable("/proc/convexp-out")
+    inputs.check_outputs_writable(tmp_path / "a" / "b")  # makable: nothing is left behind
+    assert not any(tmp_path.iterdir())
+    f = tmp_path / "train.tsv"
+    f.write_text("sentence\tlabel\n")
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(DataPathError, match="train.tsv cannot be read"):
+        inputs.readable(f, "data.path")
+    monkeypatch.setenv("CONVEXP_CACHE", str(tmp_path / "cache"))
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr("convexp.data.digests._file_digest", refused)
+    with pytest.raises(DataPathError, match=r"train.tsv cannot be read \(Permission denied\)"):
+        Digests().of(f)

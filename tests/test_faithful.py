@@ -137,7 +137,7 @@ def test_pretraining_flops_reproduce_convbert_table3():
     1M updates, batch 128 / 256) under ELECTRA's flops_computation.py convention."""
     from convexp.config.compose import model_configs
     from convexp.models.stats import pretraining_flops
-    from convexp.tasks.pretraining.objectives import generator_config
+    from convexp.models.config import generator_config
 
     names = ["convbert_small", "convbert_medium_small", "convbert_base", "electra_small", "electra_base"]
     cfgs = model_configs([*names, "bert_small"])

@@ -7,10 +7,10 @@ import torch
 
 from convexp.models import ModelConfig
 from convexp.models.heads import IGNORE
+from convexp.models.config import generator_config
 from convexp.tasks.pretraining.objectives import (
     ElectraObjective,
     TokenInfo,
-    generator_config,
     mask_tokens,
     prediction_slots,
 )

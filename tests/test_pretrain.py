@@ -32,7 +32,8 @@ def test_pretrain_runs_exports_and_logs_offline(tmp_path, objective):
     assert m["steps"] == 30 and m["val_loss"] is not None and m["tokens_per_s"] > 0
     assert json.loads((run / "status.json").read_text())["status"] == "finished"
     # exported model: weights, model config and tokenizer, loadable by convexp
-    from convexp.models.io import is_model_dir, read_model_config
+    from convexp.models.files import is_model_dir
+    from convexp.models.io import read_model_config
 
     assert is_model_dir(run / "model") and (run / "model" / "tokenizer.json").exists()
     assert read_model_config(run / "model").vocab_size == 400

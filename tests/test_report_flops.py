@@ -9,7 +9,7 @@ from helpers import write_sweep
 from convexp.config.compose import compose_stage, model_configs
 from convexp.models.stats import pretraining_flops
 from convexp.report.build import make_report
-from convexp.tasks.pretraining.objectives import generator_config
+from convexp.models.config import generator_config
 
 
 def test_flops_column_renders_our_table3_count(tmp_path, monkeypatch):

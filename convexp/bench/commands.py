@@ -33,8 +33,6 @@ MODELS = typer.Option("convbert_small,electra_small,convbert_base", help="CUDA: 
 
 def _bench_step(steps: int, batch_size: int | None, seq_len: int, lengths: str, skip_hf: bool, device: str,
                 compile_modes: str, out: str | None, models: str) -> None:  # fmt: skip
-    import torch
-
     for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--seq-len", seq_len)):
         if value is not None and value < 1:
             _refuse(f"{flag} must be a positive integer, got {value}")
@@ -49,11 +47,15 @@ def _bench_step(steps: int, batch_size: int | None, seq_len: int, lengths: str, 
     modes = tuple(m for m in compile_modes.split(",") if m)
     if set(modes) - {"step", "graphs"}:
         _refuse(f"--compile {compile_modes!r}: use step, graphs or both, comma-separated")
-    from .cuda_step import SHAPES
+    from .shapes import STEP_SHAPES as SHAPES
 
     names = [m for m in models.split(",") if m]
     if not names or set(names) - {n for n, _, _ in SHAPES}:
         _refuse(f"--models {models!r}: choose from {', '.join(n for n, _, _ in SHAPES)}")
+    if device == "cpu" and (modes or out or len(names) != len(SHAPES)):
+        _refuse("--compile, --models and --out are for the CUDA step table (--device cuda)")
+    import torch
+
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if device == "cuda" and not torch.cuda.is_available():
         _refuse("--device cuda: no CUDA GPU is visible to torch here; use --device cpu")

@@ -28,10 +28,10 @@ import torch
 
 from ..config.compose import model_config
 from ..models import MaskedLM
+from .shapes import STEP_SHAPES
 from ..models.stats import training_step_flops
 from ..tasks.pretraining.objectives import prediction_slots
 
-SHAPES = (("convbert_small", 128, 128), ("electra_small", 128, 128), ("convbert_base", 32, 512))
 
 
 def matmul_tflops(n: int = 8192, repeats: int = 10) -> float:
@@ -161,7 +161,7 @@ def bench_model(name: str, batch_size: int, seq_len: int, rounds: int, peak: flo
     return rows
 
 
-def run_cuda_benchmarks(rounds: int, hf: bool, compile_modes: tuple[str, ...] = (), shapes=SHAPES) -> dict:
+def run_cuda_benchmarks(rounds: int, hf: bool, compile_modes: tuple[str, ...] = (), shapes=STEP_SHAPES) -> dict:
     """The whole CUDA step table; returns {device, matmul_tflops, rows} (also printed)."""
     from .step import print_rows, console
 

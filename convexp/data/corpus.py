@@ -29,9 +29,11 @@ format: .txt (builder "text"), .jsonl/.json ("json") or .parquet ("parquet"), al
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from .datasets_cache import kept_on_refusal
 from .errors import (
     DataError,
     DataPathError,
@@ -184,10 +186,17 @@ def corpus_fingerprint(cfg) -> dict:
 
 def load_corpus(cfg):
     """The corpus of a data config: a ``datasets.Dataset`` (or ``IterableDataset`` when streaming)
-    with exactly one column, ``text``, and no blank document. Raises DataError subclasses."""
+    with exactly one column, ``text``, and no blank document. Raises DataError subclasses; a
+    refused local file leaves nothing in the datasets cache."""
+    s = data_settings(cfg)
+    local = s["source"] == "files" and s["parts"] is None
+    with kept_on_refusal() if local else nullcontext():
+        return _corpus(s)
+
+
+def _corpus(s: dict):
     import datasets
 
-    s = data_settings(cfg)
     if s["source"] == "synthetic":
         from .synthetic import synthetic_corpus
 

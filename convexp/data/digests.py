@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from ..atomic import atomic_write
+from .errors import DataPathError
 
 
 
@@ -65,7 +66,10 @@ class Digests:
         hit = self.cache.get(key)
         if hit and hit[:2] == stamp:
             return hit[2]
-        digest = _file_digest(path)
+        try:
+            digest = _file_digest(path)
+        except OSError as e:  # e.g. no permission to read it: one line, before any run is made
+            raise DataPathError(f"{path} cannot be read ({e.strerror}); fix its permissions or the path") from None
         self.cache[key] = [*stamp, digest]
         self.changed = True
         return digest

@@ -161,20 +161,9 @@ class Tokenizer:
         or the vocab.txt of a hub model (a name that is not a local path, see ``hub_vocab``)."""
         from tokenizers import Tokenizer as Backend
 
-        p = Path(path).expanduser()
-        if not p.exists() and _is_hub_name(str(path)):
+        p = tokenizer_file(path)
+        if p is None:
             p = hub_vocab(str(path))
-        if p.is_dir():
-            found = [p / n for n in ("tokenizer.json", "vocab.txt") if (p / n).is_file()]
-            if not found:
-                raise TokenizerError(
-                    f"no tokenizer.json or vocab.txt in {p}; set tokenizer.path to a tokenizer file"
-                )
-            p = found[0]
-        if not p.is_file():
-            raise TokenizerError(
-                f"no such tokenizer file or folder: {p}; set tokenizer.path to a tokenizer.json or vocab.txt"
-            )
         try:
             if p.suffix == ".json":
                 return cls(Backend.from_file(str(p)))
@@ -187,6 +176,24 @@ class Tokenizer:
                 f"cannot read tokenizer {p}: {' '.join(str(e).split())[:200]}; check the file"
             ) from e
         raise TokenizerError(f"unsupported tokenizer file {p.name!r}; use a tokenizer.json or a vocab.txt")
+
+
+def tokenizer_file(path) -> Path | None:
+    """The local file a tokenizer path names (a tokenizer.json or vocab.txt, or the folder holding
+    one), None for a hub model name; TokenizerError when there is none. Reads nothing."""
+    p = Path(path).expanduser()
+    if not p.exists() and _is_hub_name(str(path)):
+        return None
+    if p.is_dir():
+        found = [p / n for n in ("tokenizer.json", "vocab.txt") if (p / n).is_file()]
+        if not found:
+            raise TokenizerError(f"no tokenizer.json or vocab.txt in {p}; set tokenizer.path to a tokenizer file")
+        p = found[0]
+    if not p.is_file():
+        raise TokenizerError(
+            f"no such tokenizer file or folder: {p}; set tokenizer.path to a tokenizer.json or vocab.txt"
+        )
+    return p
 
 
 def _is_hub_name(ref: str) -> bool:

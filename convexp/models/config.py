@@ -6,7 +6,7 @@ never branches on a preset's name, only on these fields.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Dict, List, Optional
 
 MIXERS = ("attention", "mixed")
@@ -205,3 +205,25 @@ class ModelConfig:
         if unknown:
             raise ValueError(f"unknown model config key(s) {unknown}; known keys: {sorted(known)}")
         return cls(**d)
+
+
+def generator_config(cfg: ModelConfig, fraction: float) -> ModelConfig:
+    """ELECTRA's generator: same depth and embedding size, hidden/heads/FFN scaled by `fraction`."""
+    hidden = max(1, round(cfg.hidden_size * fraction))
+    heads = max(1, round(cfg.num_heads * fraction))
+    while hidden % heads:
+        heads -= 1
+    return replace(
+        cfg,
+        name=f"{cfg.name}-generator",
+        hidden_size=hidden,
+        num_heads=heads,
+        head_ratio=min(cfg.head_ratio, heads),  # a 1-head generator keeps its one head (as HF ConvBERT)
+        head_size=None,
+        intermediate_size=max(
+            cfg.ffn_groups, round(cfg.intermediate_size * fraction) // cfg.ffn_groups * cfg.ffn_groups
+        ),
+        embedding_size=cfg.emb_size,
+        pooler=False,
+        scalar_mix=False,
+    )

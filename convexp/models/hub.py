@@ -30,8 +30,7 @@ from safetensors.torch import load_file, save_model
 
 from .config import ModelConfig
 
-WEIGHTS, CONFIG = "model.safetensors", "model_config.json"
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # in the order Tokenizer.load prefers them
+from .files import CONFIG, TOKENIZER_FILES, WEIGHTS
 
 
 def write_model_files(model: torch.nn.Module, cfg: ModelConfig, d: Path, extra_files=(), texts=None) -> None:

@@ -14,7 +14,8 @@ from safetensors.torch import load_file
 from ..atomic import atomic_dir
 from .config import ModelConfig
 from .heads import MaskedLM, ReplacedTokenDetector, SequenceClassifier
-from .hub import CONFIG, WEIGHTS, model_kind, read_model_config, write_model_files
+from .files import WEIGHTS
+from .hub import model_kind, read_model_config, write_model_files
 
 CLASSES = {"classifier": SequenceClassifier, "mlm": MaskedLM, "rtd": ReplacedTokenDetector}
 
@@ -33,10 +34,6 @@ def save_model_dir(
         raise FileExistsError(f"{out_dir} exists; refusing to overwrite a saved model")
     with atomic_dir(out_dir) as tmp:
         write_model_files(model, cfg, tmp, extra_files, texts)
-
-
-def is_model_dir(path: Path) -> bool:
-    return (Path(path) / WEIGHTS).exists() and (Path(path) / CONFIG).exists()
 
 
 def load_encoder_weights(encoder: torch.nn.Module, path: Path) -> None:

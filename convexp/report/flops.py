@@ -25,7 +25,7 @@ NOTE = (
 def table3_flops(cfg: DictConfig, model_cfg) -> float:
     """Pre-training FLOPs of a composed pre-training config (see the module docstring)."""
     from ..models.stats import pretraining_flops
-    from ..tasks.pretraining.objectives import generator_config
+    from ..models.config import generator_config
 
     objective = cfg.objective.name
     generator = None

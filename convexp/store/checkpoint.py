@@ -37,22 +37,9 @@ from safetensors.torch import load_file
 
 from ..errors import UserError
 from ..models import ModelConfig, SequenceClassifier
-from ..models.hub import TOKENIZER_FILES
-from ..models.io import CONFIG, WEIGHTS, is_model_dir, load_model_dir, read_model_config
-
-KINDS = ("run", "model_dir", "hf_dir", "hub")
-HF_WEIGHTS = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
-RUN_FILES = ("status.json", "config.yaml", "metrics.json")  # a convexp run directory has these
-
-
-class CheckpointError(UserError):
-    """A checkpoint reference that cannot be opened; the message names it and the fix."""
-
+from ..models.files import CONFIG, TOKENIZER_FILES, WEIGHTS
+from ..models.io import load_model_dir, read_model_config
+from .locate import HF_WEIGHTS, CheckpointError, locate, named
 
 class CheckpointNotCached(CheckpointError):
     """A hub name that is not in the Hugging Face cache, while the hub cannot be asked (offline, or
@@ -65,7 +52,7 @@ class Checkpoint:
     (``encoder.*``, plus ``head.*`` for a convexp model directory); None with ``weights=False``."""
 
     ref: str  # as given
-    kind: str  # one of KINDS
+    kind: str  # one of locate.KINDS
     path: Path  # the directory the files are read from (RUN/model, the directory, the hub snapshot)
     source: str  # what another process is given to find it again: the absolute path, or the hub name
     slug: str  # its name in run ids: the run's or directory's name, the hub name's last part
@@ -76,7 +63,7 @@ class Checkpoint:
     @property
     def name(self) -> str:
         """How messages name it: ``init=<ref>``."""
-        return _named(self.label, self.ref)
+        return named(self.label, self.ref)
 
     @property
     def is_convexp(self) -> bool:
@@ -133,46 +120,16 @@ def open_checkpoint(ref: str | os.PathLike, *, label: str = "init", weights: boo
     """Open ``ref`` (see the module docstring). ``label`` names the option in messages
     (``init``, ``distill.teacher``; "" for a bare path); ``weights=False`` reads configs only."""
     ref = str(ref)
-    p = Path(ref).expanduser()
-    name = _named(label, ref)
-    if not p.exists():
-        if not _hub_name(ref):
-            raise CheckpointError(
-                f"{name} does not exist; give a convexp run directory, a model directory, "
-                "a Hugging Face checkpoint directory or a hub name"
-            )
-        snapshot = _hub_snapshot(ref, name, weights)
+    where = locate(ref, label, weights=weights)
+    if where.kind == "hub":
+        snapshot = _hub_snapshot(ref, named(label, ref), weights)
         if (snapshot / CONFIG).is_file():  # a convexp model directory on the hub
             return _open_convexp(ref, label, "hub", snapshot, ref, weights)
         return _open_hf(ref, label, "hub", snapshot, ref, weights)
-    if not p.is_dir():
-        raise CheckpointError(f"{name} is a file; give the directory that holds it")
-    source = str(p.resolve())
-    if (p / "model").is_dir() or any((p / f).is_file() for f in RUN_FILES):  # a convexp run
-        d = p / "model"
-        if not is_model_dir(d):
-            raise CheckpointError(
-                f"{name}: the run has no model ({d}/{WEIGHTS} + {CONFIG}); let it finish "
-                "(re-run its command) or give another checkpoint"
-            )
-        return _open_convexp(ref, label, "run", d, source, weights)
-    if (p / CONFIG).is_file():
-        if not is_model_dir(p):
-            raise CheckpointError(
-                f"{name} has no weights ({WEIGHTS} + {CONFIG}); give a complete model directory"
-            )
-        return _open_convexp(ref, label, "model_dir", p, source, weights)
-    if (p / "config.json").is_file():
-        if weights and not any((p / f).is_file() for f in HF_WEIGHTS):
-            raise CheckpointError(
-                f"{name} has no weights (model.safetensors or pytorch_model.bin next to config.json); "
-                "give a complete Hugging Face checkpoint directory"
-            )
-        return _open_hf(ref, label, "hf_dir", p, source, weights)
-    raise CheckpointError(
-        f"{name} is not a convexp run or model directory ({WEIGHTS} + {CONFIG}) nor a Hugging Face "
-        "checkpoint directory (no config.json); give one of those or a hub name"
-    )
+    source = str(Path(ref).expanduser().resolve())
+    if where.kind == "hf_dir":
+        return _open_hf(ref, label, "hf_dir", where.path, source, weights)
+    return _open_convexp(ref, label, where.kind, where.path, source, weights)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,7 +141,7 @@ def _open_convexp(ref: str, label: str, kind: str, d: Path, source: str, weights
     try:
         cfg = read_model_config(d)
     except (ValueError, TypeError) as e:  # not JSON, or fields ModelConfig refuses
-        name = _named(label, ref)
+        name = named(label, ref)
         raise CheckpointError(f"{name}: cannot read {d / CONFIG} ({_first(e)}); re-create it") from e
     slug = Path(ref).name if kind == "hub" else d.parent.name if d.name == "model" else d.name
     ckpt = Checkpoint(ref, kind, d, source, slug, cfg, None, label)
@@ -252,11 +209,6 @@ def _hf_load(ckpt: Checkpoint, **kw):
     return model, dataclasses.replace(cfg, name=f"hf:{ckpt.slug}")
 
 
-def _hub_name(ref: str) -> bool:
-    """Could ``ref`` be a hub repository id (``org/name`` or a legacy ``name``)?"""
-    return not ref.startswith(("/", ".", "~")) and ref.count("/") <= 1 and "\\" not in ref and bool(ref)
-
-
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -285,10 +237,6 @@ def _hub_snapshot(ref: str, name: str, weights: bool) -> Path:
         return resolve_checkpoint(ref)
     except UserError as e:
         raise CheckpointError(f"{name}: {_first(e)}") from e
-
-
-def _named(label: str, ref: str) -> str:
-    return f"{label}={ref}" if label else ref
 
 
 def _first(e: BaseException) -> str:

@@ -60,7 +60,7 @@ def pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float:
     full length seq_len: sentence pairs are padded to seq_len (as Chang et al.'s dataset pads them),
     so their padding costs compute although it holds no token (``pretrain_tokens`` counts the real
     ones)."""
-    from ..tasks.pretraining.objectives import generator_config
+    from ..models.config import generator_config
 
     per_token = flops_per_token(model_cfg, cfg.seq_len)
     if generator and cfg.objective.name == "electra":

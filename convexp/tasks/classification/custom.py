@@ -21,6 +21,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+from ...data.datasets_cache import kept_on_refusal
 from ...data.errors import TaskError, TaskFileError, TaskLabelError
 from .registry import Task
 
@@ -90,11 +91,12 @@ def custom_task(task_cfg) -> Task:
 def load_custom(task_cfg) -> tuple[Task, dict[str, dict[str, list]]]:
     """(the task with its label names, {split: columns}) of a ``task=custom`` config."""
     t = custom_task(task_cfg)
-    rows = {
-        split: _read(t, task_cfg[key], key, task_cfg.label_field, labelled=split != "test")
-        for split, key in FILE_KEYS.items()
-        if task_cfg.get(key)
-    }
+    with kept_on_refusal():  # a refused file leaves no copy in the datasets cache
+        rows = {
+            split: _read(t, task_cfg[key], key, task_cfg.label_field, labelled=split != "test")
+            for split, key in FILE_KEYS.items()
+            if task_cfg.get(key)
+        }
     raw = {split: columns.pop("_raw_label") for split, columns in rows.items()}
     if not t.is_regression and any(isinstance(x, str) for x in raw["train"]):
         names = tuple(sorted({str(x) for x in raw["train"]}))
@@ -113,18 +115,33 @@ def load_custom(task_cfg) -> tuple[Task, dict[str, dict[str, list]]]:
     return t, out
 
 
+def check_files(task_cfg) -> None:
+    """A custom task's settings and files (each given one exists, with a known suffix), before
+    anything reads them."""
+    custom_task(task_cfg)
+    for key in FILE_KEYS.values():
+        if task_cfg.get(key):
+            _file(task_cfg[key], key)
+
+
+def _file(file: str, key: str) -> Path:
+    """A custom task's file: it exists and its suffix says how to read it."""
+    path = Path(file).expanduser()
+    if not path.is_file():
+        raise TaskFileError(f"task.{key}={file}: no such file; give a .csv, .tsv or .jsonl file")
+    if path.suffix.lower() not in _BUILDERS:
+        raise TaskFileError(
+            f"task.{key}={file}: unknown file type {path.suffix!r}; use .csv, .tsv, .json or .jsonl"
+        )
+    return path
+
+
 def _read(t: Task, file: str, key: str, label_field: str, labelled: bool) -> dict[str, list]:
     """The columns of one file: the text fields, ``_raw_label`` (as read) and ``idx``."""
     import datasets
 
-    path = Path(file).expanduser()
-    if not path.is_file():
-        raise TaskFileError(f"task.{key}={file}: no such file; give a .csv, .tsv or .jsonl file")
-    builder, options = _BUILDERS.get(path.suffix.lower(), (None, {}))
-    if builder is None:
-        raise TaskFileError(
-            f"task.{key}={file}: unknown file type {path.suffix!r}; use .csv, .tsv, .json or .jsonl"
-        )
+    path = _file(file, key)
+    builder, options = _BUILDERS[path.suffix.lower()]
     try:
         ds = datasets.load_dataset(builder, data_files={"rows": str(path.resolve())}, split="rows", **options)
     except Exception as e:  # a malformed file: the builder's message, on one line

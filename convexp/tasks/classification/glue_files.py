@@ -162,8 +162,10 @@ def _classic_specs(t: Task) -> dict[str, _TsvSpec]:
     return specs[t.name]
 
 
-def read_classic(t: Task, root: Path) -> dict[str, dict[str, list]]:
-    """{split: columns} of a task in the classic layout under ``root``."""
+def classic_files(t: Task, root: Path) -> dict[str, Path]:
+    """{split: file} of a task in the classic layout under ``root``: train and dev must be there
+    (one-line error naming the file), optional and test splits are left out when missing. Reads
+    nothing: the check made before a run is planned."""
     if not root.is_dir():
         raise TaskFileError(
             f"no such GLUE folder: {root}; set path to the classic GLUE root (holding {t.folder}/ etc.)"
@@ -179,8 +181,14 @@ def read_classic(t: Task, root: Path) -> dict[str, dict[str, list]]:
                 f"missing GLUE file {path}; put the classic {t.folder}/{Path(spec.file).name} under {root} "
                 "(or use source=hub or synthetic)"
             )
-        out[split] = _read_tsv(t, path, spec)
+        out[split] = path
     return out
+
+
+def read_classic(t: Task, root: Path) -> dict[str, dict[str, list]]:
+    """{split: columns} of a task in the classic layout under ``root``."""
+    specs = _classic_specs(t)
+    return {split: _read_tsv(t, path, specs[split]) for split, path in classic_files(t, root).items()}
 
 
 def _read_tsv(t: Task, path: Path, spec: _TsvSpec) -> dict[str, list]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from . import custom
 from ...data.corpus import with_defaults
 from ...data.errors import TaskError, TaskFileError
-from .glue_files import load_disk, load_hub, read_classic
+from .glue_files import classic_files, load_disk, load_hub, read_classic
 from .senteval import read_senteval, senteval_file
 from .synthetic_glue import synthetic_task
 from .synthetic_probing import synthetic_probing_task
@@ -128,6 +128,26 @@ def source_settings(source_cfg, task: Task | None = None) -> dict:
             + (local if s["source"] == "local" else "save_to_disk folder")
         )
     return s
+
+
+def check_source(task_cfg, source_cfg) -> None:
+    """What a task's data is on disk, checked before anything is read, hashed or cached: the
+    source's settings, and its folder and files (classic GLUE, SentEval, a saved dataset, a custom
+    task's files) are there. One-line TaskError otherwise; no datasets import."""
+    if task_cfg.get("name") == custom.NAME:
+        custom.check_files(task_cfg)
+        return
+    t = get_task(task_cfg.name)
+    s = source_settings(source_cfg, t)
+    root = Path(str(s["path"])).expanduser() if s["path"] else None
+    if s["source"] == "local" and t.benchmark == "probing":
+        senteval_file(t, root)
+    elif s["source"] == "local":
+        classic_files(t, root)
+    elif s["source"] == "disk":
+        folder = root / t.name if (root / t.name).is_dir() else root
+        if not folder.is_dir():
+            raise TaskFileError(f"no such folder: {folder}; set path to a DatasetDict.save_to_disk folder")
 
 
 def load_task(task: str | Task, source_cfg=None) -> dict:

@@ -38,6 +38,7 @@ from .summary import write_summary
 from ...store.rundirs import GlueRun, glue_runs, task_config
 from ...train.streams import training_loader
 from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
+from ...train.inputs import check_max_len
 from ...train.task_module import TaskModule
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
@@ -162,19 +163,6 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
 
 
 # ----------------------------------------------------------------------------- a GLUE invocation
-
-
-def check_max_len(model_cfg: ModelConfig, cfgs) -> None:
-    """task.max_len must fit the model's position table (models without absolute positions have
-    none); refused before anything is written."""
-    if not model_cfg.absolute_positions:
-        return
-    for c in cfgs:
-        if c.task.max_len > model_cfg.max_position_embeddings:
-            raise UserError(
-                f"task.max_len={c.task.max_len} ({c.task.name}) exceeds the model's "
-                f"max_position_embeddings={model_cfg.max_position_embeddings}; lower task.max_len"
-            )
 
 
 def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool = True) -> Path | None:

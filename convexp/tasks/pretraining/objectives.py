@@ -20,7 +20,6 @@ step can be queued whole (or captured as one CUDA graph) without waiting for the
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +28,7 @@ from torch import nn
 
 from ...errors import UserError
 from ...models import MaskedLM, ModelConfig, ReplacedTokenDetector
+from ...models.config import generator_config
 from ...models.heads import IGNORE
 
 
@@ -179,28 +179,6 @@ class MLMObjective(nn.Module):
             metrics["pair_loss"] = pair_loss.detach()
             loss = loss + pair_loss
         return ObjectiveOutput(loss, metrics)
-
-
-def generator_config(cfg: ModelConfig, fraction: float) -> ModelConfig:
-    """ELECTRA's generator: same depth and embedding size, hidden/heads/FFN scaled by `fraction`."""
-    hidden = max(1, round(cfg.hidden_size * fraction))
-    heads = max(1, round(cfg.num_heads * fraction))
-    while hidden % heads:
-        heads -= 1
-    return dataclasses.replace(
-        cfg,
-        name=f"{cfg.name}-generator",
-        hidden_size=hidden,
-        num_heads=heads,
-        head_ratio=min(cfg.head_ratio, heads),  # a 1-head generator keeps its one head (as HF ConvBERT)
-        head_size=None,
-        intermediate_size=max(
-            cfg.ffn_groups, round(cfg.intermediate_size * fraction) // cfg.ffn_groups * cfg.ffn_groups
-        ),
-        embedding_size=cfg.emb_size,
-        pooler=False,
-        scalar_mix=False,
-    )
 
 
 class ElectraObjective(nn.Module):

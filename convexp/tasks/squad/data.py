@@ -78,6 +78,21 @@ def squad_source_settings(source_cfg=None) -> dict:
     return s
 
 
+def check_source(source_cfg=None) -> None:
+    """The source's settings and, for a local folder, both official files there: checked before
+    anything is read, hashed or cached (one-line SquadError)."""
+    s = squad_source_settings(source_cfg)
+    if s["source"] == "local":
+        for split in SPLITS:
+            _official_path(Path(s["path"]).expanduser() / official_file(s["version"], split))
+
+
+def _official_path(path: Path) -> Path:
+    if not path.is_file():
+        raise SquadError(f"no such SQuAD file: {path}; download the official {path.name} into that folder")
+    return path
+
+
 def load_squad(source_cfg=None) -> dict[str, list[dict]]:
     """{"train": [...], "validation": [...]} of checked records (see the module docstring)."""
     s = squad_source_settings(source_cfg)
@@ -91,9 +106,7 @@ def load_squad(source_cfg=None) -> dict[str, list[dict]]:
 
 def read_squad_json(path) -> list[dict]:
     """The records of one official SQuAD JSON file (v1.1 or v2.0), checked."""
-    path = Path(path)
-    if not path.is_file():
-        raise SquadError(f"no such SQuAD file: {path}; download the official {path.name} into that folder")
+    path = _official_path(Path(path))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
