@@ -138,6 +138,13 @@ def lightning_values(t: TrainerSchema) -> None:
     check_devices(t.devices)
     given = {"accelerator": t.accelerator, "strategy": t.strategy, "precision": str(t.precision)}
     for key, value in given.items():
+        if key == "strategy" and value not in LIGHTNING_NAMES[key]:  # 30 names: the families, not each
+            raise ValueError(
+                f"trainer.strategy={value!r}: choose one of auto, ddp, ddp_spawn, ddp_fork, ddp_notebook "
+                "(each also with _find_unused_parameters_true/_false), fsdp, fsdp_cpu_offload, deepspeed, "
+                "deepspeed_stage_1/2/3 (2 and 3 also _offload; 3 also _offload_nvme), single_device; "
+                "e.g. trainer.strategy=ddp"
+            )
         choose(f"trainer.{key}", value, LIGHTNING_NAMES[key], EXAMPLES[key])
     devices = t.devices
     if isinstance(devices, str) and devices.strip().isdigit():

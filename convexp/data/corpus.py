@@ -33,7 +33,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from .datasets_cache import kept_on_refusal
+from .datasets_cache import local_read
 from .errors import (
     DataError,
     DataPathError,
@@ -190,7 +190,7 @@ def load_corpus(cfg):
     refused local file leaves nothing in the datasets cache."""
     s = data_settings(cfg)
     local = s["source"] == "files" and s["parts"] is None
-    with kept_on_refusal() if local else nullcontext():
+    with local_read() if local else nullcontext():
         return _corpus(s)
 
 

@@ -1,12 +1,15 @@
-"""The Hugging Face datasets cache left as it was when reading a user's files fails.
+"""Reading a user's local files through ``datasets``, so that a refused file leaves no trace.
 
 ``datasets.load_dataset`` writes its Arrow copy of a local csv/json/text file, and lock files,
-into ``HF_DATASETS_CACHE`` before convexp can look at the columns; a refused file (a missing label
-column, a malformed JSON line) would leave that behind. :func:`kept_on_refusal` removes whatever
-the failed read added (entries a few levels deep: builder, config, version, fingerprint)."""
+into ``HF_DATASETS_CACHE`` before convexp can look at the columns, and logs its own error lines
+for a malformed file; a refused file (a missing label column, a malformed JSON line) would leave
+the copy behind and print more than convexp's one line. Inside :func:`local_read` datasets logs
+nothing below CRITICAL, and a failure removes whatever the read added to the cache (entries a few
+levels deep: builder, config, version, fingerprint)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from contextlib import contextmanager
@@ -28,13 +31,17 @@ def _entries(root: Path, depth: int = DEPTH) -> set[Path]:
 
 
 @contextmanager
-def kept_on_refusal():
-    """Run a read of local files through ``datasets``; on any exception, remove what it added to
-    the datasets cache (shallowest first: a new folder goes whole), then re-raise."""
+def local_read():
+    """Run a read of local files through ``datasets`` without its log lines; on any exception,
+    remove what it added to the datasets cache (shallowest first: a new folder goes whole), then
+    re-raise (the caller's one-line error says what is wrong)."""
     from datasets import config
 
     root = Path(config.HF_DATASETS_CACHE)
     existed, before = root.exists(), _entries(root)
+    log = logging.getLogger("datasets")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
     try:
         yield
     except BaseException:
@@ -47,3 +54,5 @@ def kept_on_refusal():
                 elif p.exists() or p.is_symlink():
                     p.unlink(missing_ok=True)
         raise
+    finally:
+        log.setLevel(level)

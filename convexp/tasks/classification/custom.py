@@ -21,7 +21,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from ...data.datasets_cache import kept_on_refusal
+from ...data.datasets_cache import local_read
 from ...data.errors import TaskError, TaskFileError, TaskLabelError
 from .registry import Task
 
@@ -91,7 +91,7 @@ def custom_task(task_cfg) -> Task:
 def load_custom(task_cfg) -> tuple[Task, dict[str, dict[str, list]]]:
     """(the task with its label names, {split: columns}) of a ``task=custom`` config."""
     t = custom_task(task_cfg)
-    with kept_on_refusal():  # a refused file leaves no copy in the datasets cache
+    with local_read():  # a refused file leaves no copy in the datasets cache
         rows = {
             split: _read(t, task_cfg[key], key, task_cfg.label_field, labelled=split != "test")
             for split, key in FILE_KEYS.items()
