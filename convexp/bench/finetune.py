@@ -46,6 +46,7 @@ SCRIPTS = {  # the contenders beside convexp: scripts that import transformers, 
     "trainer": Path(__file__).with_name("trainer_finetune.py"),
 }
 LABELS = {"convexp": "convexp", "plain": "plain loop", "trainer": "Trainer"}
+FLOOR_OF = {"convexp": "cls_only", "plain": "full", "trainer": "full"}  # the floor under each tool's wall (floor.py)
 
 
 # ----------------------------------------------------------------------------- the job's inputs
@@ -162,11 +163,15 @@ def script_metric(stdout: str, key: str) -> float | None:
     return result[key] if result else None
 
 
-def run_repeats(commands, seeds: list[int], work: Path, console, metric: str, label: str, score) -> list[dict]:
+def run_repeats(commands, seeds: list[int], work: Path, console, metric: str, label: str, score,
+                between=None) -> list[dict]:  # fmt: skip
     """Run ``commands(seed)`` (tool -> command) for every seed, the tools taking turns; each run's
-    timing and ``metric`` (``score(tool, its outputs folder, its stdout)``), printed as it ends."""
+    timing and ``metric`` (``score(tool, its outputs folder, its stdout)``), printed as it ends;
+    ``between()``, where given, after every seed's turn but the last (the floor's rate samples)."""
     runs = []
     for i, seed in enumerate(seeds):
+        if i and between is not None:
+            between()
         for tool, cmd in commands(seed).items():
             outputs = work / f"{tool}-{i}"
             env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs)}
@@ -245,6 +250,8 @@ def bench_finetune(
     module docstring), written to ``out`` or printed; a table of the medians and ratios."""
     from rich.console import Console
 
+    from .floor import floor_line, floor_record
+
     console = Console()
     check_inputs(init, data)
     contenders = hf_contenders(hf, console)
@@ -256,13 +263,18 @@ def bench_finetune(
     def commands(seed: int) -> dict[str, list[str]]:
         return job_commands(model_dir, data_dir, epochs, batch_size, max_len, seed, cuda, ("convexp", *contenders))
 
-    floor = None if cuda else arithmetic_floor(model_dir, data_dir, batch_size, epochs, max_len)
+    products = None if cuda else arithmetic_floor(model_dir, data_dir, batch_size, epochs, max_len)
+    sample = products["rate"].sample if products else (lambda: None)  # the GEMM rate: before, between, after the runs
+    sample()
     # Repeat i runs every tool with seed 42 + i: the tools draw their random numbers differently, so
     # one seed's accuracies differ by seed noise; the medians over the repeats compare the tools.
     seeds = [SEED + i for i in range(repeats)]
     runs = run_repeats(commands, seeds, work, console, "dev_accuracy", "dev accuracy",
                        lambda tool, outputs, stdout: convexp_accuracy(outputs) if tool == "convexp"
-                       else script_metric(stdout, "dev_accuracy"))  # fmt: skip
+                       else script_metric(stdout, "dev_accuracy"), between=sample)  # fmt: skip
+    sample()
+    walls = {kind: [r["wall_s"] for r in runs if FLOOR_OF[r["tool"]] == kind] for kind in ("full", "cls_only")}
+    floor = floor_record(products, walls) if products else None
     record = {
         "benchmark": "finetune",
         "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
@@ -292,23 +304,20 @@ def bench_finetune(
     write_record(record, out)
     print_table(console, record["summary"])
     if floor is not None:
-        sec = floor["seconds"]
-        console.print(
-            f"Matrix products alone at this machine's fp32 rate ({floor['gemm_gflop_per_s']:.0f} GFLOP/s): "
-            f"{sec['cls_only']:.1f} s with convexp's [CLS]-only last block, {sec['full']:.1f} s for the full "
-            f"encoder (the plain loop's and the Trainer's): the floor under each wall time."
-        )
+        console.print(floor_line(floor))
     return record
 
 
 def arithmetic_floor(model_dir: Path, data_dir: Path, batch_size: int, epochs: int, max_len: int) -> dict | None:
     """floor.py's floor of the job: its rows' token counts ([CLS] sentence [SEP], at most
-    ``max_len``) under the model's vocabulary; None where the model has no vocab.txt."""
+    ``max_len``) under the model's vocabulary, its GEMM rate to be sampled on the threads convexp's
+    run takes (``trainer.threads=auto``); None where the model has no vocab.txt."""
     import torch
 
     from ..tasks.classification.glue_files import read_classic
     from ..tasks.classification.registry import get_task
     from ..data.tokenizer import Tokenizer
+    from ..train.accel import auto_threads
     from .floor import job_floor
 
     if not (model_dir / "vocab.txt").is_file():
@@ -322,7 +331,7 @@ def arithmetic_floor(model_dir: Path, data_dir: Path, batch_size: int, epochs: i
         torch.tensor([min(max_len, len(ids) + 2) for ids in tok.encode_batch(splits[s]["sentence"])])
         for s in ("train", "validation")
     )
-    return job_floor(train, dev, batch_size, epochs, shape, SEED)
+    return job_floor(train, dev, batch_size, epochs, shape, SEED, threads=auto_threads()[0])
 
 
 def write_record(record: dict, out: str | None) -> None:
