@@ -75,6 +75,7 @@ CASES = [
     ("compile unknown mode", [*PRE, "trainer.compile=maybe"], ["trainer.compile"]),
     ("seed text", [*PRE, "seed=abc"], ["seed"]),
     ("seq_len zero", [*PRE, "seq_len=0"], ["seq_len"]),
+    ("seq_len text", [*PRE, "seq_len=abc"], ["seq_len", "e.g. seq_len=128"]),  # its own example, not mask_prob's
     ("seq_len beyond positions", [*PRE, "seq_len=100000"], ["seq_len", "max_position_embeddings"]),
     ("head_ratio zero", [*PRE, "model.head_ratio=0"], ["head_ratio"]),
     ("head_ratio above heads", [*PRE, "model.head_ratio=99"], ["head_ratio"]),
@@ -153,7 +154,7 @@ CASES = [
     # objective
     ("mask_prob above 1", [*PRE, "objective.mask_prob=1.5"], ["objective.mask_prob", "(0, 1)"]),
     ("mask_prob zero", [*PRE, "objective.mask_prob=0"], ["objective.mask_prob"]),
-    ("mask_prob text", [*PRE, "objective.mask_prob=abc"], ["objective.mask_prob", "not a number"]),
+    ("mask_prob text", [*PRE, "objective.mask_prob=abc"], ["objective.mask_prob", "not a number", "mask_prob=0.15"]),
     ("steps_multiplier text", [*PRE, "trainer.steps_multiplier=abc"], ["trainer.steps_multiplier"]),
     ("pair_format unknown", [*PRE, "objective.pair_format=nope"], ["objective.pair_format", "nsp"]),
     ("electra temperature zero", [*PRE, "objective=electra", "objective.temperature=0"], ["objective.temperature"]),
