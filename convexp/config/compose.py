@@ -199,7 +199,8 @@ def _number(root, key: str, default=None) -> float:
         from .schema import key_example  # the key's own default (seq_len=128), not another key's
 
         example = key_example(key) or default
-        raise ValueError(f"{key}={value!r} is not a number" + (f"; e.g. {key}={example}" if example is not None else "")) from None
+        eg = f"; e.g. {key}={example}" if example is not None else ""
+        raise ValueError(f"{key}={value!r} is not a number{eg}") from None
 
 
 OmegaConf.register_new_resolver("steps", _steps, replace=True)

@@ -357,7 +357,10 @@ def key_example(key: str) -> str | None:
     """:func:`shown_example` of a dotted key of a stage config: a group's (``objective.mask_prob``)
     or a top-level one (``seq_len``); None for a key no schema here types."""
     head, _, leaf = key.partition(".")
-    schemas = [GROUPS[head]] if leaf and head in GROUPS else [] if leaf else [PretrainSchema, FinetuneSchema, AblateSchema]
+    if leaf:
+        schemas = [GROUPS[head]] if head in GROUPS else []
+    else:
+        schemas = [PretrainSchema, FinetuneSchema, AblateSchema]
     return next((v for v in (shown_example(s, leaf or head) for s in schemas) if v is not None), None)
 
 
