@@ -26,9 +26,7 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -46,7 +44,7 @@ SCRIPTS = {  # the contenders beside convexp: scripts that import transformers, 
     "trainer": Path(__file__).with_name("trainer_finetune.py"),
 }
 LABELS = {"convexp": "convexp", "plain": "plain loop", "trainer": "Trainer"}
-FLOOR_OF = {"convexp": "cls_only", "plain": "full", "trainer": "full"}  # the floor under each tool's wall (floor.py)
+FLOOR_OF = {"convexp": "cls_only", "plain": "full", "trainer": "full"}  # the floor under each tool's wall
 
 
 # ----------------------------------------------------------------------------- the job's inputs
@@ -128,11 +126,20 @@ def write_model_dir(path: Path, shape: dict, words: list[str], hf: bool) -> Path
 
 
 def timed(cmd: list[str], env: dict, log: Path) -> dict:
-    """Run ``cmd``; its wall time, CPU time and peak RSS (os.wait4), exit code, stdout."""
+    """Run ``cmd``; its wall time, CPU time and peak RSS (os.wait4), exit code, stdout. Stopped
+    (the bench's other children too) when the wait ends otherwise: Ctrl-C, SIGTERM (scratch.py)."""
+    from . import scratch
+
     with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = scratch.start(cmd, env=env, stdout=out, stderr=err)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            scratch.stop_children()
+            raise
+        finally:
+            scratch.forget(proc)
         wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
     return {
@@ -251,61 +258,61 @@ def bench_finetune(
     from rich.console import Console
 
     from .floor import floor_line, floor_record
+    from .scratch import work_folder
 
     console = Console()
     check_inputs(init, data)
     contenders = hf_contenders(hf, console)
     cuda = wants_cuda(device)
-    work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-ft-"))
-    work.mkdir(parents=True, exist_ok=True)
-    data_dir, model_dir = job_inputs(work, rows, dev_rows, shape, hf, init, data)
+    with work_folder(workdir, "convexp-bench-ft-") as work:  # a temporary one: removed however the bench ends
+        data_dir, model_dir = job_inputs(work, rows, dev_rows, shape, hf, init, data)
 
-    def commands(seed: int) -> dict[str, list[str]]:
-        return job_commands(model_dir, data_dir, epochs, batch_size, max_len, seed, cuda, ("convexp", *contenders))
+        def commands(seed: int) -> dict[str, list[str]]:
+            return job_commands(model_dir, data_dir, epochs, batch_size, max_len, seed, cuda, ("convexp", *contenders))
 
-    products = None if cuda else arithmetic_floor(model_dir, data_dir, batch_size, epochs, max_len)
-    sample = products["rate"].sample if products else (lambda: None)  # the GEMM rate: before, between, after the runs
-    sample()
-    # Repeat i runs every tool with seed 42 + i: the tools draw their random numbers differently, so
-    # one seed's accuracies differ by seed noise; the medians over the repeats compare the tools.
-    seeds = [SEED + i for i in range(repeats)]
-    runs = run_repeats(commands, seeds, work, console, "dev_accuracy", "dev accuracy",
-                       lambda tool, outputs, stdout: convexp_accuracy(outputs) if tool == "convexp"
-                       else script_metric(stdout, "dev_accuracy"), between=sample)  # fmt: skip
-    sample()
-    walls = {kind: [r["wall_s"] for r in runs if FLOOR_OF[r["tool"]] == kind] for kind in ("full", "cls_only")}
-    floor = floor_record(products, walls) if products else None
-    record = {
-        "benchmark": "finetune",
-        "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
-        "job": {
-            "task": "sst2",
-            "train_rows": _rows(data_dir / "SST-2" / "train.tsv"),
-            "dev_rows": _rows(data_dir / "SST-2" / "dev.tsv"),
-            "data": str(data) if data else "synthetic",
-            "model": str(init) if init else f"random {shape}",
-            "shape": None if init else SHAPES[shape],
-            "epochs": epochs,
-            "batch_size": batch_size,
-            "max_len": max_len,
-            "lr": LR,
-            "device": "cuda" if cuda else "cpu",
-            "precision": "bf16-mixed" if cuda else "fp32",
-            "seeds": seeds,  # repeat i: seed seeds[i] in both commands
-            "convexp_command": ["convexp", *commands(SEED)["convexp"][3:]],  # runnable as written
-            **{f"{c}_command": ["python", *commands(SEED)[c][1:]] for c in contenders},
-        },
-        "machine": machine_info(),
-        "repeats": repeats,
-        "runs": runs,
-        "summary": summarize(runs, epochs * _rows(data_dir / "SST-2" / "train.tsv")),
-        "floor": floor,  # the job's matrix products alone on this CPU (floor.py); null on a GPU
-    }
-    write_record(record, out)
-    print_table(console, record["summary"])
-    if floor is not None:
-        console.print(floor_line(floor))
-    return record
+        products = None if cuda else arithmetic_floor(model_dir, data_dir, batch_size, epochs, max_len)
+        sample = products["rate"].sample if products else (lambda: None)  # before, between and after the runs
+        sample()
+        # Repeat i runs every tool with seed 42 + i: the tools draw their random numbers differently, so
+        # one seed's accuracies differ by seed noise; the medians over the repeats compare the tools.
+        seeds = [SEED + i for i in range(repeats)]
+        runs = run_repeats(commands, seeds, work, console, "dev_accuracy", "dev accuracy",
+                           lambda tool, outputs, stdout: convexp_accuracy(outputs) if tool == "convexp"
+                           else script_metric(stdout, "dev_accuracy"), between=sample)  # fmt: skip
+        sample()
+        walls = {kind: [r["wall_s"] for r in runs if FLOOR_OF[r["tool"]] == kind] for kind in ("full", "cls_only")}
+        floor = floor_record(products, walls) if products else None
+        record = {
+            "benchmark": "finetune",
+            "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
+            "job": {
+                "task": "sst2",
+                "train_rows": _rows(data_dir / "SST-2" / "train.tsv"),
+                "dev_rows": _rows(data_dir / "SST-2" / "dev.tsv"),
+                "data": str(data) if data else "synthetic",
+                "model": str(init) if init else f"random {shape}",
+                "shape": None if init else SHAPES[shape],
+                "epochs": epochs,
+                "batch_size": batch_size,
+                "max_len": max_len,
+                "lr": LR,
+                "device": "cuda" if cuda else "cpu",
+                "precision": "bf16-mixed" if cuda else "fp32",
+                "seeds": seeds,  # repeat i: seed seeds[i] in both commands
+                "convexp_command": ["convexp", *commands(SEED)["convexp"][3:]],  # runnable as written
+                **{f"{c}_command": ["python", *commands(SEED)[c][1:]] for c in contenders},
+            },
+            "machine": machine_info(),
+            "repeats": repeats,
+            "runs": runs,
+            "summary": summarize(runs, epochs * _rows(data_dir / "SST-2" / "train.tsv")),
+            "floor": floor,  # the job's matrix products alone on this CPU (floor.py); null on a GPU
+        }
+        write_record(record, out)
+        print_table(console, record["summary"])
+        if floor is not None:
+            console.print(floor_line(floor))
+        return record
 
 
 def arithmetic_floor(model_dir: Path, data_dir: Path, batch_size: int, epochs: int, max_len: int) -> dict | None:
