@@ -23,6 +23,11 @@ def files(tmp_path):
     sst2.mkdir(parents=True)
     (sst2 / "train.tsv").write_text("sentence\tlabel\n")  # a header, no rows
     (sst2 / "dev.tsv").write_text("sentence\tlabel\n")
+    for name, junk in (("binary_glue", b"\x00\x01\r\x00" * 550), ("undecodable_glue", b"\x80\x01\r\xff" * 550)):
+        d = bad / name / "SST-2"  # 2.2 KB of bytes that are not text, no line break: once all in the line
+        d.mkdir(parents=True)
+        (d / "train.tsv").write_bytes(junk)
+        (d / "dev.tsv").write_bytes(junk)
     (bad / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
     corrupt = bad / "corrupt_model"
     corrupt.mkdir()
@@ -75,6 +80,7 @@ CASES = [
     ("compile unknown mode", [*PRE, "trainer.compile=maybe"], ["trainer.compile"]),
     ("seed text", [*PRE, "seed=abc"], ["seed"]),
     ("seq_len zero", [*PRE, "seq_len=0"], ["seq_len"]),
+    ("seq_len text", [*PRE, "seq_len=abc"], ["seq_len", "e.g. seq_len=128"]),  # its own example, not mask_prob's
     ("seq_len beyond positions", [*PRE, "seq_len=100000"], ["seq_len", "max_position_embeddings"]),
     ("head_ratio zero", [*PRE, "model.head_ratio=0"], ["head_ratio"]),
     ("head_ratio above heads", [*PRE, "model.head_ratio=99"], ["head_ratio"]),
@@ -102,6 +108,9 @@ CASES = [
     ("corrupt safetensors", ["finetune", "glue", "scale=smoke", "init={bad}/corrupt_model"], ["corrupt_model"]),
     ("GLUE folder missing", [*FT, "glue.source=local", "glue.path={bad}/nope"], ["nope"]),
     ("header-only TSV", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/glue"], ["train", "no rows"]),
+    ("binary TSV", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/binary_glue"], ["train.tsv:1", "not text"]),
+    ("undecodable TSV", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/undecodable_glue"],
+     ["train.tsv", "header lacks", "'…"]),  # a short escaped excerpt of the bytes
     ("max_len beyond positions", [*FT, "task.max_len=100000"], ["max_len", "512"]),
     ("max_train_samples zero", [*FT, "task.max_train_samples=0"], ["max_train_samples"]),
     ("unknown probing task", ["finetune", "probing", "scale=smoke", "init=x", "task=sst2"], ["sst2"]),
@@ -153,7 +162,7 @@ CASES = [
     # objective
     ("mask_prob above 1", [*PRE, "objective.mask_prob=1.5"], ["objective.mask_prob", "(0, 1)"]),
     ("mask_prob zero", [*PRE, "objective.mask_prob=0"], ["objective.mask_prob"]),
-    ("mask_prob text", [*PRE, "objective.mask_prob=abc"], ["objective.mask_prob", "not a number"]),
+    ("mask_prob text", [*PRE, "objective.mask_prob=abc"], ["objective.mask_prob", "not a number", "mask_prob=0.15"]),
     ("steps_multiplier text", [*PRE, "trainer.steps_multiplier=abc"], ["trainer.steps_multiplier"]),
     ("pair_format unknown", [*PRE, "objective.pair_format=nope"], ["objective.pair_format", "nsp"]),
     ("electra temperature zero", [*PRE, "objective=electra", "objective.temperature=0"], ["objective.temperature"]),
@@ -251,9 +260,19 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, files, monkey
     assert res.exit_code == 2, res.output + repr(res.exception)
     assert len(lines) == 1, res.output
     assert "Traceback" not in res.output
+    assert lines[0].isprintable(), lines[0]  # no raw bytes of a file (NUL, CR): an escaped excerpt at most
     for w in words:
         assert w in lines[0], lines[0]
     assert not any(outputs.iterdir()), sorted(p.name for p in outputs.rglob("*"))
+
+
+def test_a_quoted_excerpt_of_a_file_is_short_and_printable():
+    from convexp.data.text_files import quoted
+
+    for value in ("\x00\x01\r\x00" * 550, "\ufffd\x01\r" * 700, "é" * 200, 10**80):
+        shown = quoted(value)
+        assert len(shown) <= 60 and shown.isprintable() and shown.endswith("…"), shown
+    assert quoted("sentence\tlabl") == "'sentence\\tlabl'"  # short values whole, as repr shows them
 
 
 def test_a_refusal_after_the_run_dir_is_made_removes_what_it_made(tmp_path):

@@ -63,6 +63,77 @@ def test_the_floor_counts_the_encoders_matrix_products(first_only):
     assert counter.get_total_flops() == encoder_flops([(3, 7)], shape, train=False, cls_only=first_only)
 
 
+def _fake_floor(rates_gflop: list[float], threads: int = 1, seen: list | None = None) -> dict:
+    """floor.job_floor of a small job whose GEMM rate samples are ``rates_gflop`` in turn."""
+    import torch
+
+    from convexp.bench.floor import job_floor
+
+    rates = iter(rates_gflop)
+
+    def measure(rows, shape):
+        if seen is not None:
+            seen.append(torch.get_num_threads())
+        return next(rates) * 1e9
+
+    lengths = torch.tensor([5, 9, 12, 7, 30, 16, 8, 11])
+    shape = {"hidden": 16, "intermediate": 32, "layers": 2}
+    return job_floor(lengths, lengths[:4], 4, 1, shape, 42, threads=threads, measure=measure)
+
+
+def test_the_floor_takes_the_best_of_its_rate_samples_on_the_jobs_threads():
+    """A busy machine's 34 GFLOP/s does not set the floor: of [34, 136, 120] it takes 136, measured
+    on the job's threads (torch's own count put back after)."""
+    import torch
+
+    from convexp.bench.floor import floor_line, floor_record
+
+    seen: list[int] = []
+    before = torch.get_num_threads()
+    products = _fake_floor([34, 136, 120], threads=1, seen=seen)
+    for _ in range(3):  # before, between and after the runs
+        products["rate"].sample()
+    assert seen == [1, 1, 1] and torch.get_num_threads() == before
+    rec = floor_record(products, {"full": [64.0, 128.0], "cls_only": [53.0]})
+    assert rec["gemm_gflop_per_s"] == 136 and rec["gemm_gflop_per_s_samples"] == [34, 136, 120]
+    assert rec["seconds"] == {k: v / 136e9 for k, v in products["flops"].items()}
+    assert rec["threads"] == 1 and rec["floor_above_wall"] is False and rec["walls_below_floor"] == {}
+    assert "136 GFLOP/s, the best of 3 samples" in floor_line(rec) and "too busy" not in floor_line(rec)
+
+
+def test_a_floor_above_a_measured_wall_is_flagged_not_clamped():
+    from convexp.bench.floor import floor_line, floor_record
+
+    products = _fake_floor([34])
+    products["rate"].sample()
+    full = products["flops"]["full"] / 34e9
+    rec = floor_record(products, {"full": [full * 2, full / 2], "cls_only": []})
+    assert rec["floor_above_wall"] is True and rec["walls_below_floor"] == {"full": full / 2}
+    assert rec["seconds"]["full"] == full  # not clamped
+    assert "the machine was too busy to measure the floor" in floor_line(rec)
+
+
+def test_the_bench_samples_the_rate_between_its_repeats(tmp_path):
+    """run_repeats calls ``between`` after every seed's turn but the last (the bench samples
+    before and after the runs itself)."""
+    import io
+    import sys
+
+    from rich.console import Console
+
+    from convexp.bench.finetune import run_repeats
+
+    said: list[str] = []
+
+    def commands(seed):
+        said.append(f"run {seed}")
+        return {"convexp": [sys.executable, "-c", "pass"]}
+
+    runs = run_repeats(commands, [1, 2, 3], tmp_path, Console(file=io.StringIO()), "m", "m",
+                       lambda *_: 1.0, between=lambda: said.append("sample"))  # fmt: skip
+    assert said == ["run 1", "sample", "run 2", "sample", "run 3"] and len(runs) == 3
+
+
 @pytest.mark.slow
 def test_tiny_job_writes_the_record_of_every_tool(tmp_path):
     from convexp.bench.step import transformers_available
@@ -96,6 +167,8 @@ def test_tiny_job_writes_the_record_of_every_tool(tmp_path):
     assert rec["job"]["device"] == "cpu" and rec["job"]["precision"] == "fp32"
     floor = rec["floor"]  # the job's matrix products alone, at this machine's GEMM rate
     assert floor["train_tokens"] <= floor["train_padded_tokens"] and floor["gemm_gflop_per_s"] > 0
+    assert len(floor["gemm_gflop_per_s_samples"]) == 3  # before, between and after the two repeats
+    assert floor["gemm_gflop_per_s"] == max(floor["gemm_gflop_per_s_samples"])
     assert 0 < floor["seconds"]["cls_only"] < floor["seconds"]["full"] < s["convexp"]["wall_s"]
     assert "Matrix products alone" in res.output
     assert "wall time" in res.output and "peak RSS" in res.output and "vs Trainer" in res.output

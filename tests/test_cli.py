@@ -158,6 +158,69 @@ def test_dry_run_on_a_cpu_estimates_time_from_a_measured_step(tmp_path, monkeypa
     assert "on this CPU (a rough estimate: 20 GFLOP/s measured" in " ".join(res.output.split())
 
 
+@pytest.mark.parametrize("width", [80, 60])
+def test_dry_run_folds_to_the_terminals_width(tmp_path, monkeypatch, width):
+    """COLUMNS=80: every line of the plan, the recipe cards and the first command fits 80 columns;
+    the settings fold between settings, the command between words (runnable when pasted)."""
+    import shlex
+
+    import torch
+    from typer.testing import CliRunner
+
+    import convexp.sweep.show as show
+    from convexp.cli import app
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(show, "measured_flops", lambda cfg: 2e10)
+    args = ["ablate", "key-based-conv", "scale=smoke", f"outputs={tmp_path}", "--dry-run"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": str(width)}, terminal_width=width)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    # (a word of the command wider than a line stays whole: here the temporary outputs folder at 60)
+    assert [x for x in lines if len(x) > width and len(x.removesuffix(" \\").split()) > 1] == []
+    assert width < 80 or max(map(len, lines)) <= width, max(lines, key=len)
+    assert "  objective mlm · lr 1e-03 · " in res.output and "    adam_" in res.output  # folded between settings
+    start = lines.index("launcher: local; first command:")
+    command = " ".join(x.strip().removesuffix("\\") for x in lines[start + 1 : start + 6] if x.startswith("  "))
+    assert shlex.split(command)[:3] == ["convexp", "pretrain", "scale=smoke"] and "logger.tags=[composite]" in shlex.split(command)
+    for node in ("pretrain/composite_key", "finetune/composite_key/cola/s42"):
+        assert (node in res.output) == (width == 80)  # a node's name folds only where the run ids would not fit
+
+
+def test_dry_run_on_a_wide_terminal_prints_one_row_per_line(tmp_path, monkeypatch):
+    import torch
+    from typer.testing import CliRunner
+
+    import convexp.sweep.show as show
+    from convexp.cli import app
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(show, "measured_flops", lambda cfg: 2e10)
+    args = ["ablate", "key-based-conv", "scale=smoke", f"outputs={tmp_path}", "--dry-run"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    row = next(x for x in res.output.splitlines() if "finetune/composite_key/rte/s42" in x)
+    assert "chang-small-composite-key-mlm-" in row and "e+12" in row  # the node, its run id and FLOPs on one line
+    assert any(x.startswith("  objective mlm · ") and "tokenizer unigram" in x for x in res.output.splitlines())
+    assert any(x.startswith("launcher: local; first command: convexp pretrain ") for x in res.output.splitlines())
+
+
+def test_fold_items_and_fold_command_keep_what_they_fold():
+    import shlex
+
+    from convexp.width import fold_command, fold_items
+
+    items = [f"key{i} {'v' * i}" for i in range(12)]
+    lines = fold_items(items, 30)
+    assert max(map(len, lines)) <= 30 and lines[0].startswith("  key0") and lines[1].startswith("    ")
+    assert " · ".join(x.strip() for x in lines) == " · ".join(items)
+    assert fold_items(["a b"], 80) == ["  a b"]  # a line that fits stays as it is
+    command = "convexp pretrain scale=smoke 'logger.tags=[a, b]' " + " ".join(f"k{i}=v{i}" for i in range(20))
+    folded = fold_command(command, 40)
+    assert max(map(len, folded)) <= 40 and all(x.endswith(" \\") for x in folded[:-1])
+    assert shlex.split(" ".join(x.removesuffix("\\") for x in folded)) == shlex.split(command)
+
+
 def test_measured_cpu_rate_is_a_plausible_flop_rate():
     from convexp.config.compose import compose_stage
     from convexp.sweep.cpu_rate import measured_flops, runs_on_cpu

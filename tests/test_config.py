@@ -4,6 +4,8 @@ Hydra's override grammar and errors, types checked at compose time, `--cfg job|h
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -199,3 +201,61 @@ def test_sweep_arguments_are_parsed_by_hydra():
     assert stage["pretrain"] == ["+extra.note='a b'", "seed=3"] and stage["finetune"] == ["~distill"]
     with pytest.raises(ConfigError, match="EQUAL"):
         split_args(["scale"])
+
+
+def _typed_fields():
+    """(where, schema, field name, its type) of every int, float and bool key of the stage configs:
+    each group's schema, the stages' own keys, ablate's and the model's."""
+    import dataclasses
+    import typing
+
+    from convexp.config.groups import AblateSchema
+    from convexp.config.schema import GROUPS, FinetuneSchema, PretrainSchema
+    from convexp.models import ModelConfig
+
+    schemas = [*GROUPS.items(), ("", PretrainSchema), ("", FinetuneSchema), ("", AblateSchema), ("model", ModelConfig)]
+    for where, schema in schemas:
+        hints = typing.get_type_hints(schema)
+        for f in dataclasses.fields(schema):
+            args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)]
+            kind = args[0] if typing.get_origin(hints[f.name]) is typing.Union and len(args) == 1 else hints[f.name]
+            if kind in (int, float, bool):
+                yield where, schema, f.name, kind
+
+
+def _of_type(text: str, kind: type) -> bool:
+    try:
+        return text in ("true", "false") if kind is bool else (kind(text) is not None and (kind is float or "." not in text))
+    except ValueError:
+        return False
+
+
+def test_every_typed_keys_example_has_the_keys_own_type():
+    """A wrong value's line shows an example of the key's own type (seq_len=abc once showed
+    seq_len=0.15, the mask probability's): from the typed schema, and from the resolvers'
+    ``is not a number`` line (config/compose._number)."""
+    import re
+
+    from omegaconf import OmegaConf
+
+    from convexp.config.schema import key_example, typed
+
+    checked = 0
+    for where, schema, name, kind in _typed_fields():
+        key = f"{where}.{name}" if where else name
+        with pytest.raises(ConfigError) as e:
+            typed(schema, OmegaConf.create({name: "abc"}), where)
+        example = re.search(rf"e\.g\. {re.escape(key)}=(\S+)", str(e.value))
+        assert example and _of_type(example.group(1).rstrip(";,)"), kind), str(e.value)
+        if where != "model":  # the stage configs' keys: what the resolvers' line shows
+            shown = key_example(key)
+            assert shown is not None and _of_type(shown, kind), (key, shown)
+        checked += 1
+    assert checked > 50
+
+
+@pytest.mark.parametrize("key, example", [("seq_len", "128"), ("objective.mask_prob", "0.15"),
+                                          ("trainer.steps_multiplier", "1.0")])  # fmt: skip
+def test_a_resolvers_number_line_shows_the_keys_own_example(key, example):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}='abc' is not a number; e\.g\. {re.escape(key)}={example}$"):
+        compose_stage("pretrain", ["scale=smoke", f"{key}=abc"])

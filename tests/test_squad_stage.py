@@ -364,3 +364,24 @@ def test_convbert_squad_sweep_runs_and_reports(tmp_path):
     assert small["ours"]["squad1.exact"]["value"] is not None and small["paper"]["squad1.f1"] == 84.1
     assert "SQuAD v1.1 EM" in res.stdout and "SQuAD v2.0 F1 (best thr.)" in res.stdout
     assert "; SQuAD dev, " in res.stdout  # what the numbers are, in the report's header
+
+
+def test_a_seeds_line_fits_80_columns_with_a_long_run_name(capsys, tmp_path):
+    """print_squad: the run's name goes to a line of its own where the seed's line would pass 80."""
+    import types
+
+    from convexp.store.runs import Run
+
+    short, long = (tmp_path / "squad1-s42-abc", tmp_path / "convbert-small-mlm-62a3db4b30-squad1-bermo-s42-lr3e-05-epochs2-9cc84bed6f")
+    runs = []
+    for d in (short, long):
+        d.mkdir()
+        (d / "metrics.json").write_text(json.dumps({"dev": {"validation": {"exact": 12.5, "f1": 20.25}}}))
+        runs.append(types.SimpleNamespace(seed=42, run=Run(d)))
+    from convexp.tasks.squad.stage import print_squad
+
+    print_squad("squad1", runs)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "squad1 seed 42: EM 12.50  F1 20.25  (squad1-s42-abc)"
+    assert lines[1:3] == ["squad1 seed 42: EM 12.50  F1 20.25", f"  ({long.name})"]
+    assert all(len(x) <= 80 for x in lines)

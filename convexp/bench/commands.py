@@ -122,7 +122,7 @@ def bench_finetune(
     ),
     out: Optional[str] = typer.Option(None, "--out", help="Write the JSON record here (default: print it)."),
     workdir: Optional[str] = typer.Option(
-        None, help="Where the runs and generated inputs go (default: a temporary folder)."
+        None, help="Where the runs and inputs go, kept (default: a temporary folder, removed at the end or on SIGTERM)."
     ),
     skip_hf: bool = typer.Option(False, help="Skip the Hugging Face contenders (plain loop and Trainer)."),
     device: str = typer.Option("auto", help="cpu (fp32) | cuda (bf16 autocast) | auto (cuda where a GPU is visible)."),
@@ -159,7 +159,7 @@ def bench_sweep(
     device: str = typer.Option("auto", help="cpu (fp32) | cuda (bf16 autocast) | auto (cuda where a GPU is visible)."),
     out: Optional[str] = typer.Option(None, "--out", help="Write the JSON record here (default: print it)."),
     workdir: Optional[str] = typer.Option(
-        None, help="Where the runs and generated inputs go (default: a temporary folder)."
+        None, help="Where the runs and inputs go, kept (default: a temporary folder, removed at the end or on SIGTERM)."
     ),
     skip_hf: bool = typer.Option(False, help="Skip the Trainer's jobs."),
 ) -> None:
@@ -197,7 +197,7 @@ def bench_squad(
     init: Optional[str] = typer.Option(None, help="A Hugging Face BERT directory (default: a random MiniLM-L6-shaped one)."),
     data: Optional[str] = typer.Option(None, help="A folder of the official train-v1.1.json and dev-v1.1.json (default: synthetic)."),
     out: Optional[str] = typer.Option(None, "--out", help="Write the JSON record here (default: print it)."),
-    workdir: Optional[str] = typer.Option(None, help="Where the runs and generated inputs go (default: a temporary folder)."),
+    workdir: Optional[str] = typer.Option(None, help="Where the runs and inputs go, kept (default: a temporary folder, removed at the end or on SIGTERM)."),
     skip_hf: bool = typer.Option(False, help="Skip the Hugging Face contenders (plain loop and Trainer)."),
     device: str = typer.Option("auto", help="cpu (fp32) | cuda (bf16 autocast) | auto (cuda where a GPU is visible)."),
 ) -> None:

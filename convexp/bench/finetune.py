@@ -26,9 +26,7 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -46,6 +44,7 @@ SCRIPTS = {  # the contenders beside convexp: scripts that import transformers, 
     "trainer": Path(__file__).with_name("trainer_finetune.py"),
 }
 LABELS = {"convexp": "convexp", "plain": "plain loop", "trainer": "Trainer"}
+FLOOR_OF = {"convexp": "cls_only", "plain": "full", "trainer": "full"}  # the floor under each tool's wall
 
 
 # ----------------------------------------------------------------------------- the job's inputs
@@ -127,11 +126,20 @@ def write_model_dir(path: Path, shape: dict, words: list[str], hf: bool) -> Path
 
 
 def timed(cmd: list[str], env: dict, log: Path) -> dict:
-    """Run ``cmd``; its wall time, CPU time and peak RSS (os.wait4), exit code, stdout."""
+    """Run ``cmd``; its wall time, CPU time and peak RSS (os.wait4), exit code, stdout. Stopped
+    (the bench's other children too) when the wait ends otherwise: Ctrl-C, SIGTERM (scratch.py)."""
+    from . import scratch
+
     with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = scratch.start(cmd, env=env, stdout=out, stderr=err)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            scratch.stop_children()
+            raise
+        finally:
+            scratch.forget(proc)
         wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
     return {
@@ -162,11 +170,15 @@ def script_metric(stdout: str, key: str) -> float | None:
     return result[key] if result else None
 
 
-def run_repeats(commands, seeds: list[int], work: Path, console, metric: str, label: str, score) -> list[dict]:
+def run_repeats(commands, seeds: list[int], work: Path, console, metric: str, label: str, score,
+                between=None) -> list[dict]:  # fmt: skip
     """Run ``commands(seed)`` (tool -> command) for every seed, the tools taking turns; each run's
-    timing and ``metric`` (``score(tool, its outputs folder, its stdout)``), printed as it ends."""
+    timing and ``metric`` (``score(tool, its outputs folder, its stdout)``), printed as it ends;
+    ``between()``, where given, after every seed's turn but the last (the floor's rate samples)."""
     runs = []
     for i, seed in enumerate(seeds):
+        if i and between is not None:
+            between()
         for tool, cmd in commands(seed).items():
             outputs = work / f"{tool}-{i}"
             env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs)}
@@ -245,70 +257,74 @@ def bench_finetune(
     module docstring), written to ``out`` or printed; a table of the medians and ratios."""
     from rich.console import Console
 
+    from .floor import floor_line, floor_record
+    from .scratch import work_folder
+
     console = Console()
     check_inputs(init, data)
     contenders = hf_contenders(hf, console)
     cuda = wants_cuda(device)
-    work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-ft-"))
-    work.mkdir(parents=True, exist_ok=True)
-    data_dir, model_dir = job_inputs(work, rows, dev_rows, shape, hf, init, data)
+    with work_folder(workdir, "convexp-bench-ft-") as work:  # a temporary one: removed however the bench ends
+        data_dir, model_dir = job_inputs(work, rows, dev_rows, shape, hf, init, data)
 
-    def commands(seed: int) -> dict[str, list[str]]:
-        return job_commands(model_dir, data_dir, epochs, batch_size, max_len, seed, cuda, ("convexp", *contenders))
+        def commands(seed: int) -> dict[str, list[str]]:
+            return job_commands(model_dir, data_dir, epochs, batch_size, max_len, seed, cuda, ("convexp", *contenders))
 
-    floor = None if cuda else arithmetic_floor(model_dir, data_dir, batch_size, epochs, max_len)
-    # Repeat i runs every tool with seed 42 + i: the tools draw their random numbers differently, so
-    # one seed's accuracies differ by seed noise; the medians over the repeats compare the tools.
-    seeds = [SEED + i for i in range(repeats)]
-    runs = run_repeats(commands, seeds, work, console, "dev_accuracy", "dev accuracy",
-                       lambda tool, outputs, stdout: convexp_accuracy(outputs) if tool == "convexp"
-                       else script_metric(stdout, "dev_accuracy"))  # fmt: skip
-    record = {
-        "benchmark": "finetune",
-        "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
-        "job": {
-            "task": "sst2",
-            "train_rows": _rows(data_dir / "SST-2" / "train.tsv"),
-            "dev_rows": _rows(data_dir / "SST-2" / "dev.tsv"),
-            "data": str(data) if data else "synthetic",
-            "model": str(init) if init else f"random {shape}",
-            "shape": None if init else SHAPES[shape],
-            "epochs": epochs,
-            "batch_size": batch_size,
-            "max_len": max_len,
-            "lr": LR,
-            "device": "cuda" if cuda else "cpu",
-            "precision": "bf16-mixed" if cuda else "fp32",
-            "seeds": seeds,  # repeat i: seed seeds[i] in both commands
-            "convexp_command": ["convexp", *commands(SEED)["convexp"][3:]],  # runnable as written
-            **{f"{c}_command": ["python", *commands(SEED)[c][1:]] for c in contenders},
-        },
-        "machine": machine_info(),
-        "repeats": repeats,
-        "runs": runs,
-        "summary": summarize(runs, epochs * _rows(data_dir / "SST-2" / "train.tsv")),
-        "floor": floor,  # the job's matrix products alone on this CPU (floor.py); null on a GPU
-    }
-    write_record(record, out)
-    print_table(console, record["summary"])
-    if floor is not None:
-        sec = floor["seconds"]
-        console.print(
-            f"Matrix products alone at this machine's fp32 rate ({floor['gemm_gflop_per_s']:.0f} GFLOP/s): "
-            f"{sec['cls_only']:.1f} s with convexp's [CLS]-only last block, {sec['full']:.1f} s for the full "
-            f"encoder (the plain loop's and the Trainer's): the floor under each wall time."
-        )
-    return record
+        products = None if cuda else arithmetic_floor(model_dir, data_dir, batch_size, epochs, max_len)
+        sample = products["rate"].sample if products else (lambda: None)  # before, between and after the runs
+        sample()
+        # Repeat i runs every tool with seed 42 + i: the tools draw their random numbers differently, so
+        # one seed's accuracies differ by seed noise; the medians over the repeats compare the tools.
+        seeds = [SEED + i for i in range(repeats)]
+        runs = run_repeats(commands, seeds, work, console, "dev_accuracy", "dev accuracy",
+                           lambda tool, outputs, stdout: convexp_accuracy(outputs) if tool == "convexp"
+                           else script_metric(stdout, "dev_accuracy"), between=sample)  # fmt: skip
+        sample()
+        walls = {kind: [r["wall_s"] for r in runs if FLOOR_OF[r["tool"]] == kind] for kind in ("full", "cls_only")}
+        floor = floor_record(products, walls) if products else None
+        record = {
+            "benchmark": "finetune",
+            "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "finetune"] else None,
+            "job": {
+                "task": "sst2",
+                "train_rows": _rows(data_dir / "SST-2" / "train.tsv"),
+                "dev_rows": _rows(data_dir / "SST-2" / "dev.tsv"),
+                "data": str(data) if data else "synthetic",
+                "model": str(init) if init else f"random {shape}",
+                "shape": None if init else SHAPES[shape],
+                "epochs": epochs,
+                "batch_size": batch_size,
+                "max_len": max_len,
+                "lr": LR,
+                "device": "cuda" if cuda else "cpu",
+                "precision": "bf16-mixed" if cuda else "fp32",
+                "seeds": seeds,  # repeat i: seed seeds[i] in both commands
+                "convexp_command": ["convexp", *commands(SEED)["convexp"][3:]],  # runnable as written
+                **{f"{c}_command": ["python", *commands(SEED)[c][1:]] for c in contenders},
+            },
+            "machine": machine_info(),
+            "repeats": repeats,
+            "runs": runs,
+            "summary": summarize(runs, epochs * _rows(data_dir / "SST-2" / "train.tsv")),
+            "floor": floor,  # the job's matrix products alone on this CPU (floor.py); null on a GPU
+        }
+        write_record(record, out)
+        print_table(console, record["summary"])
+        if floor is not None:
+            console.print(floor_line(floor))
+        return record
 
 
 def arithmetic_floor(model_dir: Path, data_dir: Path, batch_size: int, epochs: int, max_len: int) -> dict | None:
     """floor.py's floor of the job: its rows' token counts ([CLS] sentence [SEP], at most
-    ``max_len``) under the model's vocabulary; None where the model has no vocab.txt."""
+    ``max_len``) under the model's vocabulary, its GEMM rate to be sampled on the threads convexp's
+    run takes (``trainer.threads=auto``); None where the model has no vocab.txt."""
     import torch
 
     from ..tasks.classification.glue_files import read_classic
     from ..tasks.classification.registry import get_task
     from ..data.tokenizer import Tokenizer
+    from ..train.accel import auto_threads
     from .floor import job_floor
 
     if not (model_dir / "vocab.txt").is_file():
@@ -322,7 +338,7 @@ def arithmetic_floor(model_dir: Path, data_dir: Path, batch_size: int, epochs: i
         torch.tensor([min(max_len, len(ids) + 2) for ids in tok.encode_batch(splits[s]["sentence"])])
         for s in ("train", "validation")
     )
-    return job_floor(train, dev, batch_size, epochs, shape, SEED)
+    return job_floor(train, dev, batch_size, epochs, shape, SEED, threads=auto_threads()[0])
 
 
 def write_record(record: dict, out: str | None) -> None:

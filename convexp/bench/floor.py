@@ -3,11 +3,17 @@ on this machine, the time no fp32 tool can go under however little else it does.
 
   encoder_flops(batches, shape, train, cls_only)   FLOPs of a BERT encoder's matrix products over
                                                    padded batches [(rows, length), ...]
-  gemm_rate(rows, shape)                           this machine's fp32 matmul rate (FLOP/s) at the
-                                                   encoder's shapes, ``rows`` tokens a batch
-  job_floor(train, dev, batch_size, shape, ...)    both together for a job: FLOPs and seconds for
-                                                   the full encoder and for convexp's [CLS]-only
-                                                   last block (a sequence classifier's)
+  gemm_rate(rows, shape)                           one sample of this machine's fp32 matmul rate
+                                                   (FLOP/s) at the encoder's shapes, ``rows``
+                                                   tokens a batch, after a warm-up
+  BestRate(rows, shape, threads)                   the best of several such samples, taken at the
+                                                   job's thread count wherever the bench calls
+                                                   ``sample()`` (before, between, after its runs)
+  job_floor(train, dev, batch_size, ..., threads)  the job's FLOPs for the full encoder and for
+                                                   convexp's [CLS]-only last block (a sequence
+                                                   classifier's), and the rate sampler to time them
+  floor_record(floor, walls)                       the record's ``floor``: seconds at the best rate,
+                                                   every sample, and ``floor_above_wall``
 
 The products counted: per layer the Q, K, V and output projections (4 D² per token), the FFN
 (2 D I), the scores QKᵀ and the weighted values (2 L D per token); twice as many again in the
@@ -15,11 +21,17 @@ backward pass (the inputs' and the weights' gradients). The pooler, classifier, 
 every element-wise operation are left out: a floor, not an estimate. The batches are convexp's
 (length-grouped training batches, length-sorted dev batches); the Trainer's grouping pads within a
 few per cent of them.
+
+One rate sample on a busy machine can be a quarter of the machine's rate (34 GFLOP/s against 136
+a minute later), which put a floor above every measured wall. So the rate is the best of samples
+spread over the benchmark; where even that floor is above a wall, nothing is clamped: the record
+says ``floor_above_wall: true`` and the bench's line says the machine was too busy to measure it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -42,47 +54,112 @@ def encoder_flops(batches: list[tuple[int, int]], shape: dict, train: bool, cls_
     return (3 if train else 1) * total
 
 
-def gemm_rate(rows: int, shape: dict, repeats: int = 10) -> float:
+def gemm_rate(rows: int, shape: dict, repeats: int = 10, warmup: int = 3) -> float:
     """fp32 FLOP/s of torch's matmul at the encoder's forward and backward shapes with ``rows``
-    tokens a batch, on this process's threads (the best of ``repeats`` timings of each shape)."""
+    tokens a batch, on this process's threads: every shape run ``warmup`` times first (the thread
+    pool and the caches), then the best of ``repeats`` timings of each."""
     D, I = shape["hidden"], shape["intermediate"]
     pairs = [((rows, D), (D, I)), ((rows, I), (I, D)), ((rows, D), (D, D)),  # forward
              ((D, rows), (rows, I)), ((I, rows), (rows, D)), ((D, rows), (rows, D))]  # weight gradients
-    flops = seconds = 0.0
-    for a, b in pairs:
-        x, y = torch.randn(a), torch.randn(b)
-        for _ in range(3):
+    operands = [(torch.randn(a), torch.randn(b)) for a, b in pairs]
+    for _ in range(warmup):
+        for x, y in operands:
             x @ y
+    flops = seconds = 0.0
+    for x, y in operands:
         best = float("inf")
         for _ in range(repeats):
             t = time.perf_counter()
             x @ y
             best = min(best, time.perf_counter() - t)
-        flops += 2 * a[0] * a[1] * b[1]
+        flops += 2 * x.shape[0] * x.shape[1] * y.shape[1]
         seconds += best
     return flops / seconds
 
 
-def job_floor(train: torch.Tensor, dev: torch.Tensor, batch_size: int, epochs: int, shape: dict, seed: int) -> dict:
-    """The floor of a fine-tuning job whose rows have ``train`` and ``dev`` token counts (padded
+class BestRate:
+    """The GEMM rate at a job's shapes (``rows`` tokens a batch) and thread count: ``sample()``
+    measures once more (``measure(rows, shape)``, :func:`gemm_rate` unless a test gives another)
+    with torch's threads set to ``threads`` for the while; ``best`` is the highest so far. The
+    bench samples before, between and after its timed runs, so that a busy minute does not set
+    the floor."""
+
+    def __init__(self, rows: int, shape: dict, threads: int, measure: Callable[[int, dict], float] = gemm_rate):
+        self.rows, self.shape, self.threads, self.measure = rows, shape, threads, measure
+        self.samples: list[float] = []
+
+    def sample(self) -> float:
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            rate = self.measure(self.rows, self.shape)
+        finally:
+            torch.set_num_threads(before)
+        self.samples.append(rate)
+        return rate
+
+    @property
+    def best(self) -> float:
+        if not self.samples:
+            self.sample()
+        return max(self.samples)
+
+
+def job_floor(train: torch.Tensor, dev: torch.Tensor, batch_size: int, epochs: int, shape: dict, seed: int,
+              threads: int, measure: Callable[[int, dict], float] = gemm_rate) -> dict:  # fmt: skip
+    """The FLOPs of a fine-tuning job whose rows have ``train`` and ``dev`` token counts (padded
     lengths before grouping): training batches grouped as convexp's stream groups them for
-    ``seed`` (each epoch on its own), dev batches as convexp evaluates on a CPU."""
+    ``seed`` (each epoch on its own), dev batches as convexp evaluates on a CPU; ``rate``, a
+    :class:`BestRate` at the job's mean padded batch and ``threads``, not sampled yet."""
     batches = []
     for epoch in range(epochs):
         g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         batches += [(len(b), int(train[b].max())) for b in torch.split(grouped_permutation(train, batch_size, g), batch_size)]
     dev_batches = [(len(b), int(dev[b].max())) for b in sorted_batches(dev, EVAL_TOKENS["cpu"])]
     padded = sum(B * L for B, L in batches)
-    rate = gemm_rate(round(padded / len(batches)), shape)
-    flops = {
-        "full": encoder_flops(batches, shape, train=True) + encoder_flops(dev_batches, shape, train=False),
-        "cls_only": encoder_flops(batches, shape, train=True, cls_only=True)
-        + encoder_flops(dev_batches, shape, train=False, cls_only=True),
-    }
     return {
         "train_tokens": epochs * int(train.sum()),
         "train_padded_tokens": padded,
-        "gemm_gflop_per_s": rate / 1e9,
-        "tflop": {k: v / 1e12 for k, v in flops.items()},
-        "seconds": {k: v / rate for k, v in flops.items()},
+        "flops": {
+            "full": encoder_flops(batches, shape, train=True) + encoder_flops(dev_batches, shape, train=False),
+            "cls_only": encoder_flops(batches, shape, train=True, cls_only=True)
+            + encoder_flops(dev_batches, shape, train=False, cls_only=True),
+        },
+        "rate": BestRate(round(padded / len(batches)), shape, threads, measure),
     }
+
+
+def floor_record(floor: dict, walls: dict[str, list[float]]) -> dict:
+    """The record's ``floor``: seconds of each kind (``full``, ``cls_only``) at the best sampled
+    rate, the samples, and ``floor_above_wall``: whether a kind's floor is above any of the wall
+    times measured for it (``walls``: kind -> seconds), nothing clamped."""
+    rate: BestRate = floor["rate"]
+    best = rate.best
+    seconds = {k: v / best for k, v in floor["flops"].items()}
+    above = {k: min(w) for k, w in walls.items() if w and seconds[k] > min(w)}
+    return {
+        "train_tokens": floor["train_tokens"],
+        "train_padded_tokens": floor["train_padded_tokens"],
+        "gemm_gflop_per_s": best / 1e9,  # the best sample's
+        "gemm_gflop_per_s_samples": [r / 1e9 for r in rate.samples],
+        "gemm_rows": rate.rows,
+        "threads": rate.threads,
+        "tflop": {k: v / 1e12 for k, v in floor["flops"].items()},
+        "seconds": seconds,
+        "floor_above_wall": bool(above),
+        "walls_below_floor": above,  # kind -> the least wall under its floor
+    }
+
+
+def floor_line(rec: dict) -> str:
+    """The bench's line on the floor: under each wall time, or the machine too busy to measure it."""
+    sec, n = rec["seconds"], len(rec["gemm_gflop_per_s_samples"])
+    said = (f"Matrix products alone at this machine's fp32 rate ({rec['gemm_gflop_per_s']:.0f} GFLOP/s, the best "
+            f"of {n} sample{'s' if n != 1 else ''} on {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}): "
+            f"{sec['cls_only']:.1f} s with convexp's [CLS]-only last block, {sec['full']:.1f} s for the full "
+            "encoder (the plain loop's and the Trainer's)")  # fmt: skip
+    if not rec["floor_above_wall"]:
+        return said + ": the floor under each wall time."
+    walls = ", ".join(f"{k} {w:.1f} s" for k, w in rec["walls_below_floor"].items())
+    return (said + f": above a measured wall ({walls}): the machine was too busy to measure the floor "
+            "(floor_above_wall in the record); rerun on a quieter machine.")

@@ -21,7 +21,6 @@ import collections
 import json
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 from ..errors import UserError
@@ -101,6 +100,7 @@ def bench_squad(
 
     from ..tasks.squad.features import squad_features
     from ..data.tokenizer import Tokenizer
+    from .scratch import work_folder
 
     console = Console()
     if init is not None and not (Path(init) / "config.json").is_file():
@@ -115,64 +115,63 @@ def bench_squad(
         raise UserError(f"--stride {stride}: windows of --max-len {max_len} hold about {room} context tokens "
                         f"after the longest question; give a --stride from 1 to {room - 1}")  # fmt: skip
     contenders = hf_contenders(hf, console)
-    work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-squad-"))
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "squad").mkdir(parents=True, exist_ok=True)
-    write_official(work / "squad" / "train-v1.1.json", splits["train"])
-    write_official(work / "squad" / "dev-v1.1.json", splits["validation"])
-    model_dir = Path(init) if init else write_model_dir(
-        work / "model", SHAPES[shape], vocabulary(splits["train"] + splits["validation"],
-                                                  SHAPES[shape]["vocab"] - len(SPECIALS)), hf=True)  # fmt: skip
-    tok = Tokenizer.load(model_dir / "vocab.txt")
-    windows = len(squad_features(splits["train"], tok, max_len=max_len, doc_stride=stride, stride_mode="overlap"))
+    with work_folder(workdir, "convexp-bench-squad-") as work:  # a temporary one: removed however the bench ends
+        (work / "squad").mkdir(parents=True, exist_ok=True)
+        write_official(work / "squad" / "train-v1.1.json", splits["train"])
+        write_official(work / "squad" / "dev-v1.1.json", splits["validation"])
+        model_dir = Path(init) if init else write_model_dir(
+            work / "model", SHAPES[shape], vocabulary(splits["train"] + splits["validation"],
+                                                      SHAPES[shape]["vocab"] - len(SPECIALS)), hf=True)  # fmt: skip
+        tok = Tokenizer.load(model_dir / "vocab.txt")
+        windows = len(squad_features(splits["train"], tok, max_len=max_len, doc_stride=stride, stride_mode="overlap"))
 
-    def commands(seed: int) -> dict[str, list[str]]:
-        convexp_cmd = [
-            sys.executable, "-m", "convexp.cli", "finetune", "squad", "task=squad1", f"init={model_dir}",
-            "squad.source=local", f"squad.path={work / 'squad'}", "protocol=bermo", f"epochs={epochs}",
-            f"batch_size={batch_size}", f"lr={LR}", f"seeds=[{seed}]", f"squad.max_len={max_len}",
-            f"squad.doc_stride={stride}", "task.qa.bermo.stride_mode=overlap",
-            "group_by_length=true",  # as the Trainer's flag (off at the default scale=paper)
-            *(["trainer.accelerator=gpu", "trainer.precision=bf16-mixed"] if cuda else []),
-        ]  # fmt: skip
-        script_args = [str(model_dir), str(work / "squad"), str(epochs), str(batch_size), str(max_len), str(stride),
-                       str(LR), str(seed), "cuda" if cuda else "cpu"]  # fmt: skip
-        return {"convexp": convexp_cmd, **{c: [sys.executable, str(HF_SQUAD), c, *script_args] for c in contenders}}
+        def commands(seed: int) -> dict[str, list[str]]:
+            convexp_cmd = [
+                sys.executable, "-m", "convexp.cli", "finetune", "squad", "task=squad1", f"init={model_dir}",
+                "squad.source=local", f"squad.path={work / 'squad'}", "protocol=bermo", f"epochs={epochs}",
+                f"batch_size={batch_size}", f"lr={LR}", f"seeds=[{seed}]", f"squad.max_len={max_len}",
+                f"squad.doc_stride={stride}", "task.qa.bermo.stride_mode=overlap",
+                "group_by_length=true",  # as the Trainer's flag (off at the default scale=paper)
+                *(["trainer.accelerator=gpu", "trainer.precision=bf16-mixed"] if cuda else []),
+            ]  # fmt: skip
+            script_args = [str(model_dir), str(work / "squad"), str(epochs), str(batch_size), str(max_len), str(stride),
+                           str(LR), str(seed), "cuda" if cuda else "cpu"]  # fmt: skip
+            return {"convexp": convexp_cmd, **{c: [sys.executable, str(HF_SQUAD), c, *script_args] for c in contenders}}
 
-    seeds = [SEED + i for i in range(repeats)]
-    runs = run_repeats(commands, seeds, work, console, "dev_f1", "dev F1",
-                       lambda tool, outputs, stdout: _convexp_f1(outputs) if tool == "convexp"
-                       else _script_f1(stdout, windows))  # fmt: skip
-    record = {
-        "benchmark": "squad",
-        "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "squad"] else None,
-        "job": {
-            "task": "squad1",
-            "train_questions": len(splits["train"]),
-            "dev_questions": len(splits["validation"]),
-            "train_windows": windows,
-            "data": str(data) if data else "synthetic",
-            "model": str(init) if init else f"random {shape}",
-            "epochs": epochs,
-            "batch_size": batch_size,
-            "max_len": max_len,
-            "stride": stride,
-            "lr": LR,
-            "device": "cuda" if cuda else "cpu",
-            "precision": "bf16-mixed" if cuda else "fp32",
-            "seeds": seeds,
-            "convexp_command": ["convexp", *commands(SEED)["convexp"][3:]],
-            **{f"{c}_command": ["python", *commands(SEED)[c][1:]] for c in contenders},
-        },
-        "machine": machine_info(),
-        "repeats": repeats,
-        "runs": runs,
-        "summary": summarize(runs, epochs * windows, metric="dev_f1", rate="windows_per_s", within=2.0),
-    }
-    write_record(record, out)
-    print_table(console, record["summary"], "SQuAD fine-tune", "dev_f1", "dev F1", "windows_per_s",
-                "train windows / wall s")  # fmt: skip
-    return record
+        seeds = [SEED + i for i in range(repeats)]
+        runs = run_repeats(commands, seeds, work, console, "dev_f1", "dev F1",
+                           lambda tool, outputs, stdout: _convexp_f1(outputs) if tool == "convexp"
+                           else _script_f1(stdout, windows))  # fmt: skip
+        record = {
+            "benchmark": "squad",
+            "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "squad"] else None,
+            "job": {
+                "task": "squad1",
+                "train_questions": len(splits["train"]),
+                "dev_questions": len(splits["validation"]),
+                "train_windows": windows,
+                "data": str(data) if data else "synthetic",
+                "model": str(init) if init else f"random {shape}",
+                "epochs": epochs,
+                "batch_size": batch_size,
+                "max_len": max_len,
+                "stride": stride,
+                "lr": LR,
+                "device": "cuda" if cuda else "cpu",
+                "precision": "bf16-mixed" if cuda else "fp32",
+                "seeds": seeds,
+                "convexp_command": ["convexp", *commands(SEED)["convexp"][3:]],
+                **{f"{c}_command": ["python", *commands(SEED)[c][1:]] for c in contenders},
+            },
+            "machine": machine_info(),
+            "repeats": repeats,
+            "runs": runs,
+            "summary": summarize(runs, epochs * windows, metric="dev_f1", rate="windows_per_s", within=2.0),
+        }
+        write_record(record, out)
+        print_table(console, record["summary"], "SQuAD fine-tune", "dev_f1", "dev F1", "windows_per_s",
+                    "train windows / wall s")  # fmt: skip
+        return record
 
 
 def _script_f1(stdout: str, windows: int) -> float | None:

@@ -22,12 +22,12 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import UserError
+from .scratch import stop_children, work_folder
 from .finetune import (
     SEED,
     SHAPES,
@@ -71,7 +71,12 @@ def run_pool(cmds: list[list[str]], per_device: int, envs: list[dict], logs: lis
 
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=per_device) as pool:
-        results = list(pool.map(one, range(len(cmds))))
+        try:
+            results = list(pool.map(one, range(len(cmds))))
+        except BaseException:  # Ctrl-C, SIGTERM: the jobs waiting do not start, the running ones stop
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_children()
+            raise
     wall = time.perf_counter() - start
     for r in results:
         if r["returncode"] != 0:
@@ -120,60 +125,59 @@ def bench_sweep(
     cores = os.cpu_count() or 1
     devices, unit = (1, "GPU") if cuda else (cores, "core")
     threads = max(1, cores // min(per_device, jobs))  # each packed job's share of the cores
-    work = Path(workdir or tempfile.mkdtemp(prefix="convexp-bench-sweep-"))
-    work.mkdir(parents=True, exist_ok=True)
-    data_dir, model_dir = job_inputs(work, rows, dev_rows, shape, hf=bool(contenders))  # the Trainer: HF layout
-    seeds = [SEED + i for i in range(jobs)]
-    base = {**os.environ, "WANDB_MODE": "disabled"}
-    if cuda:  # every child on the same (first visible) GPU
-        base["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    with work_folder(workdir, "convexp-bench-sweep-") as work:  # a temporary one: removed however the bench ends
+        data_dir, model_dir = job_inputs(work, rows, dev_rows, shape, hf=bool(contenders))  # the Trainer: HF layout
+        seeds = [SEED + i for i in range(jobs)]
+        base = {**os.environ, "WANDB_MODE": "disabled"}
+        if cuda:  # every child on the same (first visible) GPU
+            base["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
 
-    def cmd(tool: str, seed: int, extra: list[str]) -> list[str]:
-        return [*job_commands(model_dir, data_dir, epochs, batch_size, max_len, seed, cuda, (tool,))[tool], *extra]
+        def cmd(tool: str, seed: int, extra: list[str]) -> list[str]:
+            return [*job_commands(model_dir, data_dir, epochs, batch_size, max_len, seed, cuda, (tool,))[tool], *extra]
 
-    plans = {  # way -> (tool, at once, extra convexp overrides, extra environment)
-        "sequential": ("convexp", 1, [], {}),
-        "packed": ("convexp", per_device, [f"trainer.threads={threads}"], {"OMP_NUM_THREADS": str(threads)}),
-        **({"trainer": ("trainer", 1, [], {})} if contenders else {}),
-    }
-    ways, accuracies = {}, {}
-    for way, (tool, k, extra, env) in plans.items():
-        outputs = [work / f"{way}-{i}" for i in range(jobs)]
-        res = run_pool([cmd(tool, s, extra) for s in seeds], k,
-                       [{**base, **env, "CONVEXP_OUTPUTS": str(o)} for o in outputs], outputs, console, way)  # fmt: skip
-        accuracies[way] = [convexp_accuracy(o) if tool == "convexp" else script_metric(r["stdout"], "dev_accuracy")
-                           for o, r in zip(outputs, res["jobs"])]  # fmt: skip
-        first = cmd(tool, SEED, extra)  # runnable as written: convexp ..., python trainer_finetune.py ...
-        ways[way] = {
-            "tool": tool,
-            "at_once": k,
-            "wall_s": res["wall_s"],
-            "command": ["convexp", *first[3:]] if tool == "convexp" else ["python", *first[1:]],
-            "environment": env,
-            "runs": [{"seed": s, "dev_accuracy": a, **drop_keys(r, "stdout", "stderr_tail")}
-                     for s, a, r in zip(seeds, accuracies[way], res["jobs"])],  # fmt: skip
+        plans = {  # way -> (tool, at once, extra convexp overrides, extra environment)
+            "sequential": ("convexp", 1, [], {}),
+            "packed": ("convexp", per_device, [f"trainer.threads={threads}"], {"OMP_NUM_THREADS": str(threads)}),
+            **({"trainer": ("trainer", 1, [], {})} if contenders else {}),
         }
-    record = {
-        "benchmark": "sweep",
-        "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "sweep"] else None,
-        "device": "cuda" if cuda else "cpu",
-        "device_name": device_name(cuda),
-        "device_unit": unit,
-        "devices": devices,  # device-seconds = wall x devices (1 GPU, or the CPU's cores)
-        "jobs": jobs,
-        "per_device": per_device,
-        "threads_per_packed_job": threads,
-        "cuda_visible_devices": base.get("CUDA_VISIBLE_DEVICES") if cuda else None,  # every child's
-        "job": {"task": "sst2", "train_rows": rows, "dev_rows": dev_rows, "model": f"random {shape}",
-                "shape": SHAPES[shape], "epochs": epochs, "batch_size": batch_size, "max_len": max_len,
-                "precision": "bf16-mixed" if cuda else "fp32", "seeds": seeds},  # fmt: skip
-        "machine": machine_info(),
-        "ways": ways,
-        "summary": summarize_sweep({w: v["wall_s"] for w, v in ways.items()}, accuracies, jobs, devices),
-    }
-    write_record(record, out)
-    print_sweep_table(console, record)
-    return record
+        ways, accuracies = {}, {}
+        for way, (tool, k, extra, env) in plans.items():
+            outputs = [work / f"{way}-{i}" for i in range(jobs)]
+            res = run_pool([cmd(tool, s, extra) for s in seeds], k,
+                           [{**base, **env, "CONVEXP_OUTPUTS": str(o)} for o in outputs], outputs, console, way)  # fmt: skip
+            accuracies[way] = [convexp_accuracy(o) if tool == "convexp" else script_metric(r["stdout"], "dev_accuracy")
+                               for o, r in zip(outputs, res["jobs"])]  # fmt: skip
+            first = cmd(tool, SEED, extra)  # runnable as written: convexp ..., python trainer_finetune.py ...
+            ways[way] = {
+                "tool": tool,
+                "at_once": k,
+                "wall_s": res["wall_s"],
+                "command": ["convexp", *first[3:]] if tool == "convexp" else ["python", *first[1:]],
+                "environment": env,
+                "runs": [{"seed": s, "dev_accuracy": a, **drop_keys(r, "stdout", "stderr_tail")}
+                         for s, a, r in zip(seeds, accuracies[way], res["jobs"])],  # fmt: skip
+            }
+        record = {
+            "benchmark": "sweep",
+            "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "sweep"] else None,
+            "device": "cuda" if cuda else "cpu",
+            "device_name": device_name(cuda),
+            "device_unit": unit,
+            "devices": devices,  # device-seconds = wall x devices (1 GPU, or the CPU's cores)
+            "jobs": jobs,
+            "per_device": per_device,
+            "threads_per_packed_job": threads,
+            "cuda_visible_devices": base.get("CUDA_VISIBLE_DEVICES") if cuda else None,  # every child's
+            "job": {"task": "sst2", "train_rows": rows, "dev_rows": dev_rows, "model": f"random {shape}",
+                    "shape": SHAPES[shape], "epochs": epochs, "batch_size": batch_size, "max_len": max_len,
+                    "precision": "bf16-mixed" if cuda else "fp32", "seeds": seeds},  # fmt: skip
+            "machine": machine_info(),
+            "ways": ways,
+            "summary": summarize_sweep({w: v["wall_s"] for w, v in ways.items()}, accuracies, jobs, devices),
+        }
+        write_record(record, out)
+        print_sweep_table(console, record)
+        return record
 
 
 def print_sweep_table(console, record: dict) -> None:

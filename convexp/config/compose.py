@@ -196,7 +196,11 @@ def _number(root, key: str, default=None) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{key}={value!r} is not a number; e.g. {key}={default if default is not None else 0.15}") from None
+        from .schema import key_example  # the key's own default (seq_len=128), not another key's
+
+        example = key_example(key) or default
+        eg = f"; e.g. {key}={example}" if example is not None else ""
+        raise ValueError(f"{key}={value!r} is not a number{eg}") from None
 
 
 OmegaConf.register_new_resolver("steps", _steps, replace=True)

@@ -326,14 +326,46 @@ def typed(schema: type, node: DictConfig, where: str):
 
 
 def with_example(message: str, schema: type, where: str, key: str) -> str:
-    """``message`` with ``; e.g. KEY=DEFAULT`` (the schema's default) when it has no example."""
+    """``message`` with ``; e.g. KEY=VALUE`` (:func:`shown_example`) when it has no example."""
+    leaf = key[len(where) + 1:] if where and key.startswith(where + ".") else key
+    value = shown_example(schema, leaf)
+    if "e.g." in message or value is None:
+        return message
+    return f"{message}; e.g. {key}={value}"
+
+
+# an example of a type, for a key whose default (none, or ???) shows none
+TYPE_EXAMPLES = {int: "8", float: "0.5", bool: "true"}
+
+
+def shown_example(schema: type, name: str) -> str | None:
+    """A value of ``schema``'s field ``name`` of its own type, as written on a command line: its
+    default, else one of its type (``TYPE_EXAMPLES``); None for no such field or no such example."""
+    import typing
     from dataclasses import MISSING, fields
 
-    leaf = key[len(where) + 1:] if where and key.startswith(where + ".") else key
-    f = next((f for f in fields(schema) if f.name == leaf), None)
-    if "e.g." in message or f is None or f.default in (MISSING, None):
-        return message
-    return f"{message}; e.g. {key}={str(f.default).lower() if isinstance(f.default, bool) else f.default}"
+    f = next((f for f in fields(schema) if f.name == name), None)
+    if f is None:
+        return None
+    if f.default not in (MISSING, None):
+        return str(f.default).lower() if isinstance(f.default, bool) else str(f.default)
+    try:
+        hint = typing.get_type_hints(schema)[name]
+    except (NameError, TypeError):  # an annotation this module cannot resolve
+        return None
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return TYPE_EXAMPLES.get(args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint)
+
+
+def key_example(key: str) -> str | None:
+    """:func:`shown_example` of a dotted key of a stage config: a group's (``objective.mask_prob``)
+    or a top-level one (``seq_len``); None for a key no schema here types."""
+    head, _, leaf = key.partition(".")
+    if leaf:
+        schemas = [GROUPS[head]] if head in GROUPS else []
+    else:
+        schemas = [PretrainSchema, FinetuneSchema, AblateSchema]
+    return next((v for v in (shown_example(s, leaf or head) for s in schemas) if v is not None), None)
 
 
 def check_label(key: str, value) -> None:

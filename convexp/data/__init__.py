@@ -10,6 +10,7 @@ stays cheap):
   tokenizer.py          build_tokenizer / Tokenizer: trained WordPiece or Unigram, or a pretrained file
   length_batches.py     batches of rows of similar length (training and evaluation)
   digests.py            content digests of local input files (part of run ids)
+  text_files.py         a user's text file read (a binary one refused) and quoted short in error lines
 
   errors.py             DataError and its subclasses (all UserError)
 

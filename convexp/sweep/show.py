@@ -10,15 +10,14 @@ from .cpu_rate import measured_flops, runs_on_cpu
 from .execute import Outcome
 from .plan import Plan
 from .spec import load_sweep
+from ..width import fold_command, fold_items, terminal_width
 
 
 def _console():
-    import sys
-
+    """A console that folds to the terminal's width (160 columns into a file or a pipe)."""
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 160)
-
+    return Console(width=terminal_width())
 
 
 
@@ -76,16 +75,19 @@ def _value(v) -> str:
 
 
 def print_cards(cards: list[Card]) -> None:
-    """The recipe cards (sweep/cards.py): one line of settings per distinct recipe."""
+    """The recipe cards (sweep/cards.py): a card's settings on one line where the terminal is wide
+    enough, else folded between settings."""
     console = _console()
     for c in cards:
         stage = "pre-training" if c.stage == "pretrain" else "fine-tuning"
         head = f"{stage} recipe {c.title} — variants: {', '.join(c.variants)}"
         rows = [(k, v) for k, v in c.rows if k != "recipe"]
-        console.print(head, markup=False, soft_wrap=True)
-        console.print("  " + " · ".join(f"{k} {_value(v)}" for k, v in rows), markup=False, soft_wrap=True)
+        lines = [*fold_items([head], console.width, indent=""),
+                 *fold_items([f"{k} {_value(v)}" for k, v in rows], console.width)]  # fmt: skip
         for note in c.notes:
-            console.print(f"  note: {note}", markup=False, soft_wrap=True)
+            lines += fold_items([f"note: {note}"], console.width)
+        for line in lines:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def print_plan(plan: Plan) -> None:
@@ -93,8 +95,13 @@ def print_plan(plan: Plan) -> None:
     from rich.table import Table
 
     table = Table(title=f"convexp ablate {plan.sweep.name} ({plan.sweep.title}), scale={plan.settings.scale}")
-    for col in ("node", "state", "run", "train FLOPs"):
-        table.add_column(col, justify="right" if col == "train FLOPs" else "left")
+    # a narrow terminal folds the run ids (never cuts them); the node names too where the run ids
+    # would keep fewer than 20 columns (13: the borders and padding of four columns)
+    room = terminal_width() - 13 - len("state") - len("train FLOPs") - max(map(len, plan.nodes), default=0)
+    table.add_column("node", overflow="fold", no_wrap=room >= 20)
+    table.add_column("state", no_wrap=True)
+    table.add_column("run", overflow="fold")
+    table.add_column("train FLOPs", justify="right", no_wrap=True)
     states: dict[str, int] = {}
     todo, unknown = 0.0, 0
     for n in plan.order():
@@ -136,13 +143,15 @@ def print_plan(plan: Plan) -> None:
     console.print("; ".join(parts))
     if plan.settings.launcher.name == "submitit" or plan.settings.launcher.get("gpus"):
         print_makespan(plan, [n for n in plan.order() if n.state != "cached"])
-    console.print(
-        f"launcher: {plan.settings.launcher.name}; first command: {plan.order()[0].command}",
-        markup=False,
-        soft_wrap=True,
-    )
+    launcher = f"launcher: {plan.settings.launcher.name}; first command:"
+    command = plan.order()[0].command
+    if len(launcher) + 1 + len(command) <= console.width:
+        console.print(f"{launcher} {command}", markup=False, highlight=False, soft_wrap=True)
+    else:  # folded between its words, still runnable when pasted
+        for line in [launcher, *fold_command(command, console.width)]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if plan.settings.launcher.name == "local":
-        console.print(placement_line(plan), markup=False, soft_wrap=True)
+        console.print(placement_line(plan), markup=False)
 
 
 def placement_line(plan: Plan) -> str:
@@ -211,7 +220,6 @@ def print_makespan(plan: Plan, todo: list) -> None:
             f"{_hours(m.waves)} in waves: {gain} ({m.dependencies / 24:.1f} vs {m.waves / 24:.1f} days); "
             f"critical path {_hours(m.critical)}",
             markup=False,
-            soft_wrap=True,
         )
     if m.unknown:
         console.print(f"  {m.unknown} jobs of unknown compute count as 0 h", markup=False)

@@ -83,6 +83,14 @@ def usable_cores() -> int:
     return max(1, n)
 
 
+def auto_threads() -> tuple[int, str]:
+    """``trainer.threads=auto``'s thread count and why: OMP_NUM_THREADS when set, else
+    :func:`usable_cores`."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    return usable_cores(), "the physical cores this process may use"
+
+
 _THREADS_SAID: list[str] = []
 
 
@@ -93,12 +101,7 @@ def set_threads(trainer_cfg) -> str:
     once every input is checked, so bad input still gets its one line. Data-loader workers run one
     thread each (torch sets that in every worker)."""
     setting = trainer_cfg.get("threads", "auto")
-    if setting != "auto":
-        n, why = int(setting), "trainer.threads"
-    elif os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
-        n, why = int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
-    else:
-        n, why = usable_cores(), "the physical cores this process may use"
+    n, why = (int(setting), "trainer.threads") if setting != "auto" else auto_threads()
     torch.set_num_threads(n)
     line = f"threads: {n} ({why}; set trainer.threads=N)"  # 80 columns at most
     if _THREADS_SAID != [line]:

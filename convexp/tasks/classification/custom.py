@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ...data.datasets_cache import local_read
 from ...data.errors import TaskError, TaskFileError, TaskLabelError
+from ...data.text_files import quoted
 from .registry import Task
 
 log = logging.getLogger(__name__)
@@ -172,17 +173,17 @@ def _label(t: Task, raw, where: str) -> int | float:
             return float(raw)
         except (TypeError, ValueError):
             raise TaskLabelError(
-                f"{where}: label {raw!r} is not a number; a regression task needs numbers"
+                f"{where}: label {quoted(raw)} is not a number; a regression task needs numbers"
             ) from None
     if t.label_names:
         if str(raw) not in t.label_names:
             raise TaskLabelError(
-                f"{where}: label {raw!r} is not among the training labels "
+                f"{where}: label {quoted(raw)} is not among the training labels "
                 f"({', '.join(t.label_names)}); fix the file"
             )
         return t.label_names.index(str(raw))
     if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < t.num_labels:
         raise TaskLabelError(
-            f"{where}: label {raw!r} is not a class id 0..{t.num_labels - 1}; fix the file or task.num_labels"
+            f"{where}: label {quoted(raw)} is not a class id 0..{t.num_labels - 1}; fix the file or task.num_labels"
         )
     return raw

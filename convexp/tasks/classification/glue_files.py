@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...data.errors import TaskError, TaskFileError
+from ...data.text_files import quoted, read_lines
 from .registry import PAIR, Task
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ def read_classic(t: Task, root: Path) -> dict[str, dict[str, list]]:
 
 def _read_tsv(t: Task, path: Path, spec: _TsvSpec) -> dict[str, list]:
     """Rows of one classic file. Quotes are literal (no CSV quoting): lines are split on tabs."""
-    lines = path.read_bytes().decode("utf-8-sig", errors="replace").split("\n")
+    lines = read_lines(path, TaskFileError, "utf-8-sig")
     rows = [(n, line.rstrip("\r").split("\t")) for n, line in enumerate(lines, 1) if line.strip()]
     if spec.header:
         if not rows:
@@ -203,7 +204,7 @@ def _read_tsv(t: Task, path: Path, spec: _TsvSpec) -> dict[str, list]:
         lacking = [c for c in wanted if c not in header]
         if lacking:
             raise TaskFileError(
-                f"{path}: header lacks column(s) {', '.join(lacking)} (has {', '.join(header)}); "
+                f"{path}: header lacks column(s) {', '.join(lacking)} (has {quoted(chr(9).join(header))}); "
                 f"use the classic {t.folder} file"
             )
         width, pos = len(header), {c: header.index(c) for c in wanted}
@@ -227,6 +228,6 @@ def _read_tsv(t: Task, path: Path, spec: _TsvSpec) -> dict[str, list]:
         else:
             raw = row[pos[spec.index]].strip()
             if not raw.isdigit():
-                raise TaskFileError(f"{where}: index {raw!r} is not a number; fix the file")
+                raise TaskFileError(f"{where}: index {quoted(raw)} is not a number; fix the file")
             columns["idx"].append(int(raw))
     return columns

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...data.errors import TaskError, TaskLabelError, UnknownTaskError
+from ...data.text_files import quoted
 from .. import PROBING
 
 # ============================================================================ the Task
@@ -111,7 +112,7 @@ class Task:
             try:
                 return float(raw)
             except ValueError:
-                raise TaskLabelError(f"{where}: score {raw!r} is not a number; fix the file") from None
+                raise TaskLabelError(f"{where}: score {quoted(raw)} is not a number; fix the file") from None
         if raw in self.label_names:
             return self.label_names.index(raw)
         if self.int_file_labels and raw.isdigit() and int(raw) < self.num_labels:
@@ -120,7 +121,7 @@ class Task:
             [str(i) for i in range(self.num_labels)] if self.int_file_labels else []
         )
         raise TaskLabelError(
-            f"{where}: unknown {self.name} label {raw!r} (known: {', '.join(known)}); fix the file"
+            f"{where}: unknown {self.name} label {quoted(raw)} (known: {', '.join(known)}); fix the file"
         )
 
 

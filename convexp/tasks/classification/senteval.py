@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...data.errors import TaskFileError, TaskLabelError
+from ...data.text_files import quoted, read_lines
 from .registry import Task
 
 SPLITS = {"tr": "train", "va": "validation", "te": "test"}
@@ -39,7 +40,7 @@ def read_senteval(t: Task, path: Path) -> dict[str, dict[str, list]]:
     Raises TaskFileError / TaskLabelError naming the file and line for a malformed line, a
     split without rows or a label the task does not know."""
     rows: dict[str, list] = {split: [] for split in SPLITS.values()}  # (line number, label, sentence)
-    for n, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").split("\n"), 1):
+    for n, line in enumerate(read_lines(path, TaskFileError), 1):
         if not line.strip():
             continue
         fields = line.rstrip("\r").split("\t")
@@ -51,7 +52,7 @@ def read_senteval(t: Task, path: Path) -> dict[str, dict[str, list]]:
             )
         split = SPLITS.get(fields[0].strip())
         if split is None:
-            raise TaskFileError(f"{where}: split {fields[0]!r} is not tr, va or te; fix the line")
+            raise TaskFileError(f"{where}: split {quoted(fields[0])} is not tr, va or te; fix the line")
         label, sentence = fields[1].strip(), fields[-1].strip()
         if not label or not sentence:
             raise TaskFileError(f"{where}: empty label or sentence; fix the line")
@@ -75,7 +76,7 @@ def read_senteval(t: Task, path: Path) -> dict[str, dict[str, list]]:
             if label not in index:
                 known = ", ".join(names) if t.label_names else "the labels of the tr rows"
                 raise TaskLabelError(
-                    f"{path}:{n}: unknown {t.name} label {label!r} (known: {known}); "
+                    f"{path}:{n}: unknown {t.name} label {quoted(label)} (known: {known}); "
                     f"fix the file (is it SentEval's {t.folder}.txt?)"
                 )
             columns["sentence"].append(sentence)

@@ -10,7 +10,6 @@ task's best-dev run). The table printed at the end shows the same numbers.
 from __future__ import annotations
 
 import statistics
-import sys
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -20,7 +19,8 @@ from ...atomic import config_hash
 from .scores import glue_average, task_score
 from .submissions import zip_submission
 from .registry import GROUPS, PROBING_COLUMNS, PROBING_ORDER, get_task
-from ...store.runs import Run
+from ...store.runs import Run, said
+from ...width import terminal_width
 
 
 def write_summary(cfg: DictConfig, init_slug: str, runs_by_task: dict) -> Path:
@@ -79,7 +79,7 @@ def write_summary(cfg: DictConfig, init_slug: str, runs_by_task: dict) -> Path:
     if any(sub.iterdir()):
         zip_submission(sub, out / "submission.zip")
     (print_probing_summary if is_probing else print_summary)(summary)
-    print(f"summary: {out / 'summary.json'}")
+    print(said("summary", out, "(summary.json)"))  # 80 columns: a long run name on a line of its own
     return out
 
 
@@ -127,7 +127,7 @@ def print_probing_summary(summary: dict) -> None:
         test = "-" if avg["test"] is None else f"{avg['test']:.2f}"
         label = "average, all ten tasks" if group == "all" else f"average, {group} tasks"
         table.add_row(label, "", f"{avg['dev']:.2f}", test, "", "")
-    Console(width=None if sys.stdout.isatty() else 140).print(table)
+    Console(width=terminal_width(140)).print(table)
 
 
 def print_summary(summary: dict) -> None:
@@ -167,4 +167,4 @@ def print_summary(summary: dict) -> None:
                 f"{g[f'{style}_best']:.1f}",
                 "",
             )
-    Console(width=None if sys.stdout.isatty() else 140).print(table)
+    Console(width=terminal_width(140)).print(table)

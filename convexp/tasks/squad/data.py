@@ -37,6 +37,7 @@ from typing import Any
 
 from ...data.corpus import with_defaults
 from ...data.errors import DataError
+from ...data.text_files import quoted
 
 # The synthetic language's phrase builders; one import site, so moving the grammar touches one line.
 from ...data.grammar import Clause, Words, sentence
@@ -139,7 +140,7 @@ def read_squad_json(path) -> list[dict]:
                         }
                     )
     except (KeyError, TypeError, AttributeError, ValueError) as e:
-        qid = f" after question {records[-1]['id']!r}" if records else ""
+        qid = f" after question {quoted(records[-1]['id'])}" if records else ""
         raise SquadError(
             f"{where}{qid} is malformed ({type(e).__name__}: {e}); "
             "use the official layout data[].paragraphs[].qas[].answers[]"
@@ -156,18 +157,18 @@ def check_records(records: list[dict], where: str) -> list[dict]:
         texts, starts = r["answers"]["text"], r["answers"]["answer_start"]
         if len(texts) != len(starts):
             raise SquadError(
-                f"{where} question {r['id']!r}: {len(texts)} answer texts but {len(starts)} offsets"
+                f"{where} question {quoted(r['id'])}: {len(texts)} answer texts but {len(starts)} offsets"
             )
         if r["is_impossible"] and texts:
             raise SquadError(
-                f"{where} question {r['id']!r} is marked impossible but has answers; fix the file"
+                f"{where} question {quoted(r['id'])} is marked impossible but has answers; fix the file"
             )
         if not r["is_impossible"] and not texts:
-            raise SquadError(f"{where} question {r['id']!r} has no answer; give one or mark it is_impossible")
+            raise SquadError(f"{where} question {quoted(r['id'])} has no answer; give one or mark it is_impossible")
         for text, start in zip(texts, starts):
             if r["context"][start : start + len(text)] != text:
                 raise SquadError(
-                    f"{where} question {r['id']!r}: answer {text[:40]!r} is not at offset {start} of "
+                    f"{where} question {quoted(r['id'])}: answer {quoted(text, 40)} is not at offset {start} of "
                     "its context; fix answer_start"
                 )
     return records

@@ -227,7 +227,7 @@ def run_squad(cfg: DictConfig) -> list[Run]:
     """Fine-tune every seed of the SQuAD task (finished runs are reused); print EM / F1."""
     check_squad_config(cfg)  # before the init is opened: a wrong task is the first thing to say
     if cfg.task.max_len is not None:  # e.g. a sweep's finetune.task.max_len meant for its GLUE tasks
-        print(f"note: task.max_len={cfg.task.max_len} is GLUE's; SQuAD's windows: squad.max_len, squad.doc_stride")
+        print(f"note: task.max_len={cfg.task.max_len} is GLUE's; SQuAD's: squad.max_len, squad.doc_stride")
     init = resolve_init(cfg)
     check_teacher(cfg)
     runs = squad_runs(cfg, init.slug, init.model_cfg.hidden_size)
@@ -252,7 +252,9 @@ def print_squad(task: str, runs: list[GlueRun]) -> None:
         rows.append((p.seed, dev.get("exact"), dev.get("f1"), dev.get("best_f1"), p.run.dir))
     for seed, em, f1, best, d in rows:
         extra = f"  best F1 {best:.2f}" if best is not None else ""
-        print(f"{task} seed {seed}: EM {em:.2f}  F1 {f1:.2f}{extra}  ({Path(d).name})")
+        line = f"{task} seed {seed}: EM {em:.2f}  F1 {f1:.2f}{extra}"
+        name = f"({Path(d).name})"
+        print(f"{line}  {name}" if len(line) + 2 + len(name) <= 80 else f"{line}\n  {name}")  # 80 columns
     if len(rows) > 1:
         em = sum(r[1] for r in rows) / len(rows)
         f1 = sum(r[2] for r in rows) / len(rows)
