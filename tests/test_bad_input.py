@@ -379,7 +379,7 @@ def test_bad_input_on_a_gpu_host_is_still_one_line(tmp_path, files, monkeypatch,
 READS_CONTENT = {
     "corrupt safetensors", "header-only TSV", "pretrain init damaged weights", "pretrain init truncated config",
     "init truncated config.json", "init unreadable safetensors", "init unreadable pytorch_model.bin",
-    "export damaged weights",
+    "export damaged weights", "binary TSV", "undecodable TSV",
 }
 HEAVY = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "transformers", "datasets")
 BLOCKED = f'''
