@@ -2,7 +2,10 @@
 
 A GPU plan's time comes from a stated rate (``tflops=``, ``launcher.device``). A CPU user has no
 such number, so the dry run measures one: a few masked-LM training steps (forward, backward, fused
-AdamW) of the plan's first pre-training model at its own batch and length, on this machine, now.
+AdamW) of the plan's first pre-training model at its own length, on this machine, now. The batch
+is cut to at most TOKENS tokens (at least one sequence): a paper recipe's batch of 256 x 512 takes
+minutes a step on a laptop, and a dry run answers in seconds; a CPU's FLOP rate on such a model
+hardly changes with the batch once the matrices hold a few thousand rows.
 The FLOPs of those steps (the same count as the plan's) over their wall time is the rate the whole
 plan's FLOPs are divided by. Fine-tuning steps are shorter and pad less than the count assumes, so
 the estimate is rough (within ~2x); it is said so where it is printed.
@@ -23,9 +26,12 @@ def runs_on_cpu(cfg: DictConfig) -> bool:
     return accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
 
 
+TOKENS = 2048  # the most tokens a measured step holds
+
+
 def measured_flops(cfg: DictConfig, steps: int = 3) -> float:
-    """Training FLOP/s of this CPU on the model, batch and length of a composed pre-training config
-    (one warm-up step, then ``steps`` timed)."""
+    """Training FLOP/s of this CPU on the model and length of a composed pre-training config, at
+    its batch cut to TOKENS tokens (one warm-up step, then ``steps`` timed)."""
     import torch
 
     from ..config.compose import to_model_config
@@ -33,7 +39,8 @@ def measured_flops(cfg: DictConfig, steps: int = 3) -> float:
     from .compute import flops_per_token
 
     model_cfg = to_model_config(cfg.model)
-    batch, length = int(cfg.trainer.batch_size), int(cfg.seq_len)
+    length = int(cfg.seq_len)
+    batch = max(1, min(int(cfg.trainer.batch_size), TOKENS // length))
     torch.manual_seed(0)
     model = MaskedLM(model_cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
