@@ -48,6 +48,13 @@ def files(tmp_path):
     user.mkdir(parents=True)
     (user / "broken.yaml").write_text("name: [unclosed\n  x: : y\n")
     (bad / "exists.yaml").write_text("x: 1\n")
+    # files that exist and cannot be read, whoever runs the tests (root reads a chmod 000 file):
+    # reading /proc/self/mem at offset 0 fails with EIO
+    (bad / "unreadable_glue" / "SST-2").mkdir(parents=True)
+    (bad / "unreadable_glue" / "SST-2" / "train.tsv").symlink_to("/proc/self/mem")
+    (bad / "unreadable_glue" / "SST-2" / "dev.tsv").write_text("sentence\tlabel\na b\t1\n")
+    (bad / "unreadable_corpus").mkdir()
+    (bad / "unreadable_corpus" / "corpus.txt").symlink_to("/proc/self/mem")
     return bad
 
 
@@ -179,6 +186,10 @@ CASES = [
     ("config file not YAML", ["--config-dir", "{bad}/confdir", "pretrain", "scale=smoke", "model=broken"],
      ["broken.yaml", "YAML", "line 2"]),
     ("outputs under a file", [*PRE, "outputs={bad}/a_file/sub"], ["outputs", "a_file"]),
+    ("outputs cannot be made", [*PRE, "outputs=/proc/convexp-out"], ["outputs", "/proc", "cannot be made"]),
+    ("corpus file unreadable", [*PRE, "data=files", "data.path={bad}/unreadable_corpus"], ["corpus.txt", "cannot be read"]),
+    ("GLUE train.tsv unreadable", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/unreadable_glue"],
+     ["train.tsv", "cannot be read"]),
     ("finetune outputs under a file", [*FT, "outputs={bad}/a_file/sub"], ["outputs"]),
     # pre-training's init: checked before anything is written
     ("pretrain init damaged weights", [*PRE, "init={bad}/hf_bad_safetensors"], ["init=", "damaged"]),
@@ -379,7 +390,7 @@ def test_bad_input_on_a_gpu_host_is_still_one_line(tmp_path, files, monkeypatch,
 READS_CONTENT = {
     "corrupt safetensors", "header-only TSV", "pretrain init damaged weights", "pretrain init truncated config",
     "init truncated config.json", "init unreadable safetensors", "init unreadable pytorch_model.bin",
-    "export damaged weights", "binary TSV", "undecodable TSV",
+    "export damaged weights", "binary TSV", "undecodable TSV", "corpus file unreadable", "GLUE train.tsv unreadable",
 }
 HEAVY = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "transformers", "datasets")
 BLOCKED = f'''
