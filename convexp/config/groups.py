@@ -247,7 +247,7 @@ class LauncherSchema:
 
     name: str = "local"
     workers: Any = 1  # a number, or auto (launcher=local: one per GPU slot, sweep/gpus.py)
-    per_gpu: int = 1  # launcher=local: jobs at once on one GPU
+    per_gpu: Any = 1  # launcher=local: jobs at once on one GPU, or auto (by estimated memory, sweep/gpus.py)
     gpu_ids: Optional[List[int]] = None  # launcher=local: the GPUs the sweep may use (null: all)
     key: Optional[str] = None
     wait_s: float = 86400.0
@@ -274,7 +274,12 @@ class LauncherSchema:
             if isinstance(self.workers, bool) or not isinstance(self.workers, int):
                 raise ValueError(f"launcher.workers={self.workers}: give a number of workers (1 or more) or auto")
             count("launcher.workers", self.workers)
-        count("launcher.per_gpu", self.per_gpu)
+        if self.per_gpu != "auto":
+            if isinstance(self.per_gpu, bool) or not isinstance(self.per_gpu, int):
+                raise ValueError(
+                    f"launcher.per_gpu={self.per_gpu}: give how many jobs may share a GPU (1 or more) or auto"
+                )
+            count("launcher.per_gpu", self.per_gpu)
         for i in self.gpu_ids or []:
             count("launcher.gpu_ids", i, low=0)
         if self.gpu_ids is not None and (not self.gpu_ids or len(set(self.gpu_ids)) != len(self.gpu_ids)):

@@ -19,8 +19,10 @@ Data flows one way through the modules:
     nodes.py        one variant's stage commands (nodes) and their run directories
     plan.py         the whole graph: every selected variant's nodes in dependency order
     compute.py      training FLOPs and parameter counts (the --dry-run estimate, the report)
+    memory.py       a job's estimated peak GPU memory (what launcher.per_gpu=auto packs cards by)
     cards.py        recipe cards: the settings of each distinct pre-training / fine-tuning recipe
     schedule.py     time on a cluster: GPU-hours, wall-clock on N GPUs with dependencies vs waves
+    gpus.py         launcher=local on a GPU machine: which card(s) each worker's job runs on
     launchers.py    walk the graph here or in N worker processes; on SLURM submit it all at once
                     (afterok dependencies); or run one node
     execute.py      run one node; the outcomes and the ledger (outputs/sweeps/NAME/last.json)

@@ -41,9 +41,10 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
     pool, workers = GpuPool([]), 1
     if launcher.name == "local":  # refused before anything is written: GPUs the job cannot have
         pool = pool_from_settings(launcher)
-        workers = workers_for(launcher, pool)
+        todo = [n for n in plan.nodes.values() if not n.done]
+        workers = workers_for(launcher, pool, todo)  # per_gpu=auto: sized by their estimates
         if pool.ids:
-            check_placeable([n for n in plan.nodes.values() if not n.done], pool, lambda n: n.gpus)
+            check_placeable(todo, pool, lambda n: n.gpus)
     ledger = Ledger(plan)
     queued = queued_jobs(ledger) if on_slurm(launcher) else {}
     for key, node in plan.nodes.items():
@@ -230,7 +231,8 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int, pool: GpuPool | None = No
                 if not ready(node, ledger.outcomes) or len(running) >= workers:
                     continue
                 wanted = node.gpus if pool.ids else 0
-                ids = None if gpu_wait and wanted else pool.take(wanted, alone=node.key in alone)
+                mib = node.memory_mib  # its estimate: what it takes of a card under per_gpu=auto
+                ids = None if gpu_wait and wanted else pool.take(wanted, mib, alone=node.key in alone)
                 if ids is None:
                     gpu_wait = True
                     continue
@@ -249,8 +251,9 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int, pool: GpuPool | None = No
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 node, started, log, ids, whole = running.pop(future)
-                shared = bool(ids) and len(ids) == 1 and pool.per_gpu > 1 and not whole  # it may have had company
-                pool.give(ids, alone=whole)
+                # it may have had company on its card
+                shared = bool(ids) and len(ids) == 1 and not whole and pool.shares(node.memory_mib)
+                pool.give(ids, node.memory_mib, alone=whole)
                 try:
                     error = future.result()
                 except Exception as e:  # the worker process died (killed, out of memory)

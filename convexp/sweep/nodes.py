@@ -18,6 +18,7 @@ from .compute import finetune_flops, pretrain_flops, squad_flops
 from ..tasks import is_squad
 from ..tasks import kind as task_kind
 from .gpus import job_gpus
+from .memory import finetune_mib, pretrain_mib
 from .spec import Sweep, SweepError, Variant
 from .start import Start
 
@@ -37,6 +38,7 @@ class Node:
     flops: float = 0.0
     hparams: dict = dataclasses.field(default_factory=dict)  # fine-tuning: run id -> cards.finetune_settings
     gpus: int = 0  # GPUs its job trains on (gpus.job_gpus: 0 on the CPU, -1 every GPU)
+    memory_mib: int = 0  # its job's estimated peak memory on one GPU (memory.py; 0: unknown)
 
     @property
     def done(self) -> bool:
@@ -82,7 +84,9 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     over.append(
         f"outputs={Path(cfg.outputs).resolve()}"
     )  # absolute: workers and cluster jobs start elsewhere
-    return Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops, gpus=job_gpus(cfg)), cfg, model_cfg
+    node = Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops, gpus=job_gpus(cfg),
+                memory_mib=pretrain_mib(cfg, model_cfg))  # fmt: skip
+    return node, cfg, model_cfg
 
 
 def continuation_node(
@@ -132,7 +136,8 @@ def continuation_node(
     except (ConfigError, ValueError) as e:
         raise SweepError(f"{where}: {e}") from e
     run = pretrain_run(cfg, variant_tokens(v.pretrain))
-    node = Node(f"continue/{v.name}", "pretrain", v.name, over, [run], deps=[pre.key], flops=flops, gpus=job_gpus(cfg))
+    node = Node(f"continue/{v.name}", "pretrain", v.name, over, [run], deps=[pre.key], flops=flops,
+                gpus=job_gpus(cfg), memory_mib=pretrain_mib(cfg, model_cfg))  # fmt: skip
     start = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, node.key, model_cfg)
     return node, start
 
@@ -214,6 +219,8 @@ def finetune_nodes(
         flops = squad_flops if is_squad(node.task) else finetune_flops
         node.flops = flops(tcfg, start.model_cfg, node.task)
         node.gpus = job_gpus(tcfg)
+        batch = max(int(hp["batch_size"]) for hp in node.hparams.values())  # its largest setting's
+        node.memory_mib = finetune_mib(tcfg, start.model_cfg, node.task, batch)
     return list(nodes.values())
 
 

@@ -151,20 +151,22 @@ def print_plan(plan: Plan) -> None:
         for line in [launcher, *fold_command(command, console.width)]:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     if plan.settings.launcher.name == "local":
-        console.print(placement_line(plan), markup=False)
+        for line in placement_lines(plan, console.width):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def placement_line(plan: Plan) -> str:
+def placement_lines(plan: Plan, width: int) -> list[str]:
     """launcher=local on this machine: its workers, the GPUs they share and what each job takes
-    (a job that cannot be placed is refused here, as when the sweep runs)."""
+    (a job that cannot be placed is refused here, as when the sweep runs), folded to ``width``
+    between its parts."""
     from .gpus import check_placeable, pool_from_settings, workers_for
 
     launcher = plan.settings.launcher
     pool = pool_from_settings(launcher)
-    workers = workers_for(launcher, pool)
     todo = [n for n in plan.order() if n.state != "cached"]
+    workers = workers_for(launcher, pool, todo)
     if not pool.ids:
-        return f"placement: {workers} worker{'s' if workers > 1 else ''} on this machine's CPU (no GPU visible)"
+        return [f"placement: {workers} worker{'s' if workers > 1 else ''} on this machine's CPU (no GPU visible)"]
     check_placeable(todo, pool, lambda n: n.gpus)
     needs: dict[str, int] = {}
     for n in todo:
@@ -172,12 +174,41 @@ def placement_line(plan: Plan) -> str:
         label = "on the CPU" if k == 0 else "on 1 GPU" if k == 1 else f"on {k} GPUs (DDP, cards held whole)"
         needs[label] = needs.get(label, 0) + 1
     gpus = ",".join(map(str, pool.ids))
-    jobs = "; ".join(f"{v} job{'s' if v > 1 else ''} {k}" for k, v in needs.items()) or "nothing to run"
-    return (
-        f"placement: {workers} worker{'s' if workers > 1 else ''} on GPUs {gpus}, at most {pool.per_gpu} "
-        f"job{'s' if pool.per_gpu > 1 else ''} a GPU (launcher.per_gpu); {jobs}; each worker sees only its own "
-        "GPUs (CUDA_VISIBLE_DEVICES); --status names them"
-    )
+    jobs = [f"{v} job{'s' if v > 1 else ''} {k}" for k, v in needs.items()] or ["nothing to run"]
+    head = f"placement: {workers} worker{'s' if workers > 1 else ''} on GPUs {gpus}"
+    head += f" ({_gib(pool.card_mib)} cards)" if pool.by_memory else ""
+    if pool.by_memory:
+        rule = _packing(pool, todo)
+    else:
+        rule = [f"at most {pool.per_gpu} job{'s' if pool.per_gpu > 1 else ''} a GPU (launcher.per_gpu)"]
+    tail = ["each worker sees only its own GPUs (CUDA_VISIBLE_DEVICES)", "--status names them"]
+    return fold_items([head, *rule, *jobs, *tail], width, indent="", sep="; ")
+
+
+def _gib(mib: float) -> str:
+    return f"{mib / 1024:.2g} GiB"
+
+
+def _packing(pool, todo: list) -> list[str]:
+    """per_gpu=auto's parts of the placement line: the cards, each stage's estimates (a range where
+    they differ), how many jobs a card holds at most, and how many run alone."""
+    from .gpus import SAFETY, jobs_a_card, one_gpu_jobs
+
+    one_gpu = one_gpu_jobs(pool, todo)
+    sizes = []
+    for stage, label in (("pretrain", "pre-training"), ("finetune", "fine-tunes")):
+        known = [n.memory_mib for n in one_gpu if n.stage == stage and n.memory_mib]
+        if known:
+            low, high = _gib(min(known)), _gib(max(known))
+            sizes.append(f"{label} ~{high}" if low == high else f"{label} ~{low} to {high}")
+    parts = [
+        f"per_gpu=auto: each card filled to {SAFETY:.0%} by the jobs' estimated peak memory",
+        ", ".join([*sizes, f"→ up to {jobs_a_card(pool, todo)} a card"]).replace(", →", " →"),
+    ]
+    alone = sum(not pool.shares(n.memory_mib) for n in one_gpu)
+    if alone:
+        parts.append(f"{alone} alone on a card (estimate unknown or beyond a card)")
+    return parts
 
 
 def _minutes(m: float) -> str:

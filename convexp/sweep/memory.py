@@ -1,0 +1,147 @@
+"""A job's estimated peak GPU memory, from its composed config and without torch: what
+``launcher.per_gpu=auto`` packs a card by (sweep/gpus.py), so that a sweep's small fine-tunes
+share a card and a large pre-training gets one to itself.
+
+peak = state + activations + heads + overhead, summed over every model the job trains (an ELECTRA
+generator too), on one card (``trainer.batch_size`` split over devices x nodes x accumulation):
+
+* state: 16 bytes a parameter (fp32 weights, their gradients, AdamW's two moments; mixed precision
+  keeps fp32 masters, so the same), + 2 under a 16-bit autocast (``*-mixed``: its copy of each
+  weight, cached for the step). Parameters from shapes (models/stats.py); fine-tuning drops the MLM
+  head and its classifier is left out (a few thousand parameters).
+* activations: what autograd keeps for the backward, counted per token and layer as Korthikanti
+  et al. 2022 count a transformer layer ("Reducing Activation Recomputation in Large Transformer
+  Models", §4.1: sbh(34 + 5as/h) bytes at 2 bytes a value, FFN 4h): ``4D + 4A + 2I`` values (the
+  two LayerNorms' inputs 2D, the Q/K/V projections' input D, Q, K and V 3A, the output
+  projection's input A, the FFN's input D and its hidden values before and after GELU 2I; D
+  hidden, A self-attention width, I FFN width) + 2D bytes of dropout masks, and per head an
+  L-long row of attention probabilities, its dropout output (2 values) and mask (1 byte). A value
+  is 4 bytes, 2 under a 16-bit precision. That row is what the unfused path keeps (the CPU path
+  under dropout, Chang et al.'s convolution-only attention); CUDA's fused attention keeps none, so
+  plain attention on a GPU is over-counted (BERT-base: those rows are 21% of its estimated
+  activations at length 128, 52% at 512): the estimate errs on the side of room.
+  ConvBERT's mixed attention adds its convolution branch: the span-aware key's input and
+  depthwise output (2D), ks and ks⊙q (2A), the convolution's values, output and share of the
+  output projection's input (3C), the kernels' logits and softmax (2cK; C = c heads x d, span K),
+  and the banded [L, L] matrix per convolution head that the GPU's band form multiplies (c L values;
+  models/conv.py). With ``trainer.gradient_checkpointing`` a layer keeps its input (D) and one
+  layer at a time holds the rest. Embeddings: 3E + D values a token.
+* heads: pre-training's MLM head scores P = batch x min(max_predictions, mask_prob x L) rows:
+  their [P, V] logits and cross-entropy's fp32 log-softmax of them (an ELECTRA generator's the same;
+  its embeddings, shared with the discriminator, are counted twice).
+* overhead: ``OVERHEAD_MIB`` for the CUDA context, cuBLAS's workspaces and the caching
+  allocator's slack.
+
+Checked on the CPU only (tests/test_gpu_memory.py): the activation term is 0.88 (ELECTRA-small)
+to 0.99 (ConvBERT-small) of the bytes autograd saves there; no GPU peak has been measured against
+it yet. Not counted: a fine-pruning run's scores (pruning=...: one more trained tensor per pruned
+weight), a distillation teacher's weights, the allocator's fragmentation beyond the overhead.
+So the numbers are a plan, and an out-of-memory error in a packed job says the truth (it is run
+again alone on its card, sweep/launchers.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from omegaconf import DictConfig
+
+from ..models.config import ModelConfig, generator_config
+from ..models.stats import parameter_count
+
+MIB = 2**20
+OVERHEAD_MIB = 768  # the CUDA context (~0.5 GiB) + cuBLAS workspaces + allocator slack
+STATE_BYTES = 16  # a parameter: fp32 weight + gradient + AdamW's exp_avg and exp_avg_sq
+
+
+def _value_bytes(precision) -> int:
+    """Bytes of one activation value: 2 under bf16/fp16 (autocast or true), else 4."""
+    return 2 if "16" in str(precision) else 4
+
+
+def _layer_bytes(cfg: ModelConfig, i: int, seq_len: int, v: int) -> float:
+    """Bytes layer ``i`` keeps for the backward, per token (see the module docstring)."""
+    D, K, d = cfg.hidden_size, cfg.kernel_size, cfg.head_dim
+    size = cfg.layer_size(i)
+    H, I = size["heads"], size["intermediate"]
+    A = H * d
+    values = 4 * D + 4 * A + 2 * I
+    maps = H * seq_len * (2 * v + 1)  # per head: probabilities and their dropout (values) + mask (byte)
+    if cfg.mixer == "mixed" and cfg.conv_type != "none":
+        c = cfg.attn_heads  # convolution heads: as many as self-attention's (ConvBERT's γ split)
+        values += 2 * D + 2 * A + 3 * c * d + 2 * c * K
+        maps += c * seq_len * v  # the banded [L, L] kernel matrix of each convolution head
+    return values * v + 2 * D + maps
+
+
+def activation_bytes(cfg: ModelConfig, batch: int, seq_len: int, v: int, checkpointing: bool) -> float:
+    """Activation bytes of one model's encoder (embeddings included) for a batch."""
+    layers = [_layer_bytes(cfg, i, seq_len, v) for i in range(cfg.num_layers)]
+    if checkpointing:  # each block keeps its input; one is recomputed at a time
+        per_token = cfg.num_layers * cfg.hidden_size * v + max(layers)
+    else:
+        per_token = sum(layers)
+    per_token += (3 * cfg.emb_size + cfg.hidden_size) * v
+    return per_token * batch * seq_len
+
+
+def peak_mib(
+    cfg: ModelConfig,
+    batch: int,
+    seq_len: int,
+    precision="32-true",
+    *,
+    predictions: int = 0,
+    checkpointing: bool = False,
+) -> int:
+    """Estimated peak GPU memory (MiB) of training ``cfg`` on ``batch`` rows of ``seq_len`` tokens
+    on one card; ``predictions``: rows an MLM head scores (0: a fine-tuning head, not counted)."""
+    v = _value_bytes(precision)
+    state = STATE_BYTES + (2 if "mixed" in str(precision) else 0)
+    params = parameter_count(cfg, mlm_head=predictions > 0)
+    total = params * state + activation_bytes(cfg, batch, seq_len, v, checkpointing)
+    total += predictions * cfg.vocab_size * (v + 4)  # logits + cross-entropy's fp32 log-softmax
+    return math.ceil(total / MIB) + OVERHEAD_MIB
+
+
+def card_batch(trainer: DictConfig) -> int:
+    """Rows on one card in one forward: ``trainer.batch_size`` over devices x nodes x accumulation
+    (``devices=auto`` or a list: the whole batch, the larger estimate)."""
+    devices = trainer.get("devices", 1)
+    world = devices * trainer.get("num_nodes", 1) if isinstance(devices, int) and devices > 0 else 1
+    return max(1, int(trainer.batch_size) // (world * int(trainer.get("accumulate_grad_batches", 1))))
+
+
+def pretrain_mib(cfg: DictConfig, model_cfg: ModelConfig) -> int:
+    """A pre-training job's estimate: the model and, with ``objective=electra``, its generator,
+    each scoring its predictions (the generator the MLM, the discriminator every token: no [P, V])."""
+    batch, L = card_batch(cfg.trainer), int(cfg.seq_len)
+    o = cfg.objective
+    per_row = round(float(o.mask_prob) * L)
+    if o.get("max_predictions") is not None:
+        per_row = min(per_row, int(o.max_predictions))
+    predictions = batch * max(1, per_row)
+    t = cfg.trainer
+    common = dict(precision=t.precision, checkpointing=bool(t.get("gradient_checkpointing", False)))
+    if o.name != "electra":
+        return peak_mib(model_cfg, batch, L, predictions=predictions, **common)
+    gen = generator_config(model_cfg, o.generator_fraction)
+    disc = peak_mib(model_cfg, batch, L, predictions=0, **common)
+    return disc + peak_mib(gen, batch, L, predictions=predictions, **common) - OVERHEAD_MIB
+
+
+def finetune_mib(cfg: DictConfig, model_cfg: ModelConfig | None, task: str, batch: int) -> int:
+    """A fine-tuning job's estimate at its largest ``batch`` (a node's grid settings run one after
+    another in one process) and the task's length (SQuAD: the window); 0 when the model is unknown."""
+    if model_cfg is None:
+        return 0
+    from ..tasks import is_squad
+
+    if is_squad(task):
+        from ..tasks.squad.runs import qa_settings
+
+        length = int(qa_settings(cfg)["max_len"])
+    else:
+        length = int(cfg.task.max_len)
+    checkpointing = bool(cfg.trainer.get("gradient_checkpointing", False))
+    return peak_mib(model_cfg, batch, length, cfg.trainer.precision, checkpointing=checkpointing)
