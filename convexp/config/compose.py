@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -284,21 +285,47 @@ _initialized_with: list = []
 def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
     """Initialise Hydra once per process (later composes are fast), again only when the user's
     config directories change. They come first in the search path, so a user's config shadows a
-    built-in one of the same name (``hydra.searchpath`` would put them after the built-ins). This is
-    what ``hydra.initialize_config_dir`` does, with the user's directories prepended."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
+    built-in one of the same name (``hydra.searchpath`` would put them after the built-ins): Hydra's
+    public ``initialize_config_dir`` over the built-in ``conf/``, with the user's directories
+    prepended by a search-path plugin (:func:`_user_dirs_plugin`). Version base 1.1: what Hydra
+    assumes when none is given (as before; its notice that it assumes so is silenced)."""
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.plugins import Plugins
+    from hydra.errors import Hydra14MigrationWarning
 
     hydra = GlobalHydra.instance()
     if hydra.is_initialized() and _initialized_with == [user_dirs]:
         return
     hydra.clear()
-    search_path = create_config_search_path(f"file://{CONF_DIR}")
-    for d in reversed(user_dirs):
-        search_path.prepend(provider="convexp-user", path=f"file://{d}")
-    Hydra.create_main_hydra2(task_name="convexp", config_search_path=search_path)  # sets GlobalHydra
+    plugin = _user_dirs_plugin()
+    Plugins.instance().register(plugin)  # Hydra's way to add a plugin class (again: a no-op)
+    plugin.dirs = user_dirs
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Hydra14MigrationWarning)
+            initialize_config_dir(str(CONF_DIR), job_name="convexp", version_base="1.1")  # sets GlobalHydra
+    finally:
+        plugin.dirs = ()  # any other Hydra initialisation in this process keeps its own search path
     _initialized_with[:] = [user_dirs]
+
+
+@lru_cache(maxsize=None)
+def _user_dirs_plugin() -> type:
+    """The Hydra search-path plugin that puts the user's config directories (its ``dirs``, set
+    while :func:`_initialize_hydra` initialises Hydra) first, provider ``convexp-user``. Made on
+    first use: commands that never compose do not import Hydra."""
+    from hydra.core.config_search_path import ConfigSearchPath
+    from hydra.plugins.search_path_plugin import SearchPathPlugin
+
+    class UserConfigDirs(SearchPathPlugin):
+        dirs: tuple[Path, ...] = ()
+
+        def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+            for d in reversed(self.dirs):
+                search_path.prepend(provider="convexp-user", path=f"file://{d}")
+
+    return UserConfigDirs
 
 
 # `scale=` on the command line selects the stage's own scale group.
