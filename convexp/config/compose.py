@@ -365,7 +365,7 @@ def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
         _task_pruning(cfg, overrides)
         _keys_read(cfg)
     check_types(cfg)
-    with open_dict(cfg):  # for the run record; not part of the run id (runs.EXECUTION_KEYS)
+    with open_dict(cfg):  # for the run record; not part of the run id (run_names.EXECUTION_KEYS)
         cfg.invocation = {"command": command_line(), "overrides": given}
     return cfg
 

@@ -6,7 +6,7 @@ ablate`` lays out whole sweeps this way (cached, to resume, new) and ``convexp r
 results again. Configs arrive composed: a GLUE invocation's per-task configs are composed by the
 caller (the CLI, the sweep planner) for the tasks :func:`glue_task_names` lists.
 
-A run's name also shows what varies (``+<key><value>`` tokens, convexp.store.runs.run_name): for a sweep,
+A run's name also shows what varies (``+<key><value>`` tokens, convexp.store.run_names.run_name): for a sweep,
 the variant's own overrides (the planner passes ``tokens``); for a command, the overrides it was
 given whose values differ from the defaults (:func:`command_tokens`). The hash alone says which run
 it is: the store finds a run by its hash whatever its name.
@@ -27,7 +27,8 @@ from ..data.digests import input_digests
 from ..tasks.classification.loading import task_data
 from ..tasks import PROBING as PROBING_ORDER
 from ..errors import UserError
-from .runs import EXECUTION_KEYS, Run, name_token, run_key
+from .run_names import EXECUTION_KEYS, name_token, run_key
+from .runs import Run
 
 TASK_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
 TASK_SETS = {"all": TASK_ORDER, "probing_all": PROBING_ORDER}  # task=<set>: these tasks in turn
@@ -38,7 +39,7 @@ BERMO_PROBING_SEEDS = (63, 77, 9, 96, 39)  # BERMO Table 12
 # Overrides that no run name shows: the slug shows them (preset, objective, task, seeds, name, BERMO's
 # mixing), or they say where a run starts, at which scale or under which protocol (the bundles the
 # rest of the recipe comes from; the hash tells those runs apart), or how a fine-tune runs, not
-# what it computes (not in its id, as runs.EXECUTION_KEYS for pre-training).
+# what it computes (not in its id, as run_names.EXECUTION_KEYS for pre-training).
 UNNAMED = (
     *("model", "init_model", "objective", "name", "task", "seeds", "scalar_mix"),
     *("init", "scale", "finetune_scale", "protocol"),
@@ -67,7 +68,7 @@ def names_data_source(key: str, value: object) -> bool:
 
 def named_overrides(overrides: list[str]) -> list[tuple[str, object]]:
     """(key, value) of the overrides a run name shows: not UNNAMED, not an execution key
-    (runs.EXECUTION_KEYS: logging, devices, outputs), not where data comes from
+    (run_names.EXECUTION_KEYS: logging, devices, outputs), not where data comes from
     (:func:`names_data_source`), not a deletion."""
     out = []
     for o in parse_overrides(list(overrides)):
@@ -302,7 +303,7 @@ def finetune_run(
 ) -> tuple[Run, dict]:
     """The run directory of one (task, seed, hyper-parameters) fine-tune, and what its id hashes
     (``extra``: more keys a task family adds, e.g. SQuAD's windows and data source; ``tokens``: the
-    name's tokens). The init and the start run are hashed by :func:`runs.run_key` of their names,
+    name's tokens). The init and the start run are hashed by :func:`run_names.run_key` of their names,
     so that their names' tokens never change this run's id.
 
     What the id hashes is a plain dict of plain values (the same JSON as the DictConfig it used to
