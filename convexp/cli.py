@@ -156,7 +156,7 @@ def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str]
 def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on BERMO's SentEval probing tasks: task=<name|all> init=<run dir | HF dir | none> [KEY=VALUE ...]
     (protocol=bermo; data: glue.source=local glue.path=<SentEval data/probing> or glue.source=synthetic)."""
-    from .store.rundirs import probing_overrides
+    from .tasks.finetune_runs import probing_overrides
 
     _finetune(probing_overrides(overrides or []), cfg)
 
@@ -182,10 +182,10 @@ def _finetune(overrides: list[str], print_cfg: str | None) -> None:
     composed = _composed("finetune", overrides, print_cfg)
     if composed is not None:
         _check_init(composed)
-        from .tasks.classification.stage import run_glue
-        from .store.rundirs import compose_finetune
+        from .tasks.classification.stage import run_classification
+        from .tasks.finetune_runs import compose_finetune
 
-        run_glue(*compose_finetune(overrides, composed))
+        run_classification(*compose_finetune(overrides, composed))
 
 
 def _check_init(composed) -> None:

@@ -236,7 +236,7 @@ def test_protocol_hyperparameters_and_grid():
     from omegaconf import OmegaConf
 
     from convexp.config.compose import compose_stage
-    from convexp.store.rundirs import hyperparameters
+    from convexp.tasks.finetune_runs import hyperparameters
 
     cfg = compose_stage("finetune", ["init=x", "task=rte", "grid=false"])
     [hp] = hyperparameters(cfg, 256)

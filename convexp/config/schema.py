@@ -211,7 +211,7 @@ class PretrainSchema:
 
 
 # The recipe keys whose value may depend on the init model's size: a number, or {small: .., base: ..}
-# (``base_width`` decides which applies: store/rundirs.hyperparameters).
+# (``base_width`` decides which applies: tasks/finetune_runs.hyperparameters).
 SIZED_KEYS = ("lr", "epochs", "batch_size")
 # The keys a grid (``grid_values``) may vary.
 GRID_KEYS = ("lr", "weight_decay", "epochs", "batch_size", "warmup_fraction", "layerwise_lr_decay")
