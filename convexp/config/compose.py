@@ -284,11 +284,9 @@ _initialized_with: list = []
 
 def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
     """Initialise Hydra once per process (later composes are fast), again only when the user's
-    config directories change. They come first in the search path, so a user's config shadows a
-    built-in one of the same name (``hydra.searchpath`` would put them after the built-ins): Hydra's
-    public ``initialize_config_dir`` over the built-in ``conf/``, with the user's directories
-    prepended by a search-path plugin (:func:`_user_dirs_plugin`). Version base 1.1: what Hydra
-    assumes when none is given (as before; its notice that it assumes so is silenced)."""
+    config directories change: ``initialize_config_dir`` over ``conf/``, the user's directories
+    first (:func:`_user_dirs_plugin`; ``hydra.searchpath`` would put them after the built-ins, and a
+    user's config would no longer shadow a built-in one). Version base 1.1: what Hydra took when given none."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.plugins import Plugins
@@ -299,7 +297,7 @@ def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
         return
     hydra.clear()
     plugin = _user_dirs_plugin()
-    Plugins.instance().register(plugin)  # Hydra's way to add a plugin class (again: a no-op)
+    Plugins.instance().register(plugin)  # Hydra's public way to add a plugin (again: a no-op)
     plugin.dirs = user_dirs
     try:
         with warnings.catch_warnings():
@@ -312,9 +310,8 @@ def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
 
 @lru_cache(maxsize=None)
 def _user_dirs_plugin() -> type:
-    """The Hydra search-path plugin that puts the user's config directories (its ``dirs``, set
-    while :func:`_initialize_hydra` initialises Hydra) first, provider ``convexp-user``. Made on
-    first use: commands that never compose do not import Hydra."""
+    """A Hydra search-path plugin: its ``dirs`` (set while :func:`_initialize_hydra` runs) first,
+    provider ``convexp-user``. Made on first use: commands that never compose do not import Hydra."""
     from hydra.core.config_search_path import ConfigSearchPath
     from hydra.plugins.search_path_plugin import SearchPathPlugin
 
