@@ -286,7 +286,7 @@ def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
     """Initialise Hydra once per process (later composes are fast), again only when the user's
     config directories change: ``initialize_config_dir`` over ``conf/``, the user's directories
     first (:func:`_user_dirs_plugin`; ``hydra.searchpath`` would put them after the built-ins, and a
-    user's config would no longer shadow a built-in one). Version base 1.1: what Hydra took when given none."""
+    user's config would no longer shadow a built-in one). Version base 1.1: Hydra's when given none."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.plugins import Plugins
