@@ -102,7 +102,7 @@ class StageCommand(TyperCommand):
     def format_help(self, ctx, formatter) -> None:
         from rich.markup import escape
 
-        from .config.compose import stage_help
+        from .config.catalog import stage_help
 
         rows = "\n\n".join(f"[bold]{name}[/bold]: {escape(options)}" for name, options in stage_help(self.stage))
         self.epilog = f"Config groups (GROUP=OPTION; * = yours, from --config-dir):\n\n{rows}"
@@ -159,7 +159,7 @@ def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str]
 def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on BERMO's SentEval probing tasks: task=<name|all> init=<run dir | HF dir | none> [KEY=VALUE ...]
     (protocol=bermo; data: glue.source=local glue.path=<SentEval data/probing> or glue.source=synthetic)."""
-    from .store.rundirs import probing_overrides
+    from .tasks.finetune_runs import probing_overrides
 
     _finetune(probing_overrides(overrides or []), cfg)
 
@@ -190,17 +190,17 @@ def _finetune(overrides: list[str], print_cfg: str | None) -> None:
     run them (stages receive composed configs)."""
     composed = _composed("finetune", overrides, print_cfg)
     if composed is not None:
-        from .store.rundirs import compose_finetune
         from .tasks.classification.loading import check_source
+        from .tasks.finetune_runs import compose_finetune
         from .train.inputs import check_finetune_inputs
 
         cfg, task_cfgs = compose_finetune(overrides, composed)
         check_finetune_inputs(cfg, task_cfgs.values())  # before the stage's imports (torch, Lightning)
         for c in (cfg, *task_cfgs.values()):
             check_source(c.task, c.glue)
-        from .tasks.classification.stage import run_glue
+        from .tasks.classification.stage import run_classification
 
-        run_glue(cfg, task_cfgs)
+        run_classification(cfg, task_cfgs)
 
 
 @app.command()
@@ -322,7 +322,7 @@ def cp(
                                 "--config-dir DEST) or a .yaml file path."),
 ) -> None:
     """Copy a built-in preset, task, sweep or other config to edit (as `tune cp`); never overwrites."""
-    from .config.compose import copy_config
+    from .config.catalog import copy_config
 
     path = copy_config(name, dest)
     typer.echo(f"wrote {path}")

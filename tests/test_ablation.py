@@ -265,7 +265,7 @@ def test_chang_sweep_with_intermediate_mnli_and_analysis(tmp_path):
     }
     rte = Path(nodes["finetune/fixed/rte/s2"]["runs"][0])
     mnli = Path(nodes["finetune/fixed/mnli/s2"]["runs"][0])
-    from convexp.store.runs import run_key
+    from convexp.store.run_names import run_key
 
     assert yaml.safe_load((rte / "config.yaml").read_text())["from"] == run_key(mnli.name)  # (its hash, no tokens)
 

@@ -318,7 +318,8 @@ def _diverged(run) -> dict:
 def test_a_diverged_run_is_not_trained_again_unless_asked(tmp_path, files, monkeypatch, stage):
     from convexp.config.compose import compose_stage
     from convexp.train.finetune import resolve_init
-    from convexp.store.rundirs import compose_finetune, glue_runs, pretrain_run
+    from convexp.store.rundirs import pretrain_run
+    from convexp.tasks.finetune_runs import classification_runs, compose_finetune
 
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setenv("CONVEXP_CONFIG_PATH", "")
@@ -329,7 +330,7 @@ def test_a_diverged_run_is_not_trained_again_unless_asked(tmp_path, files, monke
     else:
         cfg, others = compose_finetune(args[2:])
         init = resolve_init(cfg)
-        [planned] = glue_runs(cfg, init.slug, init.model_cfg.hidden_size, others)
+        [planned] = classification_runs(cfg, init.slug, init.model_cfg.hidden_size, others)
         run = planned.run
     before = _diverged(run)
     res = runner.invoke(app, args, terminal_width=400)

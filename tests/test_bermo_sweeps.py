@@ -118,7 +118,7 @@ def test_bermo_pruning_hyperparameters_per_task():
     """protocol=bermo with pruning: lr 3e-5, epochs 25 / 6 / 10 (SST-2 / MNLI / QQP), and the pruning
     group's per-task settings (Tables 7-10), unless the command line sets them."""
     from convexp.config.compose import compose_stage
-    from convexp.store.rundirs import hyperparameters
+    from convexp.tasks.finetune_runs import hyperparameters
 
     def cfg(*o):
         return compose_stage("finetune", ["init=x", "protocol=bermo", *o])
@@ -360,7 +360,7 @@ def node_settings(node, width=768):
     """What one planned fine-tuning node will run with: its composed config, the protocol's
     hyper-parameters and its sequence length, from the node's own overrides (as `convexp ablate` runs it)."""
     from convexp.config.compose import compose_stage
-    from convexp.store.rundirs import hyperparameters
+    from convexp.tasks.finetune_runs import hyperparameters
     from convexp.tasks.squad.runs import qa_settings
 
     cfg = compose_stage("finetune", node.overrides)

@@ -63,6 +63,35 @@ def test_user_preset_is_found_listed_and_composed(user_dir):
     assert code == 0 and "my_model*" in out
 
 
+def test_user_config_dirs_come_first_in_hydras_search_path_in_their_order(tmp_path, monkeypatch):
+    """Through Hydra's public API only (initialize_config_dir and a search-path plugin, no
+    hydra._internal): the user's folders, in the order given, before Hydra's and the built-in ones."""
+    import os
+
+    from convexp.config.compose import hydra_config
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    for d in (first, second):
+        (d / "model").mkdir(parents=True)
+    for d, name in ((first, "from-a"), (second, "from-b")):  # both shadow the default preset
+        (d / "model" / "convbert_small.yaml").write_text(
+            (CONF_DIR / "model" / "convbert_small.yaml").read_text().replace("name: convbert-small", f"name: {name}")
+        )
+    monkeypatch.setenv("CONVEXP_CONFIG_PATH", os.pathsep.join(map(str, (first, second))))
+    sources = [(s.provider, s.path) for s in hydra_config("pretrain", []).runtime.config_sources]
+    assert sources[:4] == [
+        ("convexp-user", str(first.resolve())),
+        ("convexp-user", str(second.resolve())),
+        ("hydra", "hydra.conf"),
+        ("main", str(CONF_DIR)),
+    ], sources
+    assert compose_stage("pretrain", []).model.name == "from-a"
+    monkeypatch.setenv("CONVEXP_CONFIG_PATH", "")
+    assert compose_stage("pretrain", []).model.name == "convbert-small"  # initialised again, built-ins only
+    source = (CONF_DIR.parent / "config" / "compose.py").read_text()
+    assert "hydra._internal" not in source
+
+
 def test_missing_config_dir_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVEXP_CONFIG_PATH", "")
     code, out = invoke("--config-dir", str(tmp_path / "nope"), "models")
@@ -134,7 +163,7 @@ def test_the_trainer_names_convexp_accepts_are_lightnings_own():
     from pytorch_lightning.accelerators import AcceleratorRegistry
     from pytorch_lightning.strategies import StrategyRegistry
 
-    from convexp.config.schema import LIGHTNING_NAMES
+    from convexp.config.lightning import LIGHTNING_NAMES
 
     assert set(LIGHTNING_NAMES["accelerator"]) <= {"auto", "gpu", *AcceleratorRegistry.available_accelerators()}
     strategies = {"auto", *StrategyRegistry.available_strategies()}

@@ -116,9 +116,9 @@ def test_intermediate_task_starts_from_the_mnli_model(tmp_path, pretrained):
     [rte] = [r for r in runs if "-rte-" in r.name]
     from omegaconf import OmegaConf
 
-    from convexp.store.runs import run_key
+    from convexp.store.run_names import run_key
 
-    # the id holds the MNLI run's name without its tokens (runs.run_key): the same run whatever its name
+    # the id holds the MNLI run's name without its tokens (run_names.run_key): the same run whatever its name
     assert OmegaConf.load(rte / "config.yaml")["from"] == run_key(mnli.name)
     from convexp.store.checkpoint import open_checkpoint
 
@@ -236,7 +236,7 @@ def test_protocol_hyperparameters_and_grid():
     from omegaconf import OmegaConf
 
     from convexp.config.compose import compose_stage
-    from convexp.store.rundirs import hyperparameters
+    from convexp.tasks.finetune_runs import hyperparameters
 
     cfg = compose_stage("finetune", ["init=x", "task=rte", "grid=false"])
     [hp] = hyperparameters(cfg, 256)
@@ -340,7 +340,7 @@ def test_distillation_from_a_fine_tuned_teacher(tmp_path, pretrained):
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.load(student / "config.yaml")
-    from convexp.store.runs import run_key
+    from convexp.store.run_names import run_key
 
     assert cfg.distill.teacher == run_key(teacher.name) and cfg.distill.alpha_distil == 0.9
     assert "teacher" not in student.name  # its path names no token

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from convexp.cli import app
 from convexp.config.compose import compose_stage
 from convexp.errors import UserError
-from convexp.store.rundirs import hyperparameters
+from convexp.tasks.finetune_runs import hyperparameters
 
 SMALL, BASE = 256, 768  # ConvBERT-small / ELECTRA-small width; BERT-base / ConvBERT-base width
 GLUE = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte", "wnli")

@@ -1,7 +1,7 @@
 """Step-by-step parity with Hugging Face: convexp's fine-tuning stages against plain `transformers`.
 
 A tiny Hugging Face BERT (made here, dropout off) is the init of both sides. convexp runs its real
-stage (`run_squad` / `run_glue`, in-process, W&B off); the reference is a plain loop over
+stage (`run_squad` / `run_classification`, in-process, W&B off); the reference is a plain loop over
 ``BertForQuestionAnswering`` / ``BertForSequenceClassification`` with Hugging Face Trainer's
 optimiser (torch AdamW, no weight decay on biases and LayerNorm weights, linear schedule, gradient
 norm clipped at the recipe's value), fed the same training rows in the same order (the order
@@ -353,8 +353,8 @@ def test_glue_classifier_training_matches_transformers(tmp_path, monkeypatch):
     from convexp.tasks.classification.encoding import collate, tokenize_task
     from convexp.tasks.classification.loading import prepare_task
     from convexp.models.io import load_model_dir
-    from convexp.tasks.classification.stage import run_glue
-    from convexp.store.rundirs import compose_finetune, glue_runs
+    from convexp.tasks.classification.stage import run_classification
+    from convexp.tasks.finetune_runs import classification_runs, compose_finetune
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     records = synthetic_squad(60, seed=4, version="v1.1")["train"]
@@ -373,8 +373,8 @@ def test_glue_classifier_training_matches_transformers(tmp_path, monkeypatch):
             "group_by_length=false", "trainer.log_every_n_steps=1",
         ]
     )  # fmt: skip
-    run_glue(cfg, others)
-    [planned] = glue_runs(cfg, "x", TINY["hidden_size"], others)
+    run_classification(cfg, others)
+    [planned] = classification_runs(cfg, "x", TINY["hidden_size"], others)
     run = next((tmp_path / "out" / "runs" / "finetune").glob("*-rte-*"))
     hp = planned.hp
     ours = train_losses(run)

@@ -8,7 +8,8 @@ from helpers import official_json
 
 from convexp.config.compose import compose_stage
 from convexp.data.digests import cache_file, input_digests
-from convexp.store.rundirs import glue_runs, pretrain_run
+from convexp.store.rundirs import pretrain_run
+from convexp.tasks.finetune_runs import classification_runs
 from convexp.tasks.squad.runs import squad_runs
 
 
@@ -62,7 +63,7 @@ def test_editing_a_custom_task_or_glue_folder_makes_a_new_run(tmp_path):
 
     def ids(*over):
         cfg = compose_stage("finetune", [f"outputs={tmp_path}", "init=x", "seeds=[1]", *over])
-        return [r.run.id for r in glue_runs(cfg, "m", 64, {})]
+        return [r.run.id for r in classification_runs(cfg, "m", 64, {})]
 
     custom = ids(*custom_over)
     edit_one_line(train)

@@ -233,7 +233,7 @@ def test_synthetic_tasks_are_learnable(name):
 
 def test_bermo_hyperparameters():
     from convexp.config.compose import compose_stage
-    from convexp.store.rundirs import TASK_ORDER, glue_runs, hyperparameters, probing_overrides
+    from convexp.tasks.finetune_runs import GLUE_ORDER, classification_runs, hyperparameters, probing_overrides
 
     bermo = {"lr": 5e-5, "epochs": 3, "batch_size": 32, "warmup_fraction": 0.0, "weight_decay": 0.0}
     bermo |= {"layerwise_lr_decay": 1.0, "adam_epsilon": 1e-8, "adam_betas": [0.9, 0.999], "grad_clip": 1.0}
@@ -253,12 +253,12 @@ def test_bermo_hyperparameters():
         ) == [bermo]
     # task=all: each command its own set
     task_cfgs = {t: compose_stage("finetune", [*overrides, f"task={t}"]) for t in PROBING_ORDER}
-    plan = glue_runs(cfg, "m", 256, task_cfgs)
+    plan = classification_runs(cfg, "m", 256, task_cfgs)
     assert list(dict.fromkeys(p.task for p in plan)) == list(PROBING_ORDER) and len(plan) == 50
     glue_cfg = compose_stage("finetune", ["init=x", "task=all", "seeds=[1]", "grid=false"])
-    glue_cfgs = {t: compose_stage("finetune", ["init=x", "seeds=[1]", "grid=false", f"task={t}"]) for t in TASK_ORDER}
-    glue_plan = glue_runs(glue_cfg, "m", 256, glue_cfgs)
-    assert [p.task for p in glue_plan] == list(TASK_ORDER)
+    glue_cfgs = {t: compose_stage("finetune", ["init=x", "seeds=[1]", "grid=false", f"task={t}"]) for t in GLUE_ORDER}
+    glue_plan = classification_runs(glue_cfg, "m", 256, glue_cfgs)
+    assert [p.task for p in glue_plan] == list(GLUE_ORDER)
     # explicit choices win; smoke scale keeps its own seeds
     cfg = compose_stage(
         "finetune", probing_overrides(["init=x", "protocol=convbert", "scale=smoke", "task=tense"])

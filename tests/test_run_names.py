@@ -9,8 +9,10 @@ import re
 import pytest
 
 from convexp.config.compose import compose_stage
-from convexp.store.runs import NAME_MAX, VARIED_MAX, Run, name_token, run_key, run_name, said
-from convexp.store.rundirs import command_tokens, finetune_run, pretrain_run, variant_tokens
+from convexp.store.run_names import NAME_MAX, VARIED_MAX, name_token, run_key, run_name
+from convexp.store.runs import Run, said
+from convexp.store.rundirs import command_tokens, pretrain_run, variant_tokens
+from convexp.tasks.finetune_runs import finetune_run
 from convexp.sweep.args import sweep_settings
 from convexp.sweep.nodes import pretrain_node
 from convexp.sweep.spec import load_sweep

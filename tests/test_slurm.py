@@ -287,7 +287,7 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
     assert ref.returncode == 0, ref.stderr[-2000:]
     [reference] = (tmp_path / "ref" / "runs" / "pretrain").glob("*")
     a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
-    from convexp.store.runs import run_key
+    from convexp.store.run_names import run_key
 
     # the same run (its hash): the command names it by the overrides it was given, the sweep by the variant's
     assert run_key(reference.name) == run_key(run.name) and b["steps"] == 2000

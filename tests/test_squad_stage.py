@@ -103,7 +103,7 @@ def test_official_v2_script_reproduces_the_scores_from_the_written_files(tmp_pat
 
 def test_protocol_settings_and_run_ids():
     from convexp.config.compose import compose_stage
-    from convexp.store.runs import run_hash
+    from convexp.store.run_names import run_hash
     from convexp.tasks.squad.runs import squad_runs
 
     def plan(*over):

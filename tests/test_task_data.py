@@ -16,7 +16,7 @@ from convexp.tasks.classification.loading import load_task, prepare_task
 from convexp.tasks.classification.scores import compute_metrics
 from convexp.tasks.classification.registry import get_task
 from convexp.errors import UserError
-from convexp.store.rundirs import glue_runs
+from convexp.tasks.finetune_runs import classification_runs
 from helpers import convexp
 
 FAST = ["scale=smoke", "epochs=1", "batch_size=16", "task.max_len=48"]
@@ -108,11 +108,11 @@ def test_non_positive_limit_is_a_one_line_error(value):
 def test_run_ids_unchanged_by_null_keys_changed_by_limits():
     """The new task keys are null by default and leave the run ids of existing runs as they were."""
     cfg = task_cfg("task=rte")
-    before = [p.run.id for p in glue_runs(cfg, "m", 64, {})]
+    before = [p.run.id for p in classification_runs(cfg, "m", 64, {})]
     with open_dict(cfg):  # the config as it was before the keys existed
         del cfg.task["max_train_samples"], cfg.task["max_eval_samples"]
-    assert [p.run.id for p in glue_runs(cfg, "m", 64, {})] == before
-    limited = glue_runs(task_cfg("task=rte", "task.max_train_samples=100"), "m", 64, {})
+    assert [p.run.id for p in classification_runs(cfg, "m", 64, {})] == before
+    limited = classification_runs(task_cfg("task=rte", "task.max_train_samples=100"), "m", 64, {})
     assert not {p.run.id[-10:] for p in limited} & {b[-10:] for b in before}  # other hashes, not only names
     assert limited[0].run_cfg["task_data"] == {"max_train_samples": 100}
 

@@ -70,7 +70,7 @@ def test_log_model_logs_the_final_model_as_an_artifact(tmp_path):
     from helpers import TINY, convexp, run_dirs
     from wandb_records import artifacts
 
-    from convexp.store.runs import run_key
+    from convexp.store.run_names import run_key
 
     args = ["pretrain", *TINY, "trainer.max_steps=2", "trainer.val_every_n_steps=2", "logger.log_model=true"]
     res = convexp(*args, outputs=tmp_path)  # WANDB_MODE=offline

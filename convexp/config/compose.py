@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -287,22 +288,45 @@ _initialized_with: list = []
 
 def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
     """Initialise Hydra once per process (later composes are fast), again only when the user's
-    config directories change. They come first in the search path, so a user's config shadows a
-    built-in one of the same name (``hydra.searchpath`` would put them after the built-ins). This is
-    what ``hydra.initialize_config_dir`` does, with the user's directories prepended."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
+    config directories change: ``initialize_config_dir`` over ``conf/``, the user's directories
+    first (:func:`_user_dirs_plugin`; ``hydra.searchpath`` would put them after the built-ins, and a
+    user's config would no longer shadow a built-in one). Version base 1.1: Hydra's when given none."""
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.plugins import Plugins
+    from hydra.errors import Hydra14MigrationWarning
 
     hydra = GlobalHydra.instance()
     if hydra.is_initialized() and _initialized_with == [user_dirs]:
         return
     hydra.clear()
-    search_path = create_config_search_path(f"file://{CONF_DIR}")
-    for d in reversed(user_dirs):
-        search_path.prepend(provider="convexp-user", path=f"file://{d}")
-    Hydra.create_main_hydra2(task_name="convexp", config_search_path=search_path)  # sets GlobalHydra
+    plugin = _user_dirs_plugin()
+    Plugins.instance().register(plugin)  # Hydra's public way to add a plugin (again: a no-op)
+    plugin.dirs = user_dirs
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Hydra14MigrationWarning)
+            initialize_config_dir(str(CONF_DIR), job_name="convexp", version_base="1.1")  # sets GlobalHydra
+    finally:
+        plugin.dirs = ()  # any other Hydra initialisation in this process keeps its own search path
     _initialized_with[:] = [user_dirs]
+
+
+@lru_cache(maxsize=None)
+def _user_dirs_plugin() -> type:
+    """A Hydra search-path plugin: its ``dirs`` (set while :func:`_initialize_hydra` runs) first,
+    provider ``convexp-user``. Made on first use: commands that never compose do not import Hydra."""
+    from hydra.core.config_search_path import ConfigSearchPath
+    from hydra.plugins.search_path_plugin import SearchPathPlugin
+
+    class UserConfigDirs(SearchPathPlugin):
+        dirs: tuple[Path, ...] = ()
+
+        def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+            for d in reversed(self.dirs):
+                search_path.prepend(provider="convexp-user", path=f"file://{d}")
+
+    return UserConfigDirs
 
 
 # `scale=` on the command line selects the stage's own scale group.
@@ -342,7 +366,7 @@ def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
         _task_pruning(cfg, overrides)
         _keys_read(cfg)
     check_types(cfg)
-    with open_dict(cfg):  # for the run record; not part of the run id (runs.EXECUTION_KEYS)
+    with open_dict(cfg):  # for the run record; not part of the run id (run_names.EXECUTION_KEYS)
         cfg.invocation = {"command": command_line(), "overrides": given}
     return cfg
 
@@ -428,52 +452,3 @@ def to_model_config(node) -> "ModelConfig":  # noqa: F821
 
 
 # --- discovering and copying configs --------------------------------------------------------------
-
-
-def stage_help(stage: str) -> list[tuple[str, str]]:
-    """(name, options) rows for a stage command's ``--help``: every config group of the stage
-    with its options (yours marked *), then the stage's own top-level keys."""
-    spec = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{stage}.yaml"), resolve=False)
-    rows = []
-    for entry in spec.get("defaults", []):
-        if not isinstance(entry, dict):
-            continue
-        (group,) = entry.keys()
-        shown = "scale" if group == SCALE_GROUP.get(stage) else group
-        names = [n + ("*" if not is_builtin(p) else "") for n, p in group_sources(group).items()]
-        rows.append((shown, f"{', '.join(names)} (default {entry[group]})"))
-    keys = [k for k, v in spec.items() if k != "defaults" and not isinstance(v, dict)]
-    rows.append(("keys", ", ".join(keys) + "; --cfg prints every key with its value"))
-    return rows
-
-
-def copy_config(name: str, dest: str | Path) -> Path:
-    """Copy the built-in config ``GROUP/NAME`` (or a ``NAME`` only one group has) to ``dest``: a
-    folder gets ``DEST/GROUP/NAME.yaml`` (ready for ``--config-dir DEST``), a ``.yaml`` path is the
-    file itself. Never overwrites."""
-    group, _, stem = name.rpartition("/")
-    if group:
-        matches = [CONF_DIR / group / f"{stem}.yaml"]
-        if not matches[0].is_file():
-            raise ConfigError(f"no built-in config {name!r}; see `convexp models` or `convexp ablate --list`")
-    else:
-        matches = sorted(CONF_DIR.glob(f"*/{stem}.yaml")) + sorted(CONF_DIR.glob(f"{stem}.yaml"))
-        if not matches:
-            raise ConfigError(f"no built-in config named {name!r}; give GROUP/NAME, e.g. model/convbert_small")
-        if len(matches) > 1:
-            where = ", ".join(f"{p.parent.name}/{stem}" for p in matches)
-            raise ConfigError(f"{name!r} is in several groups ({where}): give GROUP/NAME")
-    src = matches[0]
-    dest = Path(dest)
-    target = dest if dest.suffix in (".yaml", ".yml") else dest / src.relative_to(CONF_DIR)
-    if target.exists():
-        raise ConfigError(f"{target} exists; choose another destination (convexp cp never overwrites)")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "x") as out:  # "x": never overwrites, even a file made meanwhile
-            out.write(src.read_text())
-    except OSError as e:
-        raise ConfigError(
-            f"cannot write {target} ({e.strerror or e}); choose a destination you can write, e.g. convexp cp {name} mine/"
-        ) from e
-    return target

@@ -154,7 +154,10 @@ class TaskSchema:
 
 @dataclass
 class GlueSourceSchema:
-    """``glue:`` of conf/finetune.yaml: where GLUE and the probing tasks come from (tasks/classification/loading.py)."""
+    """``glue:`` of conf/finetune.yaml: where the classification tasks' data comes from, GLUE's and the
+    SentEval probing tasks' alike (tasks/classification/loading.py); a custom task reads its own
+    files (``task.train_file`` ...). Named ``glue`` (node and class) as before: users' overrides
+    (``glue.source=local``) and config files keep working, and errors name the class."""
 
     source: str = "hub"
     path: Optional[str] = None

@@ -34,6 +34,7 @@ from .groups import (
     TaskSchema,
     TokenizerSchema,
 )
+from .lightning import lightning_values
 from .ranges import choose, positive
 
 
@@ -85,7 +86,7 @@ class TrainerSchema:
             raise ValueError(f"trainer.num_workers={self.num_workers}: must be 0 (load in the main process) or more")
         if self.threads != "auto" and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"trainer.threads={self.threads}: use auto or a number of threads (1 or more), e.g. trainer.threads=1")
-        lightning_values(self)
+        lightning_values(self.accelerator, self.strategy, self.precision, self.devices)
 
 
 @dataclass
@@ -109,73 +110,6 @@ class OptimSchema:
             raise ValueError(f"optim.warmup_steps={self.warmup_steps}: must be 0 or more")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"optim.betas={list(self.betas)}: two numbers in [0, 1)")
-
-
-# Lightning's names (2.x: its AcceleratorRegistry, StrategyRegistry and precision flags), written
-# here so a value is checked without importing Lightning and torch (3-5 s): a mistake is refused at
-# once. tests/test_config.py checks every name against the installed Lightning. A strategy a newer
-# Lightning adds is refused until it is added here (the message lists what is accepted).
-LIGHTNING_NAMES = {
-    # convexp runs on CPUs and GPUs (train/accel.py); "gpu" is Lightning's alias of the first GPU kind
-    "accelerator": ("auto", "cpu", "gpu", "cuda", "mps"),
-    "strategy": (
-        "auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "fsdp", "fsdp_cpu_offload", "deepspeed",
-        "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_2_offload", "deepspeed_stage_3",
-        "deepspeed_stage_3_offload", "deepspeed_stage_3_offload_nvme", "single_device",
-        *(f"{ddp}_find_unused_parameters_{flag}" for ddp in ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook")
-          for flag in ("false", "true")),
-    ),
-    "precision": ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "64", "16",
-                  "bf16", "transformer-engine", "transformer-engine-float16"),
-}
-EXAMPLES = {"accelerator": "cpu", "strategy": "ddp", "precision": "bf16-mixed"}
-
-
-def lightning_values(t: TrainerSchema) -> None:
-    """accelerator, strategy, precision and devices as Lightning accepts them (LIGHTNING_NAMES),
-    without importing it; whether the hardware is here is not asked (a sweep is planned on a login
-    node for GPU jobs)."""
-    check_devices(t.devices)
-    given = {"accelerator": t.accelerator, "strategy": t.strategy, "precision": str(t.precision)}
-    for key, value in given.items():
-        if key == "strategy" and value not in LIGHTNING_NAMES[key]:  # 30 names: the families, not each
-            raise ValueError(
-                f"trainer.strategy={value!r}: choose one of auto, ddp, ddp_spawn, ddp_fork, ddp_notebook "
-                "(each also with _find_unused_parameters_true/_false), fsdp, fsdp_cpu_offload, deepspeed, "
-                "deepspeed_stage_1/2/3 (2 and 3 also _offload; 3 also _offload_nvme), single_device; "
-                "e.g. trainer.strategy=ddp"
-            )
-        choose(f"trainer.{key}", value, LIGHTNING_NAMES[key], EXAMPLES[key])
-    devices = t.devices
-    if isinstance(devices, str) and devices.strip().isdigit():
-        devices = int(devices)
-    cpu_count = devices == "auto" or (type(devices) is int and devices >= 1)
-    if t.accelerator == "cpu" and not cpu_count:  # as Lightning's CPUAccelerator.parse_devices
-        raise ValueError(
-            f"trainer.devices={t.devices!r} with trainer.accelerator=cpu: a CPU takes a number of "
-            "processes (an int > 0), not device ids; e.g. trainer.devices=1"
-        )
-
-
-def check_devices(devices) -> None:
-    """Lightning's ``devices``: a count >= 1, -1 (all), "auto", or device ids (a list, or "0,1")."""
-    ids = None
-    if isinstance(devices, str) and devices != "auto":
-        parts = [p.strip() for p in devices.split(",") if p.strip()]
-        if parts and all(p.lstrip("-").isdigit() for p in parts):
-            ids = [int(p) for p in parts]
-            devices = ids[0] if len(ids) == 1 and "," not in str(devices) else ids
-    ok = (
-        devices == "auto"
-        or (isinstance(devices, int) and not isinstance(devices, bool) and (devices >= 1 or devices == -1))
-        or (isinstance(devices, (list, tuple)) and devices and len(set(devices)) == len(devices)
-            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices))
-    )
-    if not ok:
-        raise ValueError(
-            f"trainer.devices={devices!r}: give a count >= 1, -1 (all), auto or device ids; "
-            "e.g. trainer.devices=2 or trainer.devices=[0,1]"
-        )
 
 
 @dataclass
@@ -215,7 +149,7 @@ class PretrainSchema:
 
 
 # The recipe keys whose value may depend on the init model's size: a number, or {small: .., base: ..}
-# (``base_width`` decides which applies: store/rundirs.hyperparameters).
+# (``base_width`` decides which applies: tasks/finetune_runs.hyperparameters).
 SIZED_KEYS = ("lr", "epochs", "batch_size")
 # The keys a grid (``grid_values``) may vary.
 GRID_KEYS = ("lr", "weight_decay", "epochs", "batch_size", "warmup_fraction", "layerwise_lr_decay")

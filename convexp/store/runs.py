@@ -12,7 +12,7 @@
 
 The slug says what the run is (model preset, objective, task, seed, ``name``), ``+<key><value>``
 tokens what varies (a sweep variant's overrides, or the overrides a command gave that differ from
-the defaults; :func:`run_name`), the hash which run it is. A run is found by its hash: a repeated
+the defaults; run_names.py), the hash which run it is. A run is found by its hash: a repeated
 command finds the same directory, even one named otherwise (before names showed what varies, or by
 a sweep where a command names it by its own overrides): a finished run is reused, an unfinished
 one resumes.
@@ -44,8 +44,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..atomic import atomic_write, config_hash, leftovers
+from ..atomic import atomic_write, leftovers
 from ..errors import UserError
+from .run_names import run_hash, run_name
 
 # The outputs a finishing step writes; any of them in an unfinished run is a leftover to redo.
 FINISH_OUTPUTS = ("metrics.json", "model", "hf", "tokenizer", "predictions", "submission")
@@ -75,94 +76,6 @@ class RunInterrupted(BaseException):
     def __init__(self, message: str = "SIGTERM", exit_code: int | None = None):
         super().__init__(message)
         self.exit_code = exit_code
-
-
-# Keys that change how a run is executed or logged, not what it computes.
-EXECUTION_KEYS = (
-    "logger",
-    "resume",
-    "retry_diverged",
-    "outputs",
-    "trainer.accelerator",
-    "trainer.devices",
-    "trainer.num_nodes",
-    "trainer.strategy",
-    "trainer.num_workers",
-    "trainer.threads",
-    "trainer.log_every_n_steps",
-    "trainer.nonfinite_patience",
-    "trainer.lock_wait",
-    "trainer.requeue_signal",
-    "trainer.tf32",  # the speed options (convexp/train/accel.py)
-    "trainer.fused_adamw",
-    "trainer.pin_memory",
-    "trainer.compile",
-    "trainer.gradient_checkpointing",
-    "choices",
-    "invocation",
-)
-
-
-def run_hash(cfg: DictConfig | dict, ignore: tuple[str, ...] = EXECUTION_KEYS) -> str:
-    """Hash of the configuration without the execution-only keys (10 hex digits)."""
-    d = (
-        OmegaConf.to_container(cfg, resolve=True)
-        if isinstance(cfg, DictConfig)
-        else json.loads(json.dumps(cfg))
-    )
-    for key in ignore:
-        *parents, leaf = key.split(".")
-        node = d
-        for p in parents:
-            node = node.get(p, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict):
-            node.pop(leaf, None)
-    return config_hash(d, length=HASH_LENGTH)
-
-
-HASH_LENGTH = 10  # hex digits of run_hash at the end of every run name
-VARIED_MAX = 40  # characters of one run of ``+<key><value>`` tokens in a name
-NAME_MAX = 80  # characters of a whole name (unless its slug alone is longer): names stay short
-MORE = "+..."  # ends the tokens when some were left out to keep the name short
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")  # a token holds these only ('+' and '-' delimit)
-_VARIED = re.compile(rf"(?:\+[A-Za-z0-9_.]+)+(?=-[0-9a-f]{{{HASH_LENGTH}}}(?:-|$))")
-
-
-def name_token(key: str, value: Any) -> str:
-    """``model.kernel_size``, 9 -> ``kernel_size9``: the key's last component and the value, with
-    every run of other characters than letters, digits, ``_`` and ``.`` made one ``_``."""
-    if isinstance(value, bool):
-        value = str(value).lower()
-    elif isinstance(value, (list, tuple)):
-        value = "_".join(map(str, value))
-    text = _UNSAFE.sub("_", f"{key.rsplit('.', 1)[-1]}{value}").strip("_.")
-    return text or "_"
-
-
-def run_name(slug: str, tokens: list[str], digest: str) -> str:
-    """``<slug>+<token>+<token>-<hash>``: the tokens of :func:`name_token` in their order, whole,
-    as many as fit in VARIED_MAX characters and the name in NAME_MAX, then MORE if any was left
-    out (a value is never cut: ``lr0.00`` would name another value). A slug that holds another
-    run's name with its tokens (a fine-tune's init) and leaves no room shows MORE for those. The
-    hash, not the name, says which run it is."""
-    if len(slug) + 1 + HASH_LENGTH > NAME_MAX:
-        slug = _VARIED.sub(MORE, slug)
-    room = min(VARIED_MAX, NAME_MAX - len(slug) - 1 - HASH_LENGTH)
-    out = ""
-    for i, token in enumerate(tokens):
-        more = len(MORE) if i < len(tokens) - 1 else 0  # room for MORE after it, unless it is the last
-        if len(out) + 1 + len(token) + more > room:
-            out += MORE if len(out) + len(MORE) <= room else ""
-            break
-        out += "+" + token
-    return f"{slug}{out}-{digest}"
-
-
-def run_key(name: str) -> str:
-    """The name a run had before names showed what varies (its ``+`` tokens left out): what
-    another run's id hashes when it names this run (a fine-tune its init, a distillation its
-    teacher), so that naming a run never changes another run's id."""
-    return _VARIED.sub("", name)
 
 
 @dataclass

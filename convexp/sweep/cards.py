@@ -131,7 +131,7 @@ def finetune_notes(settings: Mapping, scale: str) -> tuple[str, ...]:
     return tuple(notes)
 
 
-# run-config keys (rundirs.finetune_run; qa: SQuAD's head and windows) that set how a fine-tuning run
+# run-config keys (tasks/finetune_runs.finetune_run; qa: SQuAD's head and windows) that set how a fine-tuning run
 # trains, besides its hp
 RUN_KEYS = (
     "protocol", "max_len", "both_orders", "qa", "pruning", "distill", "scalar_mix", "scalar_mix_norm", "classifier",
@@ -140,7 +140,7 @@ RUN_KEYS = (
 
 
 def finetune_settings(hp: Mapping, run_cfg: DictConfig | Mapping | None = None) -> dict:
-    """A fine-tuning run's settings, flat: its hyper-parameters (``GlueRun.hp``) and the keys of its
+    """A fine-tuning run's settings, flat: its hyper-parameters (``FinetuneRun.hp``) and the keys of its
     run config that change training (pruning, distillation...), nested ones as ``pruning.method``."""
     out = dict(_flat(hp))
     if run_cfg is not None:
@@ -164,7 +164,7 @@ def _flat(d: Mapping, prefix: str = "") -> list[tuple[str, object]]:
 def finetune_cards(nodes, scale: str = "paper") -> list[Card]:
     """One card per distinct fine-tuning recipe of the plan's fine-tuning nodes (``Node.hparams``:
     run id -> :func:`finetune_settings`); its title lists the tasks that use it."""
-    from ..store.rundirs import RECIPE_KEYS
+    from ..tasks.finetune_runs import RECIPE_KEYS
 
     grouped: dict[tuple, tuple[list[str], list[str]]] = {}
     for n in nodes:

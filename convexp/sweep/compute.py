@@ -76,7 +76,7 @@ def finetune_flops(cfg: DictConfig, model_cfg, task: str) -> float:
         return 0.0
     n = cfg.glue.synthetic_size if cfg.glue.source == "synthetic" else GLUE_TRAIN.get(task, 100_000)
     per_token = flops_per_token(model_cfg, cfg.task.max_len)
-    from ..store.rundirs import hyperparameters
+    from ..tasks.finetune_runs import hyperparameters
 
     total = 0.0
     for hp in hyperparameters(cfg, model_cfg.hidden_size):

@@ -27,10 +27,10 @@ def run_node(stage: str, overrides: list[str]) -> None:
 
         run_squad(compose_stage("finetune", overrides))
     else:
-        from ..tasks.classification.stage import run_glue
-        from ..store.rundirs import compose_finetune
+        from ..tasks.classification.stage import run_classification
+        from ..tasks.finetune_runs import compose_finetune
 
-        run_glue(*compose_finetune(overrides), summary=False)
+        run_classification(*compose_finetune(overrides), summary=False)
 
 
 @dataclasses.dataclass

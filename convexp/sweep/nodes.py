@@ -159,7 +159,8 @@ def finetune_nodes(
     """One node per (task, seed) fine-tuning the variant's start (MNLI included when the protocol
     starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
     run of that task (its first seed), which must be planned first."""
-    from ..store.rundirs import glue_runs, glue_task_names, variant_tokens
+    from ..store.rundirs import variant_tokens
+    from ..tasks.finetune_runs import classification_runs, finetune_task_names
     from ..tasks.squad.runs import squad_runs
 
     where = f"sweep {sweep.name}, variant {v.name}"
@@ -199,8 +200,8 @@ def finetune_nodes(
             if is_squad(t):  # `convexp finetune squad`: one task, no intermediate tasks
                 planned = squad_runs(tcfg, start.slug, start.width, variant_tokens(v.finetune))
             else:
-                task_cfgs = {n: compose_task(n) for n in glue_task_names(tcfg) if n != t}
-                planned = glue_runs(tcfg, start.slug, start.width, task_cfgs, variant_tokens(v.finetune))
+                task_cfgs = {n: compose_task(n) for n in finetune_task_names(tcfg) if n != t}
+                planned = classification_runs(tcfg, start.slug, start.width, task_cfgs, variant_tokens(v.finetune))
         except UserError as e:
             raise SweepError(f"{where}: {e}") from e
         for p in planned:

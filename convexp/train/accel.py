@@ -36,7 +36,7 @@ bottleneck heads), so that CUDA picks the flash kernel for unpadded batches and 
 memory-efficient one with a padding mask; Chang et al.'s convolution terms are an additive bias
 (memory-efficient kernel or the math path).
 
-These keys change how a run executes, not what it computes (``runs.EXECUTION_KEYS``): they are not
+These keys change how a run executes, not what it computes (``run_names.EXECUTION_KEYS``): they are not
 part of run ids.
 """
 

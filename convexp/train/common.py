@@ -10,7 +10,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import UserError
-from ..store.runs import Run, run_key
+from ..store.run_names import run_key
+from ..store.runs import Run
 from .grad_norm import clip_with_norm
 from .metrics_csv import AppendingCSVLogger
 from ..noise import is_quiet
@@ -71,7 +72,7 @@ def log_result(metrics: dict, run: Run) -> None:
     """Put a run's metrics.json into its W&B summary as ``result`` (what `report --source wandb`
     reads); with ``logger.log_model=true`` (in the run's W&B config) also its ``model/`` and, for a
     fine-tuning run, its ``predictions/`` as W&B artifacts ``model-<key>``, ``predictions-<key>`` (key:
-    runs.run_key of the run's name)."""
+    run_names.run_key of the run's name)."""
     if "wandb" in sys.modules:
         import wandb
 

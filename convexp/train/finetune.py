@@ -24,7 +24,7 @@ from .. import pruning as pruner
 from ..errors import UserError
 from ..models import ModelConfig
 from ..store.checkpoint import Checkpoint, open_checkpoint
-from ..store.rundirs import GlueRun
+from ..store.rundirs import FinetuneRun
 from ..store.runs import Run
 from .accel import prepare_encoders
 from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
@@ -138,7 +138,7 @@ class FinetuneJob:
     check: Callable[[], None] = lambda: None
 
 
-def train_one(cfg: DictConfig, init: Init, planned: GlueRun, job: FinetuneJob) -> Run:
+def train_one(cfg: DictConfig, init: Init, planned: FinetuneRun, job: FinetuneJob) -> Run:
     """Fine-tune one planned run, or reuse it when it has finished."""
     seed, hp, run = planned.seed, planned.hp, planned.run
     if run.finished:

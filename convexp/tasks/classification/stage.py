@@ -1,12 +1,13 @@
-"""`convexp finetune glue|probing`: fine-tune and evaluate on GLUE (or SentEval) tasks, several seeds.
+"""`convexp finetune glue|probing`: fine-tune and evaluate on GLUE, SentEval probing or custom tasks,
+several seeds.
 
 One fine-tuning run = (task, seed, hyper-parameters): ``outputs/runs/finetune/<slug>-<hash>/``
 holds metrics.json (dev metrics), predictions/ (dev and test), submission/ (the GLUE server's
 files), checkpoints/ and model/ (the fine-tuned encoder, for intermediate-task initialisation);
 see evaluate.py. One invocation = ``outputs/runs/glue/<slug>-<hash>/`` with summary.json and
 submission.zip; see summary.py. The run directories are named before anything runs
-(store/rundirs.py), from configs composed by the caller: :func:`run_glue` takes the invocation's config
-and one composed config per task.
+(tasks/finetune_runs.py), from configs composed by the caller: :func:`run_classification` takes the
+invocation's config and one composed config per task.
 
 Here: where fine-tuning starts (:func:`resolve_init`), the LightningModule (fine-tuning, optionally
 fine-pruning and distillation), the LightningDataModule, one run, and the invocation.
@@ -35,7 +36,8 @@ from ...store.runs import Run, RunDiverged
 from ...train.common import step_seed
 from .evaluate import Padded, by_idx, eval_loader, evaluate_and_save
 from .summary import write_summary
-from ...store.rundirs import GlueRun, glue_runs, task_config
+from ...store.rundirs import FinetuneRun
+from ..finetune_runs import classification_runs, task_config
 from ...train.streams import training_loader
 from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
 from ...train.inputs import check_max_len
@@ -139,7 +141,7 @@ class FinetuneData(pl.LightningDataModule):
 # ----------------------------------------------------------------------------- one run
 
 
-def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) -> Run:
+def finetune_one(cfg: DictConfig, init: Init, planned: FinetuneRun, splits: dict) -> Run:
     """Fine-tune one planned GLUE / probing / custom run (train/finetune.py), or reuse it."""
     task, seed, hp = get_task(planned.task), planned.seed, planned.hp
     train, pad = splits["train"], init.tokenizer.pad_id
@@ -162,12 +164,12 @@ def finetune_one(cfg: DictConfig, init: Init, planned: GlueRun, splits: dict) ->
     return train_one(cfg, init, planned, FinetuneJob(len(train), True, module, data, finish))
 
 
-# ----------------------------------------------------------------------------- a GLUE invocation
+# ----------------------------------------------------------------------------- an invocation
 
 
-def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool = True) -> Path | None:
+def run_classification(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool = True) -> Path | None:
     """Fine-tune every requested task and seed (finished runs are reused); aggregate; print the
-    GLUE table. ``task_cfgs``: the composed config of each task of ``rundirs.glue_task_names(cfg)``
+    GLUE table. ``task_cfgs``: the composed config of each task of ``finetune_runs.finetune_task_names(cfg)``
     (the same command for another task: task=all, MNLI before the intermediate tasks).
 
     summary=False (a sweep's single run) skips the invocation summary; returns its directory."""
@@ -179,7 +181,7 @@ def run_glue(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool
     check_max_len(init.model_cfg, [cfg, *task_cfgs.values()])
     if cfg.task.name == "custom":  # a user's task: its config says what it is (custom.py)
         register(custom_task(cfg.task), replace=True)
-    runs = glue_runs(cfg, init.slug, init.model_cfg.hidden_size, task_cfgs)
+    runs = classification_runs(cfg, init.slug, init.model_cfg.hidden_size, task_cfgs)
     diverged: list[Run] = []
     for p in runs:
         if p.run.finished:

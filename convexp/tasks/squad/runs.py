@@ -1,7 +1,7 @@
 """The runs of a SQuAD invocation, named before any of them runs (no Lightning, no data).
 
 A SQuAD fine-tuning run is a fine-tuning run like a GLUE one (``outputs/runs/finetune/<slug>-<hash>``,
-id from :func:`rundirs.finetune_run`) whose hash also holds what only SQuAD has: the head and
+id from :func:`finetune_runs.finetune_run`) whose hash also holds what only SQuAD has: the head and
 windows of the protocol (``qa``: conf/task/squad*.yaml) and the data source (``squad``). ``convexp
 ablate`` lays SQuAD runs out from the config alone and ``convexp report`` finds them again.
 """
@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from .. import is_squad
 from .data import squad_source_settings
 from ...errors import UserError
-from ...store.rundirs import GlueRun, command_tokens, finetune_run, hyperparameters
+from ...store.rundirs import FinetuneRun, command_tokens
+from ..finetune_runs import finetune_run, hyperparameters
 
 SQUAD_PROTOCOLS = ("convbert", "bermo")  # ELECTRA's QA recipe, BERMO's (Sanh et al.'s masked_run_squad.py)
 WINDOW_KEYS = ("max_len", "doc_stride")  # squad.<key>: overrides of the protocol's windows
@@ -67,9 +68,9 @@ def squad_source(cfg: DictConfig) -> dict:
 
 def squad_runs(
     cfg: DictConfig, init_slug: str, hidden_size: int, tokens: list[str] | None = None
-) -> list[GlueRun]:
+) -> list[FinetuneRun]:
     """Every run of a SQuAD invocation (the task's seeds), in execution order. Needs only the
-    init's name and width, not its weights; ``tokens`` as for rundirs.glue_runs."""
+    init's name and width, not its weights; ``tokens`` as for finetune_runs.classification_runs."""
     check_squad_config(cfg)
     tokens = command_tokens(cfg) if tokens is None else tokens
     # GLUE's data source and length are not SQuAD's: the id holds SQuAD's source and windows instead
@@ -80,5 +81,5 @@ def squad_runs(
     for hp in hyperparameters(cfg, hidden_size):
         for seed in cfg.seeds:
             run, run_cfg = finetune_run(cfg, init_slug, cfg.task.name, seed, hp, extra=extra, tokens=tokens)
-            runs.append(GlueRun(cfg.task.name, seed, hp, run, run_cfg))
+            runs.append(FinetuneRun(cfg.task.name, seed, hp, run, run_cfg))
     return runs

@@ -1,7 +1,7 @@
 """`convexp finetune squad`: fine-tune and evaluate extractive question answering (SQuAD v1.1 / v2.0).
 
 The GLUE stage's twin (tasks/classification/stage.py) for span extraction: the same run store (one run = task,
-seed, hyper-parameters; id from rundirs.finetune_run, laid out by runs.py), resume, W&B
+seed, hyper-parameters; id from tasks/finetune_runs.finetune_run, laid out by runs.py), resume, W&B
 and CSV logging, seeds, fine-pruning and distillation (task_module.py). What differs: the model
 is a :class:`~convexp.models.qa.QuestionAnswerer` with the protocol's head (ELECTRA's joint head
 for protocol=convbert, BERT's independent one for protocol=bermo), training rows are windows of
@@ -32,7 +32,7 @@ from ...models.qa import QuestionAnswerer
 from ...store.record import warn_if_other_version
 from ...store.runs import Run
 from ...train.common import step_seed
-from ...store.rundirs import GlueRun
+from ...store.rundirs import FinetuneRun
 from .evaluate import evaluate_squad
 from .runs import check_squad_config, qa_settings, squad_runs, squad_source
 from ...train.streams import training_loader
@@ -193,7 +193,7 @@ def squad_data(cfg: DictConfig, tokenizer) -> dict:
 # ----------------------------------------------------------------------------- one run
 
 
-def squad_one(cfg: DictConfig, init: Init, planned: GlueRun, data: dict) -> Run:
+def squad_one(cfg: DictConfig, init: Init, planned: FinetuneRun, data: dict) -> Run:
     """Fine-tune and evaluate one planned SQuAD run (train/finetune.py), or reuse it."""
     seed, hp, qa = planned.seed, planned.hp, dict(planned.run_cfg["qa"])
     train, pad, task = data["train"], init.tokenizer.pad_id, cfg.task.name
@@ -243,7 +243,7 @@ def run_squad(cfg: DictConfig) -> list[Run]:
     return [p.run for p in runs]
 
 
-def print_squad(task: str, runs: list[GlueRun]) -> None:
+def print_squad(task: str, runs: list[FinetuneRun]) -> None:
     """One line per seed: EM / F1 (v2.0: and the best-threshold F1), and the mean."""
     rows = []
     for p in runs:

@@ -1,0 +1,277 @@
+"""The fine-tuning runs a command will make, named before any of them runs (no Lightning): their
+tasks (``task=all`` and ``probing_all`` are sets; MNLI first where the protocol starts the
+intermediate tasks from it), their hyper-parameters (the composed protocol, and the ConvBERT grid)
+and their run directories, whose ids hash what each run computes (:func:`finetune_run`).
+
+Configs arrive composed: an invocation's per-task configs are composed by the caller (the CLI,
+the sweep planner; :func:`compose_finetune`) for the tasks :func:`finetune_task_names` lists.
+:func:`classification_runs` plans a GLUE, probing or custom-task invocation; SQuAD's runs
+(squad/runs.py) take their ids and hyper-parameters from here too. What a run name shows, the
+pre-training run and the record of a planned run are in store/rundirs.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from ..config.compose import compose_stage, override_key, parse_overrides
+from ..data.digests import input_digests
+from ..errors import UserError
+from ..store.rundirs import FinetuneRun, checkpoint_identity, command_tokens
+from ..store.run_names import run_key
+from ..store.runs import Run
+from . import PROBING
+from .classification import custom
+from .classification.loading import task_data
+
+GLUE_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
+TASK_SETS = {"all": GLUE_ORDER, "probing_all": PROBING}  # task=<set>: these tasks in turn
+INTERMEDIATE = ("rte", "stsb", "mrpc")
+BERMO_PROBING_SEEDS = (63, 77, 9, 96, 39)  # BERMO Table 12
+
+
+# The recipe keys of a composed fine-tuning config (conf/finetune.yaml, set by conf/protocol/) that
+# every run's ``hp`` carries, under the same names; ``scalar_mix_lr`` too where the protocol has one.
+RECIPE_KEYS = (
+    "lr",
+    "batch_size",
+    "epochs",
+    "warmup_fraction",
+    "layerwise_lr_decay",
+    "weight_decay",
+    "adam_epsilon",
+    "adam_betas",
+    "grad_clip",
+)
+
+
+def model_size(cfg: DictConfig, hidden_size: int) -> str:
+    """``base`` for an init model of hidden size >= ``cfg.base_width``, else ``small``: which entry
+    of a recipe value given per size (``lr: {small: .., base: ..}``) applies."""
+    return "base" if hidden_size >= cfg.base_width else "small"
+
+
+def hyperparameters(cfg: DictConfig, hidden_size: int) -> list[dict]:
+    """The settings of one task's runs, for an init model of ``hidden_size``: the composed recipe
+    (conf/protocol/<protocol>.yaml and the command line) with each per-size value picked for the
+    model's size, once, or once per combination of ``grid_values`` when ``grid`` is on."""
+    size = model_size(cfg, hidden_size)
+    keys = [*RECIPE_KEYS, *(["scalar_mix_lr"] if cfg.get("scalar_mix_lr") is not None else [])]
+    hp = {}
+    for key in keys:
+        value = cfg[key]
+        if isinstance(value, DictConfig):  # {small: .., base: ..}
+            value = value[size]
+        if value is None:
+            raise UserError(
+                f"{key}: task={cfg.task.name} has no value under protocol={cfg.protocol} "
+                f"(conf/task/{cfg.task.name}.yaml); give {key}=... on the command line"
+            )
+        hp[key] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    if not cfg.grid:
+        return [hp]
+    _check_grid_overrides(cfg)
+    axes = {k: list(v) for k, v in cfg.grid_values.items()}
+    return [{**hp, **dict(zip(axes, values))} for values in itertools.product(*axes.values())]
+
+
+def _check_grid_overrides(cfg: DictConfig) -> None:
+    """A value given on the command line that the grid would vary is refused (one line): the
+    user meant that value, and the grid would silently replace it."""
+    given = {override_key(o) for o in parse_overrides(list(cfg.get("invocation", {}).get("overrides", [])))}
+    for key in cfg.grid_values:
+        if key in given:
+            raise UserError(
+                f"{key}= is given but the grid (on at scale=paper for protocol={cfg.protocol}) varies "
+                f"{key}: add grid=false to run your {key}, or set grid_values.{key}=[...]"
+            )
+
+
+def finetune_task_names(cfg: DictConfig) -> list[str]:
+    """The tasks a fine-tuning invocation fine-tunes, in execution order: ``task=all`` /
+    ``probing_all`` are sets; MNLI comes first when the protocol starts the intermediate tasks from
+    it; any other task (a probing task, ``custom``, a SQuAD task) alone."""
+    names = list(TASK_SETS.get(cfg.task.name, [cfg.task.name]))
+    if cfg.intermediate and "mnli" not in names and any(t in INTERMEDIATE for t in names):
+        names = ["mnli", *names]  # the intermediate task runs first
+    return names
+
+
+def compose_finetune(
+    overrides: list[str], cfg: DictConfig | None = None
+) -> tuple[DictConfig, dict[str, DictConfig]]:
+    """For the edges (the CLI, a sweep's node): the fine-tuning invocation's composed config (``cfg``
+    where the caller has composed it already) and, for every other task it fine-tunes
+    (``task=all``, MNLI first), the same command's config."""
+    cfg = compose_stage("finetune", overrides) if cfg is None else cfg
+    others = [t for t in finetune_task_names(cfg) if t != cfg.task.name]
+    return cfg, {t: compose_stage("finetune", [*overrides, f"task={t}"]) for t in others}
+
+
+def classification_runs(
+    cfg: DictConfig,
+    init_slug: str,
+    hidden_size: int,
+    task_cfgs: Mapping[str, DictConfig],
+    tokens: list[str] | None = None,
+) -> list[FinetuneRun]:
+    """Every run of a classification invocation (GLUE, probing, custom tasks), in execution order
+    (MNLI before the tasks that start from it).
+
+    ``task_cfgs``: the composed config of each task of :func:`finetune_task_names` (``cfg`` itself for
+    its own task may be left out). Needs only the init's name and width, not its weights:
+    ``convexp ablate`` lays out fine-tunes of models that are not pre-trained yet, and ``convexp
+    report`` finds them again. ``tokens``: the names' tokens (a sweep's); None: the command's."""
+    tokens = command_tokens(cfg) if tokens is None else tokens
+    intermediate = cfg.intermediate
+    runs: list[FinetuneRun] = []
+    mnli: dict[int, FinetuneRun] = {}
+    for name in finetune_task_names(cfg):
+        tcfg = task_config(cfg, task_cfgs, name)
+        for hp in hyperparameters(tcfg, hidden_size):
+            for seed in cfg.seeds:
+                start = mnli.get(seed) if intermediate and name in INTERMEDIATE else None
+                grouped = {"group_by_length": True} if tcfg.get("group_by_length") else None  # off: older ids
+                start_id = start.run.id if start else ""
+                run, run_cfg = finetune_run(tcfg, init_slug, name, seed, hp, start_id, grouped, tokens)
+                runs.append(FinetuneRun(name, seed, hp, run, run_cfg, start))
+                if name == "mnli":
+                    mnli.setdefault(seed, runs[-1])  # the first setting's run
+    return runs
+
+
+def task_config(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], name: str) -> DictConfig:
+    """The composed config of task ``name`` of the invocation ``cfg``."""
+    if cfg.task.name == name:
+        return cfg
+    if name not in task_cfgs:
+        raise KeyError(f"no composed config for task {name!r} (compose one per finetune_task_names(cfg))")
+    return task_cfgs[name]
+
+
+def probing_overrides(overrides: list[str]) -> list[str]:
+    """`convexp finetune probing ARGS` as finetune overrides: task=all (the default) is the ten
+    probing tasks (task=probing_all), protocol=bermo unless given, and at scale=paper BERMO's five
+    seeds unless seeds= is given. A task that is not a probing task is refused."""
+    parsed = parse_overrides(overrides)
+    given = {override_key(o): o.value() for o in parsed}
+    task = str(given.get("task", "all"))
+    if task not in ("all", "probing_all", *PROBING):
+        raise UserError(
+            f"task={task} is not a probing task; use task=all or one of: {', '.join(PROBING)} "
+            "(GLUE tasks: convexp finetune glue)"
+        )
+    out = [o for o, p in zip(overrides, parsed) if override_key(p) != "task"]
+    out.append(f"task={'probing_all' if task == 'all' else task}")
+    if "protocol" not in given:
+        out.insert(0, "protocol=bermo")
+    if "seeds" not in given and str(given.get("scale", given.get("finetune_scale", "paper"))) == "paper":
+        out.append(f"seeds=[{','.join(map(str, BERMO_PROBING_SEEDS))}]")
+    return out
+
+
+# Bumped when what a fine-tuning run computes changes without a config key saying so, so that no
+# earlier result is reused as if it were this one. 2: ELECTRA's layer-wise LR depths, the
+# classifier head of the model family ([CLS] -> dropout -> linear for ELECTRA/ConvBERT), BERMO's
+# per-layer mixing normalisation. 3: the learning-rate warm-up as Hugging Face's and ELECTRA's (step s at
+# s/warmup, the first update at 0; it ran one step ahead).
+FINETUNE_RECIPE = 3
+
+
+def finetune_run(
+    cfg: DictConfig,
+    init_slug: str,
+    task_name: str,
+    seed: int,
+    hp: dict,
+    start_slug: str = "",
+    extra: Mapping | None = None,
+    tokens: list[str] = (),
+) -> tuple[Run, dict]:
+    """The run directory of one (task, seed, hyper-parameters) fine-tune, and what its id hashes
+    (``extra``: more keys a task family adds, e.g. SQuAD's windows and data source; ``tokens``: the
+    name's tokens). The init and the start run are hashed by :func:`run_names.run_key` of their names,
+    so that their names' tokens never change this run's id.
+
+    What the id hashes is a plain dict of plain values (the same JSON as the DictConfig it used to
+    be: the same ids), and the part that depends on ``cfg`` alone is built once per composed config:
+    a sweep plans one run per (task, seed, setting), thousands from a few configs."""
+    run_cfg = {
+        "stage": "finetune",
+        "recipe": FINETUNE_RECIPE,
+        "task": task_name,
+        "seed": seed,
+        "hp": hp,
+        "init": run_key(init_slug),
+        "from": run_key(start_slug),
+        **_task_identity(cfg),
+    }
+    for k, v in (extra or {}).items():  # plain values, as the id hashes them
+        run_cfg[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
+    inputs = input_digests(_local_inputs(run_cfg))
+    if inputs:  # local data files: their contents, not only their paths (edited data, a new run)
+        run_cfg["inputs"] = inputs
+    mix = cfg.get("scalar_mix")
+    bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
+    slug = "-".join(filter(None, [init_slug, bermo, task_name, f"s{seed}", cfg.name]))
+    return Run.for_config(cfg.outputs, "finetune", slug, run_cfg, tokens), run_cfg
+
+
+_IDENTITY: dict[int, tuple[DictConfig, dict]] = {}  # id(cfg) -> (cfg, its part of run ids)
+
+
+def _task_identity(cfg: DictConfig) -> dict:
+    """The keys of a fine-tuning run's id that depend on its composed config alone (copied: the
+    caller adds its own). Cached per config object (kept alive by the cache, so an id is never
+    another config's)."""
+    hit = _IDENTITY.get(id(cfg))
+    if hit is None or hit[0] is not cfg:
+        if len(_IDENTITY) > 512:
+            _IDENTITY.clear()
+        hit = _IDENTITY[id(cfg)] = (cfg, _identity_of(cfg))
+    return json.loads(json.dumps(hit[1]))  # a copy the caller may add to
+
+
+def _identity_of(cfg: DictConfig) -> dict:
+    d = {
+        "glue": OmegaConf.to_container(cfg.glue) if "glue" in cfg else None,
+        "max_len": cfg.task.max_len,
+        "protocol": cfg.protocol,
+        "precision": cfg.trainer.precision,
+        "name": cfg.name,
+        "logger": OmegaConf.to_container(cfg.logger),
+        "trainer": {k: cfg.trainer[k] for k in ("accelerator", "num_workers", "log_every_n_steps")},
+    }
+    data = task_data(cfg.task)  # sample limits, a custom task's files: only when set (older ids stay)
+    if data:
+        d["task_data"] = data
+    # pruning and distillation change a run only when they are on (older runs keep their ids)
+    if cfg.pruning.method != "none":
+        d["pruning"] = OmegaConf.to_container(cfg.pruning)
+    if cfg.distill.teacher:
+        teacher = run_key(checkpoint_identity(cfg.distill.teacher))
+        d["distill"] = {**OmegaConf.to_container(cfg.distill), "teacher": teacher}
+    mix = cfg.get("scalar_mix")
+    if mix is not None:  # BERMO's layer mixing added to (or removed from) the init model
+        d["scalar_mix"] = bool(mix)
+        if mix:  # the normalisation changes what the mix computes
+            d["scalar_mix_norm"] = cfg.get("scalar_mix_norm", "per_layer")
+    if cfg.get("both_orders"):  # the training pairs in both orders (off: older ids stay)
+        d["both_orders"] = True
+    if cfg.get("classifier"):  # a head other than the init model's
+        d["classifier"] = cfg.classifier
+    return json.loads(json.dumps(d))  # plain values, as the id hashes them
+
+
+def _local_inputs(run_cfg: Mapping) -> dict:
+    """The values of a fine-tuning run's id that may name local files or folders."""
+    glue, squad, data = (run_cfg.get(k) or {} for k in ("glue", "squad", "task_data"))
+    return {
+        "glue.path": glue.get("path"),
+        "squad.path": squad.get("path"),
+        **{f"task.{k}": data.get(k) for k in custom.FILE_KEYS.values()},
+    }
