@@ -242,3 +242,20 @@ def test_pretrain_benchmark_records_throughput_and_memory(tmp_path):
     assert rec["bare_tokens_per_s"] > 0 and rec["stage_tokens_per_s"] > 0 and rec["ratio"] > 0
     assert rec["stage_steps"] == 6 and rec["bare_step_memory_mib"] >= 0 and rec["peak_rss_mib"] > 50
     assert "peak RSS MiB" in res.stdout
+
+
+def test_a_squad_floor_counts_the_full_encoder_for_every_tool():
+    """A span head reads every position: bench squad's floor is the full encoder's, and its line
+    says so (no [CLS]-only figure)."""
+    from convexp.bench.floor import floor_line, floor_record
+
+    import torch
+
+    from convexp.bench.floor import job_floor
+
+    lengths = torch.tensor([40, 90, 120, 70, 200, 160])
+    shape = {"hidden": 16, "intermediate": 32, "layers": 2}
+    floor = job_floor(lengths, lengths[:3], 4, 1, shape, 42, threads=1, measure=lambda rows, s: 120e9, cls_only=False)
+    rec = floor_record(floor, {"full": [1e6]})
+    assert set(rec["seconds"]) == {"full"} and not rec["floor_above_wall"]
+    assert "every tool's" in floor_line(rec) and "[CLS]" not in floor_line(rec)

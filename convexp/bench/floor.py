@@ -1,4 +1,4 @@
-"""The arithmetic floor of ``convexp bench finetune``'s job: how long its matrix products alone take
+"""The arithmetic floor of ``convexp bench finetune``'s and ``bench squad``'s job: how long its matrix products alone take
 on this machine, the time no fp32 tool can go under however little else it does.
 
   encoder_flops(batches, shape, train, cls_only)   FLOPs of a BERT encoder's matrix products over
@@ -11,7 +11,8 @@ on this machine, the time no fp32 tool can go under however little else it does.
                                                    ``sample()`` (before, between, after its runs)
   job_floor(train, dev, batch_size, ..., threads)  the job's FLOPs for the full encoder and for
                                                    convexp's [CLS]-only last block (a sequence
-                                                   classifier's), and the rate sampler to time them
+                                                   classifier's; a SQuAD job: the full encoder
+                                                   only), and the rate sampler to time them
   floor_record(floor, walls)                       the record's ``floor``: seconds at the best rate,
                                                    every sample, and ``floor_above_wall``
 
@@ -106,11 +107,12 @@ class BestRate:
 
 
 def job_floor(train: torch.Tensor, dev: torch.Tensor, batch_size: int, epochs: int, shape: dict, seed: int,
-              threads: int, measure: Callable[[int, dict], float] = gemm_rate) -> dict:  # fmt: skip
+              threads: int, measure: Callable[[int, dict], float] = gemm_rate, cls_only: bool = True) -> dict:  # fmt: skip
     """The FLOPs of a fine-tuning job whose rows have ``train`` and ``dev`` token counts (padded
     lengths before grouping): training batches grouped as convexp's stream groups them for
     ``seed`` (each epoch on its own), dev batches as convexp evaluates on a CPU; ``rate``, a
-    :class:`BestRate` at the job's mean padded batch and ``threads``, not sampled yet."""
+    :class:`BestRate` at the job's mean padded batch and ``threads``, not sampled yet.
+    ``cls_only=False``: the full encoder only (a span head reads every position: SQuAD)."""
     batches = []
     for epoch in range(epochs):
         g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
@@ -122,8 +124,8 @@ def job_floor(train: torch.Tensor, dev: torch.Tensor, batch_size: int, epochs: i
         "train_padded_tokens": padded,
         "flops": {
             "full": encoder_flops(batches, shape, train=True) + encoder_flops(dev_batches, shape, train=False),
-            "cls_only": encoder_flops(batches, shape, train=True, cls_only=True)
-            + encoder_flops(dev_batches, shape, train=False, cls_only=True),
+            **({"cls_only": encoder_flops(batches, shape, train=True, cls_only=True)
+                + encoder_flops(dev_batches, shape, train=False, cls_only=True)} if cls_only else {}),
         },
         "rate": BestRate(round(padded / len(batches)), shape, threads, measure),
     }
@@ -155,9 +157,12 @@ def floor_line(rec: dict) -> str:
     """The bench's line on the floor: under each wall time, or the machine too busy to measure it."""
     sec, n = rec["seconds"], len(rec["gemm_gflop_per_s_samples"])
     said = (f"Matrix products alone at this machine's fp32 rate ({rec['gemm_gflop_per_s']:.0f} GFLOP/s, the best "
-            f"of {n} sample{'s' if n != 1 else ''} on {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}): "
-            f"{sec['cls_only']:.1f} s with convexp's [CLS]-only last block, {sec['full']:.1f} s for the full "
-            "encoder (the plain loop's and the Trainer's)")  # fmt: skip
+            f"of {n} sample{'s' if n != 1 else ''} on {rec['threads']} thread{'s' if rec['threads'] != 1 else ''}): ")
+    if "cls_only" in sec:
+        said += (f"{sec['cls_only']:.1f} s with convexp's [CLS]-only last block, {sec['full']:.1f} s for the full "
+                 "encoder (the plain loop's and the Trainer's)")  # fmt: skip
+    else:
+        said += f"{sec['full']:.1f} s for the full encoder (every tool's: a span head reads every position)"
     if not rec["floor_above_wall"]:
         return said + ": the floor under each wall time."
     walls = ", ".join(f"{k} {w:.1f} s" for k, w in rec["walls_below_floor"].items())

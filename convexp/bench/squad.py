@@ -11,8 +11,9 @@ share ``--stride`` tokens (run_qa.py's windows; convexp's ``stride_mode=overlap`
 ones, tests/test_hf_parity.py), fp32 on a CPU, bf16 autocast on a GPU.
 
 Windows/s is the training windows (counted once, by convexp's featuriser: the same windows for
-every tool) times the epochs over the whole process's wall time. Timing, repeats and ratios as
-``convexp bench finetune`` (finetune.py); dev F1 agrees when within two points.
+every tool) times the epochs over the whole process's wall time. Timing, repeats, ratios and the
+arithmetic floor (every tool's: the full encoder over the windows) as ``convexp bench finetune``
+(finetune.py, floor.py); dev F1 agrees when within two points.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def bench_squad(
 
     from ..tasks.squad.features import squad_features
     from ..data.tokenizer import Tokenizer
+    from .floor import floor_line, floor_record
     from .scratch import work_folder
 
     console = Console()
@@ -123,7 +125,12 @@ def bench_squad(
             work / "model", SHAPES[shape], vocabulary(splits["train"] + splits["validation"],
                                                       SHAPES[shape]["vocab"] - len(SPECIALS)), hf=True)  # fmt: skip
         tok = Tokenizer.load(model_dir / "vocab.txt")
-        windows = len(squad_features(splits["train"], tok, max_len=max_len, doc_stride=stride, stride_mode="overlap"))
+        window = {"max_len": max_len, "doc_stride": stride, "stride_mode": "overlap"}
+        lengths = {s: [len(f["input_ids"]) for f in squad_features(splits[s], tok, **window)] for s in splits}
+        windows = len(lengths["train"])
+        products = None if cuda else squad_floor(model_dir, lengths, batch_size, epochs)
+        sample = products["rate"].sample if products else (lambda: None)  # before, between and after the runs
+        sample()
 
         def commands(seed: int) -> dict[str, list[str]]:
             convexp_cmd = [
@@ -141,7 +148,9 @@ def bench_squad(
         seeds = [SEED + i for i in range(repeats)]
         runs = run_repeats(commands, seeds, work, console, "dev_f1", "dev F1",
                            lambda tool, outputs, stdout: _convexp_f1(outputs) if tool == "convexp"
-                           else _script_f1(stdout, windows))  # fmt: skip
+                           else _script_f1(stdout, windows), between=sample)  # fmt: skip
+        sample()
+        floor = floor_record(products, {"full": [r["wall_s"] for r in runs]}) if products else None
         record = {
             "benchmark": "squad",
             "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "squad"] else None,
@@ -167,11 +176,29 @@ def bench_squad(
             "repeats": repeats,
             "runs": runs,
             "summary": summarize(runs, epochs * windows, metric="dev_f1", rate="windows_per_s", within=2.0),
+            "floor": floor,  # the job's matrix products alone on this CPU (floor.py); null on a GPU
         }
         write_record(record, out)
         print_table(console, record["summary"], "SQuAD fine-tune", "dev_f1", "dev F1", "windows_per_s",
                     "train windows / wall s")  # fmt: skip
+        if floor is not None:
+            console.print(floor_line(floor))
         return record
+
+
+def squad_floor(model_dir: Path, lengths: dict[str, list[int]], batch_size: int, epochs: int) -> dict:
+    """floor.py's floor of the job: its training and dev windows' token counts through the full
+    encoder, its GEMM rate to be sampled on the threads convexp's run takes."""
+    import torch
+
+    from ..train.accel import auto_threads
+    from .floor import job_floor
+
+    config = json.loads((model_dir / "config.json").read_text())
+    shape = {"hidden": config["hidden_size"], "intermediate": config["intermediate_size"],
+             "layers": config["num_hidden_layers"]}  # fmt: skip
+    train, dev = torch.tensor(lengths["train"]), torch.tensor(lengths["validation"])
+    return job_floor(train, dev, batch_size, epochs, shape, SEED, threads=auto_threads()[0], cls_only=False)
 
 
 def _script_f1(stdout: str, windows: int) -> float | None:
