@@ -191,13 +191,14 @@ def _finetune(overrides: list[str], print_cfg: str | None) -> None:
     composed = _composed("finetune", overrides, print_cfg)
     if composed is not None:
         from .tasks.classification.loading import check_source
-        from .tasks.finetune_runs import compose_finetune
+        from .tasks.finetune_runs import TASK_SETS, compose_finetune
         from .train.inputs import check_finetune_inputs
 
         cfg, task_cfgs = compose_finetune(overrides, composed)
         check_finetune_inputs(cfg, task_cfgs.values())  # before the stage's imports (torch, Lightning)
         for c in (cfg, *task_cfgs.values()):
-            check_source(c.task, c.glue)
+            if c.task.name not in TASK_SETS:  # task=all: each of its tasks is among task_cfgs
+                check_source(c.task, c.glue)
         from .tasks.classification.stage import run_classification
 
         run_classification(cfg, task_cfgs)

@@ -39,7 +39,8 @@ TINY = [
 def convexp(
     *args: str, outputs: Path, env: dict | None = None, timeout: int = 600
 ) -> subprocess.CompletedProcess:
-    e = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "WANDB_MODE": "offline", **(env or {})}
+    # wide: pytest-xdist's workers have COLUMNS=80, which folds the tables these tests read
+    e = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "WANDB_MODE": "offline", "COLUMNS": "200", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "convexp.cli", *args], capture_output=True, text=True, env=e, timeout=timeout
     )

@@ -114,6 +114,8 @@ CASES = [
     ("finetune init missing", ["finetune", "glue", "scale=smoke", "init={bad}/nope"], ["nope"]),
     ("corrupt safetensors", ["finetune", "glue", "scale=smoke", "init={bad}/corrupt_model"], ["corrupt_model"]),
     ("GLUE folder missing", [*FT, "glue.source=local", "glue.path={bad}/nope"], ["nope"]),
+    ("GLUE folder missing, task=all", [*FT, "task=all", "glue.source=local", "glue.path={bad}/nope"], ["nope"]),
+    ("SentEval folder missing, task=all", [*PROBING, "glue.source=local", "glue.path={bad}/nope"], ["nope"]),
     ("header-only TSV", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/glue"], ["train", "no rows"]),
     ("binary TSV", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/binary_glue"], ["train.tsv:1", "not text"]),
     ("undecodable TSV", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/undecodable_glue"],
