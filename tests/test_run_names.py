@@ -9,7 +9,7 @@ import re
 import pytest
 
 from convexp.config.compose import compose_stage
-from convexp.store.run_names import NAME_MAX, VARIED_MAX, name_token, run_key, run_name
+from convexp.store.run_names import NAME_MAX, VARIED_MAX, SharedHash, name_token, run_hash, run_key, run_name
 from convexp.store.runs import Run, said
 from convexp.store.rundirs import command_tokens, pretrain_run, variant_tokens
 from convexp.tasks.finetune_runs import finetune_run
@@ -154,6 +154,24 @@ def test_fine_tune_ids_hash_the_init_without_its_tokens(outputs):
     init = "convbert-small-mlm+kernel_size5-1a2b3c4d5e"
     again, _ = finetune_run(cfg, init, "rte", 42, hp, tokens=["lr0.01"])
     assert again.dir == old.dir  # found by its hash
+
+
+def test_shared_hash_is_run_hash_of_the_merged_config():
+    """A sweep hashes its fine-tuning runs' shared keys once (tasks/finetune_runs.RunNamer): the same
+    digest as run_hash of each whole config, execution keys, nested ones and a key in both included."""
+    shared = {
+        "glue": {"source": "hub", "path": None, "b": [1, 2.5, "x"]},
+        "logger": {"project": "p"},
+        "trainer": {"accelerator": "auto", "num_workers": 2, "log_every_n_steps": 50},
+        "name": None,
+        "seed": 7,  # a key the run gives too: the shared value wins, as in {**own, **shared}
+        "pruning": {"method": "movement", "warmup": (1, 2), "é": "ü"},
+    }
+    namer = SharedHash(shared)
+    for own in [{}, {"stage": "finetune", "hp": {"lr": 1e-4, "adam_betas": [0.9, 0.999], "z": 3, "a": None},
+                     "seed": 42, "init": "x-0123456789", "from": "", "outputs": "/tmp/o"}]:
+        assert namer.digest(own) == run_hash({**own, **shared})
+    assert SharedHash({}).digest({"a": 1, "B": {"c": True}}) == run_hash({"a": 1, "B": {"c": True}})
 
 
 def test_variant_tokens_leave_out_slug_and_execution_keys():

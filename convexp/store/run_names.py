@@ -11,6 +11,8 @@ The run store (runs.py) finds a run by its hash whatever its name.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import re
 from typing import Any
@@ -53,14 +55,47 @@ def run_hash(cfg: DictConfig | dict, ignore: tuple[str, ...] = EXECUTION_KEYS) -
         if isinstance(cfg, DictConfig)
         else json.loads(json.dumps(cfg))
     )
-    for key in ignore:
-        *parents, leaf = key.split(".")
+    return config_hash(_without(d, ignore), length=HASH_LENGTH)
+
+
+def _without(d: dict, ignore: tuple[str, ...]) -> dict:
+    """``d`` (plain, changed in place) without the keys ``ignore`` names (dotted: nested)."""
+    for *parents, leaf in _split(ignore):
         node = d
         for p in parents:
             node = node.get(p, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict):
             node.pop(leaf, None)
-    return config_hash(d, length=HASH_LENGTH)
+    return d
+
+
+@functools.cache
+def _split(keys: tuple[str, ...]) -> tuple[list[str], ...]:
+    return tuple(key.split(".") for key in keys)
+
+
+_ENCODE = json.JSONEncoder(sort_keys=True, default=str, separators=(",", ":")).encode  # config_hash's JSON
+
+
+class SharedHash:
+    """:func:`run_hash` of many plain configs that share most of their keys, the shared part
+    serialised once: ``SharedHash(shared).digest(own) == run_hash({**own, **shared})`` (a key in
+    both is ``shared``'s). A sweep names thousands of fine-tuning runs from a few task configs."""
+
+    def __init__(self, shared: dict, ignore: tuple[str, ...] = EXECUTION_KEYS):
+        self.ignore = ignore
+        self.parts = self._parts(shared)
+
+    def _parts(self, d: dict) -> dict[str, str]:
+        """Each top-level key's value as :func:`~convexp.atomic.config_hash` writes it."""
+        plain = _without(json.loads(json.dumps(d)), self.ignore)
+        return {k: _ENCODE(v) for k, v in plain.items()}
+
+    def digest(self, own: dict) -> str:
+        parts = {**self._parts(own), **self.parts}
+        # config_hash((d,)) of the merged dict: a one-item list of the dict, its keys sorted
+        blob = "[{" + ",".join(f"{_ENCODE(k)}:{parts[k]}" for k in sorted(parts)) + "}]"
+        return hashlib.sha256(blob.encode()).hexdigest()[:HASH_LENGTH]
 
 
 HASH_LENGTH = 10  # hex digits of run_hash at the end of every run name

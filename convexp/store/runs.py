@@ -88,7 +88,11 @@ class Run:
     ) -> "Run":
         """The run of ``cfg``: the store's run with its hash when there is one (whatever its name),
         else a new directory named :func:`run_name`."""
-        digest = run_hash(cfg)
+        return cls.for_digest(outputs, stage, slug, run_hash(cfg), tokens)
+
+    @classmethod
+    def for_digest(cls, outputs: str | Path, stage: str, slug: str, digest: str, tokens: list[str] = ()) -> "Run":
+        """:meth:`for_config` of a config whose :func:`run_hash` is ``digest``."""
         folder = Path(outputs) / "runs" / stage
         named = cls(folder / run_name(slug, list(tokens), digest))
         if named.finished:  # the common case, without listing the folder

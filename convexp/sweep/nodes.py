@@ -189,6 +189,8 @@ def finetune_nodes(
         return compose_cached(cache, where, over)
 
     nodes: dict[str, Node] = {}
+    known: dict[str, set] = {}  # node -> its runs' directories
+    settings_of: dict[tuple, tuple] = {}  # (task, its settings' hp) -> (hp, cards.finetune_settings)
     for t in tasks:
         tcfg = compose_task(t)
         if task_kind(t) == "probing" and tcfg.glue.source not in ("local", "synthetic"):
@@ -212,16 +214,26 @@ def finetune_nodes(
                 deps += [teachers[p.task].key] if p.task in teachers else []
                 over = [*base, f"task={p.task}", f"seeds=[{p.seed}]", *task_overrides(p.task)]
                 nodes[key] = Node(key, "finetune", v.name, over, [], deps, p.task, p.seed)
-            if p.run not in nodes[key].runs:
+            if p.run.dir not in known.setdefault(key, set()):
+                known[key].add(p.run.dir)
                 nodes[key].runs.append(p.run)
-                nodes[key].hparams[p.run.id] = finetune_settings(p.hp, p.run_cfg)
+                # the settings depend on the run's hp and its task's config alone: one per (task, hp)
+                hit = settings_of.get((p.task, id(p.hp)))
+                if hit is None or hit[0] is not p.hp:
+                    hit = settings_of[(p.task, id(p.hp))] = (p.hp, finetune_settings(p.hp, p.run_cfg))
+                nodes[key].hparams[p.run.id] = dict(hit[1])
+    sized: dict[tuple, tuple] = {}  # (task, batch) -> (flops, gpus, memory): the same for every seed
     for node in nodes.values():
-        tcfg = compose_task(node.task)
-        flops = squad_flops if is_squad(node.task) else finetune_flops
-        node.flops = flops(tcfg, start.model_cfg, node.task)
-        node.gpus = job_gpus(tcfg)
         batch = max(int(hp["batch_size"]) for hp in node.hparams.values())  # its largest setting's
-        node.memory_mib = finetune_mib(tcfg, start.model_cfg, node.task, batch)
+        if (node.task, batch) not in sized:
+            tcfg = compose_task(node.task)
+            flops = squad_flops if is_squad(node.task) else finetune_flops
+            sized[(node.task, batch)] = (
+                flops(tcfg, start.model_cfg, node.task),
+                job_gpus(tcfg),
+                finetune_mib(tcfg, start.model_cfg, node.task, batch),
+            )
+        node.flops, node.gpus, node.memory_mib = sized[(node.task, batch)]
     return list(nodes.values())
 
 

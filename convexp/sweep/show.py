@@ -104,11 +104,13 @@ def print_plan(plan: Plan) -> None:
     table.add_column("train FLOPs", justify="right", no_wrap=True)
     states: dict[str, int] = {}
     todo, unknown = 0.0, 0
+    left = []  # the nodes not cached (a node's state reads its runs' files: once)
     for n in plan.order():
         state = n.state
         states[state] = states.get(state, 0) + 1
         todo += 0 if state == "cached" else n.flops
         unknown += state != "cached" and not n.flops
+        left += [n] if state != "cached" else []
         table.add_row(n.key, state, ", ".join(r.id for r in n.runs), _flops(n.flops))
     console = _console()
     if note := plan.sweep.source.get("note"):  # what the sweep reproduces (ablate --list leaves it out)
@@ -142,7 +144,7 @@ def print_plan(plan: Plan) -> None:
         parts.append("nothing to do")
     console.print("; ".join(parts))
     if plan.settings.launcher.name == "submitit" or plan.settings.launcher.get("gpus"):
-        print_makespan(plan, [n for n in plan.order() if n.state != "cached"])
+        print_makespan(plan, left)
     launcher = f"launcher: {plan.settings.launcher.name}; first command:"
     command = plan.order()[0].command
     if len(launcher) + 1 + len(command) <= console.width:
@@ -151,19 +153,19 @@ def print_plan(plan: Plan) -> None:
         for line in [launcher, *fold_command(command, console.width)]:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     if plan.settings.launcher.name == "local":
-        for line in placement_lines(plan, console.width):
+        for line in placement_lines(plan, console.width, left):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def placement_lines(plan: Plan, width: int) -> list[str]:
+def placement_lines(plan: Plan, width: int, todo: list | None = None) -> list[str]:
     """launcher=local on this machine: its workers, the GPUs they share and what each job takes
     (a job that cannot be placed is refused here, as when the sweep runs), folded to ``width``
-    between its parts."""
+    between its parts. ``todo``: the nodes not cached, where the caller knows them."""
     from .gpus import check_placeable, pool_from_settings, workers_for
 
     launcher = plan.settings.launcher
     pool = pool_from_settings(launcher)
-    todo = [n for n in plan.order() if n.state != "cached"]
+    todo = [n for n in plan.order() if n.state != "cached"] if todo is None else todo
     workers = workers_for(launcher, pool, todo)
     if not pool.ids:
         return [f"placement: {workers} worker{'s' if workers > 1 else ''} on this machine's CPU (no GPU visible)"]

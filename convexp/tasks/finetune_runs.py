@@ -22,7 +22,7 @@ from ..config.compose import compose_stage, override_key, parse_overrides
 from ..data.digests import input_digests
 from ..errors import UserError
 from ..store.rundirs import FinetuneRun, checkpoint_identity, command_tokens
-from ..store.run_names import run_key
+from ..store.run_names import SharedHash, run_key
 from ..store.runs import Run
 from . import PROBING
 from .classification import custom
@@ -128,16 +128,18 @@ def classification_runs(
     report`` finds them again. ``tokens``: the names' tokens (a sweep's); None: the command's."""
     tokens = command_tokens(cfg) if tokens is None else tokens
     intermediate = cfg.intermediate
+    seeds = list(cfg.seeds)
     runs: list[FinetuneRun] = []
     mnli: dict[int, FinetuneRun] = {}
     for name in finetune_task_names(cfg):
         tcfg = task_config(cfg, task_cfgs, name)
+        grouped = {"group_by_length": True} if tcfg.get("group_by_length") else None  # off: older ids
+        runs_of = RunNamer(tcfg, grouped)  # what the task's runs share, worked out once
         for hp in hyperparameters(tcfg, hidden_size):
-            for seed in cfg.seeds:
+            for seed in seeds:
                 start = mnli.get(seed) if intermediate and name in INTERMEDIATE else None
-                grouped = {"group_by_length": True} if tcfg.get("group_by_length") else None  # off: older ids
                 start_id = start.run.id if start else ""
-                run, run_cfg = finetune_run(tcfg, init_slug, name, seed, hp, start_id, grouped, tokens)
+                run, run_cfg = runs_of.run(init_slug, name, seed, hp, start_id, tokens)
                 runs.append(FinetuneRun(name, seed, hp, run, run_cfg, start))
                 if name == "mnli":
                     mnli.setdefault(seed, runs[-1])  # the first setting's run
@@ -198,27 +200,54 @@ def finetune_run(
     so that their names' tokens never change this run's id.
 
     What the id hashes is a plain dict of plain values (the same JSON as the DictConfig it used to
-    be: the same ids), and the part that depends on ``cfg`` alone is built once per composed config:
-    a sweep plans one run per (task, seed, setting), thousands from a few configs."""
-    run_cfg = {
-        "stage": "finetune",
-        "recipe": FINETUNE_RECIPE,
-        "task": task_name,
-        "seed": seed,
-        "hp": hp,
-        "init": run_key(init_slug),
-        "from": run_key(start_slug),
-        **_task_identity(cfg),
-    }
-    for k, v in (extra or {}).items():  # plain values, as the id hashes them
-        run_cfg[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
-    inputs = input_digests(_local_inputs(run_cfg))
-    if inputs:  # local data files: their contents, not only their paths (edited data, a new run)
-        run_cfg["inputs"] = inputs
-    mix = cfg.get("scalar_mix")
-    bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
-    slug = "-".join(filter(None, [init_slug, bermo, task_name, f"s{seed}", cfg.name]))
-    return Run.for_config(cfg.outputs, "finetune", slug, run_cfg, tokens), run_cfg
+    be: the same ids). Many runs of one config: :class:`RunNamer`."""
+    return RunNamer(cfg, extra).run(init_slug, task_name, seed, hp, start_slug, tokens)
+
+
+class RunNamer:
+    """:func:`finetune_run` for the runs of one composed config (and ``extra``): what their ids and
+    names share (the config's keys, ``extra``, the local inputs' digests, the slug's tail) is worked
+    out and serialised once; each run adds its own keys. A sweep plans one run per (task, seed,
+    setting), thousands from a few configs."""
+
+    def __init__(self, cfg: DictConfig, extra: Mapping | None = None):
+        shared = _task_identity(cfg)
+        for k, v in (extra or {}).items():  # plain values, as the id hashes them
+            shared[k] = OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
+        inputs = input_digests(_local_inputs(shared))
+        if inputs:  # local data files: their contents, not only their paths (edited data, a new run)
+            shared["inputs"] = inputs
+        self.shared = shared
+        self.hash = SharedHash(shared)
+        mix = cfg.get("scalar_mix")
+        self.bermo = {True: "bermo", False: "noscalarmix", None: None}[None if mix is None else bool(mix)]
+        self.name = cfg.name
+        self.outputs = cfg.outputs
+
+    def run(
+        self, init_slug: str, task_name: str, seed: int, hp: dict, start_slug: str = "", tokens: list[str] = ()
+    ) -> tuple[Run, dict]:
+        own = {
+            "stage": "finetune",
+            "recipe": FINETUNE_RECIPE,
+            "task": task_name,
+            "seed": seed,
+            "hp": hp,
+            "init": run_key(init_slug),
+            "from": run_key(start_slug),
+        }
+        run_cfg = {**own, **_plain_copy(self.shared)}  # a copy the caller may change
+        slug = "-".join(filter(None, [init_slug, self.bermo, task_name, f"s{seed}", self.name]))
+        return Run.for_digest(self.outputs, "finetune", slug, self.hash.digest(own), tokens), run_cfg
+
+
+def _plain_copy(value):
+    """A copy of nested plain dicts and lists (their leaves are immutable)."""
+    if isinstance(value, dict):
+        return {k: _plain_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_copy(v) for v in value]
+    return value
 
 
 _IDENTITY: dict[int, tuple[DictConfig, dict]] = {}  # id(cfg) -> (cfg, its part of run ids)
