@@ -31,7 +31,6 @@ from ...train.common import (
     log_result,
     make_loggers,
     per_device_batch,
-    step_seed,
 )
 from ...train.captured import WholeStep, whole_step_applies
 from ...train.health import Health, fit
