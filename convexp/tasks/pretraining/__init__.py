@@ -3,6 +3,8 @@
   sentences.py          split_sentences: documents -> sentences (for sentence-pair examples)
   packing.py            pre-training examples (pure Python): token streams packed into fixed-length
                         [CLS] A [SEP] B [SEP] blocks, or Chang et al.'s one sentence pair per example
+  chunks.py             examples made per chunk of documents (the unit of a parallel build, a streaming
+                        reader's share and a resume), stored compactly (uint16 ids, length, B's start)
   pretraining.py        prepare_pretraining_data: corpus -> tokenizer -> cached train/val examples
   objectives.py         MLM and ELECTRA as plain torch (no Lightning)
   batches.py            batches fetched, stacked and masked off the training thread

@@ -52,7 +52,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import random
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -64,22 +63,15 @@ import numpy as np
 from ...atomic import atomic_dir, config_hash
 from ...data.corpus import corpus_fingerprint, data_settings, load_corpus
 from ...data.errors import DataError, EmptyCorpusError
-from .packing import (
-    EXAMPLES,
-    PAIR_FORMATS,
-    SpecialIds,
-    electra_examples,
-    min_seq_len,
-    pack_blocks,
-    sentence_pairs,
-)
-from .sentences import split_lines, split_sentences
+from .chunks import TokenCounts, chunk_rng, chunked, example_rows, token_docs
+from .packing import EXAMPLES, PAIR_FORMATS, min_seq_len
 from ...data.synthetic import entropy_from_counts
 from ...data.tokenizer import Tokenizer, build_tokenizer, tokenizer_settings
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1  # part of every cache key: bump when packing changes
+FORMAT_VERSION = 2  # part of the examples' cache key: bump when packing changes (2: made per chunk)
+TOKENIZER_VERSION = 1  # part of a trained tokenizer's cache key
 STREAMING_VAL_DOCS = 1000
 STREAMING_TOKENIZER_DOCS = 100_000
 ENTROPY_SAMPLE_DOCS = 10_000  # streaming: unigram entropy estimated on the first documents
@@ -198,57 +190,17 @@ def _text_batches(ds, limit: int | None = None, batch_size: int = 1000) -> Itera
         yield batch
 
 
-class _TokenCounts:
-    """Running unigram counts and document count of a token stream."""
-
-    def __init__(self, vocab_size: int):
-        self.counts = np.zeros(vocab_size, dtype=np.int64)
-        self.docs = 0
-
-    def add(self, id_lists: list[list[int]], docs: int | None = None) -> None:
-        """Count the tokens of id_lists, and ``docs`` documents (default: one per list)."""
-        flat = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int64)
-        self.counts += np.bincount(flat, minlength=len(self.counts))[: len(self.counts)]
-        self.docs += len(id_lists) if docs is None else docs
-
-    def entropy(self) -> float:
-        return entropy_from_counts(self.counts.tolist())
-
-
-def _token_docs(batches: Iterator[list[str]], tokenizer: Tokenizer, counts: _TokenCounts | None = None):
-    """Token ids of each document (no specials), optionally counted."""
-    for texts in batches:
-        ids = tokenizer.encode_batch(texts)
-        if counts is not None:
-            counts.add(ids)
-        yield from ids
-
-
-def _unit_docs(
-    batches: Iterator[list[str]], tokenizer: Tokenizer, units, counts: _TokenCounts | None = None
-):
-    """Each document as the token ids of its units (no specials), optionally counted: sentences
-    (``split_sentences``) or lines (``split_lines``)."""
-    for texts in batches:
-        split = [units(t) for t in texts]
-        ids = iter(tokenizer.encode_batch([s for doc in split for s in doc]))
-        docs = [[next(ids) for _ in doc] for doc in split]
-        if counts is not None:
-            counts.add([s for doc in docs for s in doc], docs=len(docs))
-        yield from docs
+def _texts(ds) -> Iterator[str]:
+    """The documents of a text Dataset or IterableDataset, in order."""
+    for batch in _text_batches(ds):
+        yield from batch
 
 
 def _examples(texts, tokenizer: Tokenizer, seq_len: int, layout: tuple[str, str], seed: int, counts=None):
-    """The rows of a text Dataset/IterableDataset: packed blocks, sentence pairs or ELECTRA's examples."""
-    pair_format, examples = layout
-    if examples == "sentence_pairs":
-        docs = _unit_docs(_text_batches(texts), tokenizer, split_sentences, counts)
-        return sentence_pairs(docs, seq_len, _specials(tokenizer))
-    if examples == "electra":
-        docs = _unit_docs(_text_batches(texts), tokenizer, split_lines, counts)
-        return electra_examples(docs, seq_len, _specials(tokenizer), random.Random(seed))
-    docs = _token_docs(_text_batches(texts), tokenizer, counts)
-    return pack_blocks(docs, seq_len, pair_format, _specials(tokenizer), random.Random(seed))
+    """The rows of a text Dataset/IterableDataset, chunk after chunk (``chunks.py``): packed
+    blocks, sentence pairs or ELECTRA's examples."""
+    for key, docs in enumerate(chunked(_texts(texts))):
+        yield from example_rows(docs, tokenizer, seq_len, layout, chunk_rng(seed, key), counts)
 
 
 # ---------------------------------------------------------------------------- tokenizer
@@ -265,7 +217,7 @@ def _get_tokenizer(
         return build_tokenizer(t, lambda: iter(()))
     limit = t["train_docs"] if t["train_docs"] is not None else default_docs
     entry = (
-        cache_dir / f"tokenizer-{config_hash('tokenizer', FORMAT_VERSION, corpus, t)}" if cache_dir else None
+        cache_dir / f"tokenizer-{config_hash('tokenizer', TOKENIZER_VERSION, corpus, t)}" if cache_dir else None
     )
     if entry is not None and (entry / "tokenizer.json").is_file():
         log.info("tokenizer loaded from cache %s", entry)
@@ -295,15 +247,11 @@ def _features(seq_len: int, pair_format: str):
     return Features(f)
 
 
-def _specials(tokenizer: Tokenizer) -> SpecialIds:
-    return SpecialIds(cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, pad_id=tokenizer.pad_id)
-
-
 def _blocks_dataset(texts, tokenizer, seq_len, layout, seed, workdir: Path, name: str, in_memory: bool):
     """(Dataset of the examples of a text Dataset, token counts, mean non-padding tokens per example)."""
     import datasets
 
-    counts = _TokenCounts(tokenizer.vocab_size)
+    counts = TokenCounts(tokenizer.vocab_size)
     length = [0, 0]  # non-padding tokens, examples
 
     def rows():
@@ -458,9 +406,9 @@ def _prepare_streaming(d, t, seq_len, cache_dir, seed, layout) -> PretrainingDat
         val, val_counts, val_mean = _blocks_dataset(
             val_texts, tokenizer, seq_len, layout, VAL_SEED, Path(tmp), "validation", in_memory=True
         )
-    sample = _TokenCounts(tokenizer.vocab_size)
-    for _ in _token_docs(_text_batches(train_texts, ENTROPY_SAMPLE_DOCS), tokenizer, sample):
-        pass
+    sample = TokenCounts(tokenizer.vocab_size)
+    for texts in _text_batches(train_texts, ENTROPY_SAMPLE_DOCS):
+        token_docs(texts, tokenizer, sample)
     stats = {
         "num_train_blocks": None,
         "num_val_blocks": len(val),
