@@ -19,7 +19,6 @@ jobs per device-hour is 3600 over that. Each convexp child writes to its own out
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import sys
 import time
@@ -28,37 +27,19 @@ from pathlib import Path
 
 from ..errors import UserError
 from .scratch import stop_children, work_folder
-from .finetune import (
-    SEED,
-    SHAPES,
-    convexp_accuracy,
-    wants_cuda,
-    drop_keys,
-    machine_info,
-    script_metric,
-    hf_contenders,
-    job_commands,
-    job_inputs,
-    timed,
-    write_record,
-)
+from .finetune import SEED, SHAPES, convexp_accuracy, job_commands, job_inputs
+from .jobs import cpu_name, drop_keys, hf_contenders, machine_info, script_result, timed, wants_cuda, write_record
 
 WAYS = {"sequential": "convexp", "packed": "convexp ×{k}", "trainer": "Trainer"}  # the table's row labels
 
 
 def device_name(cuda: bool) -> str:
-    """The GPU's name, or the CPU's model (/proc/cpuinfo, else ``platform.processor()``)."""
+    """The GPU's name, or the CPU's model."""
     if cuda:
         import torch
 
         return torch.cuda.get_device_name()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "CPU"
+    return cpu_name()
 
 
 def run_pool(cmds: list[list[str]], per_device: int, envs: list[dict], logs: list[Path], console, way: str) -> dict:
@@ -145,7 +126,7 @@ def bench_sweep(
             outputs = [work / f"{way}-{i}" for i in range(jobs)]
             res = run_pool([cmd(tool, s, extra) for s in seeds], k,
                            [{**base, **env, "CONVEXP_OUTPUTS": str(o)} for o in outputs], outputs, console, way)  # fmt: skip
-            accuracies[way] = [convexp_accuracy(o) if tool == "convexp" else script_metric(r["stdout"], "dev_accuracy")
+            accuracies[way] = [convexp_accuracy(o) if tool == "convexp" else (script_result(r["stdout"]) or {}).get("dev_accuracy")
                                for o, r in zip(outputs, res["jobs"])]  # fmt: skip
             first = cmd(tool, SEED, extra)  # runnable as written: convexp ..., python trainer_finetune.py ...
             ways[way] = {

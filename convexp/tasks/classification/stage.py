@@ -73,15 +73,22 @@ class FinetuneModule(TaskModule):
         # (logits, labels, idx) of the validation after the last step: the run's dev predictions
         self.final_val: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
+    @staticmethod
+    def inputs(batch) -> tuple:
+        return batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
+
+    def forward_batch(self, batch):
+        """The model's output (with its loss) on a training batch."""
+        return self.model(*self.inputs(batch), batch["labels"])
+
     def training_step(self, batch, batch_idx):
         torch.manual_seed(step_seed(self.seed, batch["first_position"]))  # dropout, resumable
         multiplier = self.pruning_step()
-        inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        out = self.model(*inputs, batch["labels"])
+        out = self.forward_batch(batch)
         loss = out.loss
         if self._teacher:
             with torch.no_grad():
-                teacher_logits = self._teacher[0](*inputs).logits
+                teacher_logits = self._teacher[0](*self.inputs(batch)).logits
             d = self.distill
             loss = pruner.distillation_loss(
                 out.logits, teacher_logits, out.loss, d.alpha_ce, d.alpha_distil, d.temperature
@@ -131,8 +138,12 @@ class FinetuneData(pl.LightningDataModule):
         self.group_by_length = group_by_length
 
     def train_dataloader(self):
+        return self.batches(self.trainer.global_step)
+
+    def batches(self, start_step: int = 0):
+        """The training batches after ``start_step`` steps (an endless loader)."""
         return training_loader(self.train, self.seed, COLUMNS, self.batch_size, self.group_by_length,
-                               self.trainer.global_step, Padded(self.pad_id), self.num_workers)  # fmt: skip
+                               start_step, Padded(self.pad_id), self.num_workers)  # fmt: skip
 
     def val_dataloader(self):
         return eval_loader(self.dev, self.pad_id, self.trainer.strategy.root_device.type)
@@ -143,6 +154,11 @@ class FinetuneData(pl.LightningDataModule):
 
 def finetune_one(cfg: DictConfig, init: Init, planned: FinetuneRun, splits: dict) -> Run:
     """Fine-tune one planned GLUE / probing / custom run (train/finetune.py), or reuse it."""
+    return train_one(cfg, init, planned, classification_job(cfg, init, planned, splits))
+
+
+def classification_job(cfg: DictConfig, init: Init, planned: FinetuneRun, splits: dict) -> FinetuneJob:
+    """A planned GLUE / probing / custom run's module, data and evaluation (train/finetune.py)."""
     task, seed, hp = get_task(planned.task), planned.seed, planned.hp
     train, pad = splits["train"], init.tokenizer.pad_id
 
@@ -161,7 +177,7 @@ def finetune_one(cfg: DictConfig, init: Init, planned: FinetuneRun, splits: dict
         known = {task.dev_splits[0]: module.final_val} if module.final_val is not None else None
         evaluate_and_save(trained, task, splits, known)
 
-    return train_one(cfg, init, planned, FinetuneJob(len(train), True, module, data, finish))
+    return FinetuneJob(len(train), True, module, data, finish)
 
 
 # ----------------------------------------------------------------------------- an invocation

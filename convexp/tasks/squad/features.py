@@ -146,18 +146,11 @@ def collate_squad(rows: list[dict], pad_id: int = 0, pad_to: int | None = None) 
     (float32 [B])."""
     import torch
 
-    length = pad_to or max(len(r["input_ids"]) for r in rows)
-    out = {}
-    for key, fill in (("input_ids", pad_id), ("token_type_ids", 0), ("context_mask", 0)):
-        batch = torch.full((len(rows), length), fill, dtype=torch.long)
-        for i, r in enumerate(rows):
-            seq = torch.as_tensor(r[key][:length], dtype=torch.long)
-            batch[i, : len(seq)] = seq
-        out[key] = batch
-    mask = torch.zeros((len(rows), length), dtype=torch.long)
-    for i, r in enumerate(rows):
-        mask[i, : len(r["input_ids"])] = 1
-    out["attention_mask"] = mask
+    from ...data.length_batches import pad_rows
+
+    out = pad_rows(rows, (("input_ids", pad_id), ("token_type_ids", 0), ("context_mask", 0)), pad_to)
+    lengths = torch.tensor([min(len(r["input_ids"]), out["input_ids"].shape[1]) for r in rows])
+    out["attention_mask"] = (torch.arange(out["input_ids"].shape[1]) < lengths[:, None]).long()
     out["start_positions"] = torch.tensor([r["start_position"] for r in rows], dtype=torch.long)
     out["end_positions"] = torch.tensor([r["end_position"] for r in rows], dtype=torch.long)
     out["is_impossible"] = torch.tensor([float(r["is_impossible"]) for r in rows], dtype=torch.float32)

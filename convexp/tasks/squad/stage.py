@@ -114,15 +114,18 @@ class SquadModule(TaskModule):
             "is_impossible": batch["is_impossible"],
         }
 
+    def forward_batch(self, batch):
+        """The model's output (with its loss) on a training batch."""
+        return self.model(**self._inputs(batch))
+
     def training_step(self, batch, batch_idx):
         torch.manual_seed(step_seed(self.seed, batch["first_position"]))  # dropout, resumable
         multiplier = self.pruning_step()
-        inputs = self._inputs(batch)
-        out = self.model(**inputs)
+        out = self.forward_batch(batch)
         loss = out.loss
         if self._teacher:
             with torch.no_grad():
-                teacher_out = self._teacher[0](**inputs)
+                teacher_out = self._teacher[0](**self._inputs(batch))
             d = self.distill
             loss = pruner.distillation_loss(
                 out.distillation_logits,
@@ -144,8 +147,7 @@ class WindowBatches:
         self.pad_id = pad_id
 
     def __call__(self, rows: list[dict]) -> dict:
-        position = torch.stack([r.pop("position") for r in rows])
-        rows = [{k: v.tolist() for k, v in r.items()} for r in rows]
+        position = torch.tensor([int(r["position"]) for r in rows])
         return {**collate_squad(rows, self.pad_id), "position": position, "first_position": int(position[0])}
 
 
@@ -162,8 +164,12 @@ class SquadData(pl.LightningDataModule):
         self.pad_id, self.num_workers, self.group_by_length = pad_id, num_workers, group_by_length
 
     def train_dataloader(self):
+        return self.batches(self.trainer.global_step)
+
+    def batches(self, start_step: int = 0):
+        """The training batches after ``start_step`` steps (an endless loader)."""
         return training_loader(self.train, self.seed, COLUMNS, self.batch_size, self.group_by_length,
-                               self.trainer.global_step, WindowBatches(self.pad_id), self.num_workers)  # fmt: skip
+                               start_step, WindowBatches(self.pad_id), self.num_workers)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- data
@@ -195,6 +201,11 @@ def squad_data(cfg: DictConfig, tokenizer) -> dict:
 
 def squad_one(cfg: DictConfig, init: Init, planned: FinetuneRun, data: dict) -> Run:
     """Fine-tune and evaluate one planned SQuAD run (train/finetune.py), or reuse it."""
+    return train_one(cfg, init, planned, squad_job(cfg, init, planned, data))
+
+
+def squad_job(cfg: DictConfig, init: Init, planned: FinetuneRun, data: dict) -> FinetuneJob:
+    """A planned SQuAD run's module, windows and evaluation (train/finetune.py)."""
     seed, hp, qa = planned.seed, planned.hp, dict(planned.run_cfg["qa"])
     train, pad, task = data["train"], init.tokenizer.pad_id, cfg.task.name
 
@@ -217,7 +228,7 @@ def squad_one(cfg: DictConfig, init: Init, planned: FinetuneRun, data: dict) -> 
     def finish(module: SquadModule, trained: Trained) -> None:
         evaluate_squad(trained, qa, data["dev_records"], data["dev"], task)
 
-    return train_one(cfg, init, planned, FinetuneJob(len(train), False, module, windows, finish, check))
+    return FinetuneJob(len(train), False, module, windows, finish, check)
 
 
 # ----------------------------------------------------------------------------- an invocation

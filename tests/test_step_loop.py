@@ -1,0 +1,146 @@
+"""What a fine-tuning step costs around it: the loader's batches (read a batch at a time, the same
+batches as row by row), the training loop's own clock (metrics.json's timing), and convexp bench's
+bare step on the stage's batches."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+
+def _tokenised(n: int = 70):
+    import datasets
+
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(3, 40, (n,), generator=g).tolist()
+    return datasets.Dataset.from_dict(
+        {
+            "input_ids": [[2] + [7 + i % 50] * (k - 2) + [3] for i, k in enumerate(lengths)],
+            "token_type_ids": [[0] * k for k in lengths],
+            "attention_mask": [[1] * k for k in lengths],
+            "label": [i % 2 for i in range(n)],
+            "idx": list(range(n)),
+        }
+    )
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_the_loader_reads_a_batch_at_once_and_gives_the_row_by_row_batches(grouped, monkeypatch):
+    """A training batch read in one take of the Arrow table (not a read per row: 5 ms of a GLUE
+    step's loader, 0.4 ms now) and padded with numpy is the batch the stream gives row by row
+    (stream[p] as tensors, padded as before), across an epoch's end and from a resumed step."""
+    import datasets
+
+    from convexp.tasks.classification.evaluate import Padded
+    from convexp.tasks.classification.stage import COLUMNS
+    from convexp.train.streams import training_loader, training_stream
+
+    ds, B = _tokenised(), 16
+    stream = training_stream(ds, 7, COLUMNS, B, grouped)
+    for start_step in (0, 3):
+        loader = training_loader(ds, 7, COLUMNS, B, grouped, start_step, Padded(0), 0)
+        reads = []
+        read = datasets.Dataset.__getitem__
+        monkeypatch.setattr(datasets.Dataset, "__getitem__", lambda self, key: reads.append(key) or read(self, key))
+        batches = list(itertools.islice(loader, 8))  # 8 x 16 rows: past the 70-row epoch
+        monkeypatch.undo()
+        assert len(reads) == 8  # one read of the table per batch
+        for k, batch in enumerate(batches):
+            first = (start_step + k) * B
+            rows = [stream[p] for p in range(first, first + B)]
+            length = max(len(r["input_ids"]) for r in rows)
+            for key in ("input_ids", "token_type_ids", "attention_mask"):
+                expect = torch.zeros(B, length, dtype=torch.long)
+                for i, r in enumerate(rows):
+                    expect[i, : len(r[key])] = r[key]
+                assert torch.equal(batch[key], expect) and batch[key].dtype == torch.long
+            assert batch["labels"].tolist() == [int(r["label"]) for r in rows]
+            assert batch["idx"].tolist() == [int(r["idx"]) for r in rows]
+            assert batch["position"].tolist() == list(range(first, first + B)) and batch["first_position"] == first
+
+
+def test_squad_windows_are_collated_as_before():
+    """SQuAD's windows (a list of dicts) through the batch read and the numpy padding: the same
+    tensors as padding each window by hand."""
+    from convexp.tasks.squad.stage import COLUMNS, WindowBatches
+    from convexp.train.streams import training_loader
+
+    g = torch.Generator().manual_seed(1)
+    windows = []
+    for i in range(40):
+        n = int(torch.randint(5, 30, (), generator=g))
+        windows.append({"input_ids": list(range(10, 10 + n)), "token_type_ids": [0] * 3 + [1] * (n - 3),
+                        "context_mask": [0] * 3 + [1] * (n - 4) + [0], "start_position": i % n,
+                        "end_position": (i + 1) % n, "is_impossible": i % 3 == 0, "feature_index": i,
+                        "offsets": [None] * n})  # fmt: skip
+    loader = training_loader(windows, 3, COLUMNS, 8, False, 0, WindowBatches(0), 0)
+    for k, batch in enumerate(itertools.islice(loader, 6)):
+        picked = [windows[int(i)] for i in batch["feature_index"]]
+        length = max(len(w["input_ids"]) for w in picked)
+        assert batch["input_ids"].shape == (8, length)
+        for i, w in enumerate(picked):
+            n = len(w["input_ids"])
+            assert batch["input_ids"][i, :n].tolist() == w["input_ids"] and not batch["input_ids"][i, n:].any()
+            assert batch["context_mask"][i, :n].tolist() == w["context_mask"]
+            assert batch["attention_mask"][i].tolist() == [1] * n + [0] * (length - n)
+        assert batch["is_impossible"].tolist() == [float(w["is_impossible"]) for w in picked]
+        assert batch["position"].tolist() == list(range(8 * k, 8 * k + 8))
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_step_clock_times_the_steps_less_the_validations_between_them(monkeypatch):
+    """train_s runs from the first step's start to the last step's end, less the validations
+    between two steps; a validation after the last step (GLUE's final dev pass) is the run's
+    evaluation, not its loop; setup_s is the attempt's start to the first step."""
+    from convexp.train import clock as clock_module
+
+    now = _Clock()
+    monkeypatch.setattr(clock_module.time, "time", now)
+    c = clock_module.StepClock(started=990.0)
+
+    def step(seconds):
+        c.on_train_batch_start(None, None, None, 0)
+        now.now += seconds
+        c.on_train_batch_end(None, None, None, None, 0)
+
+    def validate(seconds):
+        c.on_validation_start(None, None)
+        now.now += seconds
+        c.on_validation_end(None, None)
+
+    step(2.0)
+    now.now += 0.5  # the loop around the step: counted
+    step(2.0)
+    validate(7.0)  # after an epoch: between two steps
+    step(2.0)
+    validate(3.0)  # after the last step
+    now.now += 1.0
+    t = c.record()
+    assert t["steps"] == 3 and t["setup_s"] == pytest.approx(10.0) and t["validation_s"] == pytest.approx(7.0)
+    assert t["train_s"] == pytest.approx(6.5) and t["first_step"] == 1000.0 and t["last_step"] == pytest.approx(1013.5)
+    assert t["written"] == pytest.approx(1017.5) and t["started"] == 990.0
+    resumed = clock_module.StepClock(started=5.0)  # a run resumed at its last step trains no step
+    assert resumed.record(written=6.0) == {"started": 5.0, "written": 6.0, "steps": 0, "train_s": 0.0}
+
+
+def test_the_runs_rate_is_its_training_steps_rate():
+    """metrics.json's examples_per_s: the rows of this attempt's steps over their seconds (clock.py),
+    not over the attempt's whole time."""
+    from convexp.train.clock import StepClock
+    from convexp.train.finetune import Trained
+
+    c = StepClock(started=0.0)
+    c.first_step, c.last_step, c.steps = 10.0, 30.0, 40
+    trained = Trained(None, None, 0, {"batch_size": 16}, 45.0, 640, clock=c)
+    speed = trained.speed()
+    assert speed["examples_per_s"] == pytest.approx(40 * 16 / 20.0) and speed["timing"]["train_s"] == 20.0
+    assert Trained(None, None, 0, {"batch_size": 16}, 40.0, 640).speed() == {"examples_per_s": 16.0}
