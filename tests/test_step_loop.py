@@ -144,3 +144,55 @@ def test_the_runs_rate_is_its_training_steps_rate():
     speed = trained.speed()
     assert speed["examples_per_s"] == pytest.approx(40 * 16 / 20.0) and speed["timing"]["train_s"] == 20.0
     assert Trained(None, None, 0, {"batch_size": 16}, 40.0, 640).speed() == {"examples_per_s": 16.0}
+
+
+def test_fine_tuning_loads_in_the_main_process_on_a_cpu_and_in_workers_on_a_gpu():
+    """trainer.num_workers=auto (fine-tuning's default): no loader process on a CPU run, where one
+    would take a core from the step, two on a GPU run; a number is kept; pre-training takes a number."""
+    from omegaconf import OmegaConf
+
+    from convexp.config.compose import compose_stage
+    from convexp.errors import ConfigError
+    from convexp.train.accel import loader_workers
+
+    cfg = compose_stage("finetune", ["task=rte", "init=x"])
+    assert cfg.trainer.num_workers == "auto"
+    for accelerator, workers in (("cpu", 0), ("gpu", 2)):
+        assert loader_workers(OmegaConf.merge(cfg.trainer, {"accelerator": accelerator})) == workers
+    assert loader_workers(OmegaConf.merge(cfg.trainer, {"num_workers": 3, "accelerator": "cpu"})) == 3
+    with pytest.raises(ConfigError, match="trainer.num_workers=auto is fine-tuning's"):
+        compose_stage("pretrain", ["scale=smoke", "trainer.num_workers=auto"])
+    with pytest.raises(ConfigError, match="trainer.num_workers=many"):
+        compose_stage("finetune", ["task=rte", "init=x", "trainer.num_workers=many"])
+
+
+def test_a_training_value_is_logged_only_on_the_steps_whose_logs_are_written():
+    """TaskModule.log_step: Lightning's logging (~1 ms a step) only every log_every_n_steps and at
+    the last step, the steps Lightning's loggers write (the progress bar shows the last value)."""
+    from types import SimpleNamespace
+
+    from convexp.train.task_module import TaskModule
+
+    module = TaskModule({"lr": 1e-3}, total_steps=10, seed=0)
+    module._trainer = SimpleNamespace(global_step=0, log_every_n_steps=4, max_steps=10)
+    logged = []
+    module.log = lambda name, value, **kw: logged.append((module._trainer.global_step + 1, name, value))
+    for step in range(10):
+        module._trainer.global_step = step
+        module.log_step("train/loss", float(step))
+    assert logged == [(4, "train/loss", 3.0), (8, "train/loss", 7.0), (10, "train/loss", 9.0)]
+
+
+def test_a_steps_seed_gives_the_draws_torch_manual_seed_gives():
+    """seed_step seeds the CPU's generator (and a CUDA device's) as torch.manual_seed does, so a
+    step's dropout is the same, without torch.manual_seed's walk over every backend."""
+    from convexp.train.common import seed_step, step_seed
+
+    seed = step_seed(42, 96)
+    torch.manual_seed(seed)
+    expect = torch.rand(6), torch.nn.functional.dropout(torch.ones(8), 0.5)
+    seed_step(seed, torch.device("cpu"))
+    got = torch.rand(6), torch.nn.functional.dropout(torch.ones(8), 0.5)
+    assert all(torch.equal(a, b) for a, b in zip(got, expect))
+    seed_step(torch.tensor(seed), torch.device("cpu"))  # a batch's position as a tensor
+    assert torch.equal(torch.rand(6), expect[0])

@@ -56,7 +56,7 @@ def bare_steps(kind: str, overrides: list[str]) -> dict:
     import torch
 
     from ..train.accel import kept_word_grad, on_cuda, set_threads
-    from ..train.common import step_seed
+    from ..train.common import seed_step, step_seed
     from ..train.finetune import build
     from ..train.grad_norm import clip_with_norm, total_norm
 
@@ -79,7 +79,7 @@ def bare_steps(kind: str, overrides: list[str]) -> dict:
     start = time.perf_counter()
     for batch in batches:
         batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
-        torch.manual_seed(step_seed(planned.seed, batch["first_position"]))
+        seed_step(step_seed(planned.seed, batch["first_position"]), device)
         module.optimizer_zero_grad(0, 0, opt)
         with autocast():
             loss = module.forward_batch(batch).loss

@@ -33,7 +33,7 @@ from ...errors import UserError
 from ...models import ModelConfig, SequenceClassifier
 from ...store.record import warn_if_other_version
 from ...store.runs import Run, RunDiverged
-from ...train.common import step_seed
+from ...train.common import seed_step, step_seed
 from .evaluate import Padded, by_idx, eval_loader, evaluate_and_save
 from .summary import write_summary
 from ...store.rundirs import FinetuneRun
@@ -41,6 +41,7 @@ from ..finetune_runs import classification_runs, task_config
 from ...train.streams import training_loader
 from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
 from ...train.inputs import check_max_len
+from ...train.accel import loader_workers
 from ...train.task_module import TaskModule
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
@@ -82,7 +83,7 @@ class FinetuneModule(TaskModule):
         return self.model(*self.inputs(batch), batch["labels"])
 
     def training_step(self, batch, batch_idx):
-        torch.manual_seed(step_seed(self.seed, batch["first_position"]))  # dropout, resumable
+        seed_step(step_seed(self.seed, batch["first_position"]), self.device)  # dropout, resumable
         multiplier = self.pruning_step()
         out = self.forward_batch(batch)
         loss = out.loss
@@ -94,7 +95,7 @@ class FinetuneModule(TaskModule):
                 out.logits, teacher_logits, out.loss, d.alpha_ce, d.alpha_distil, d.temperature
             )
         loss = self.regularized(loss, multiplier)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        self.log_step("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
     def validation_step(self, batch, batch_idx):
@@ -171,7 +172,7 @@ def classification_job(cfg: DictConfig, init: Init, planned: FinetuneRun, splits
 
     def data() -> FinetuneData:
         group = bool(cfg.get("group_by_length", False))
-        return FinetuneData(train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers, group)
+        return FinetuneData(train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, loader_workers(cfg.trainer), group)
 
     def finish(module: FinetuneModule, trained: Trained) -> None:
         known = {task.dev_splits[0]: module.final_val} if module.final_val is not None else None

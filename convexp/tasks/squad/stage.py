@@ -31,12 +31,13 @@ from ...models import ModelConfig
 from ...models.qa import QuestionAnswerer
 from ...store.record import warn_if_other_version
 from ...store.runs import Run
-from ...train.common import step_seed
+from ...train.common import seed_step, step_seed
 from ...store.rundirs import FinetuneRun
 from .evaluate import evaluate_squad
 from .runs import check_squad_config, qa_settings, squad_runs, squad_source
 from ...train.streams import training_loader
 from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
+from ...train.accel import loader_workers
 from ...train.task_module import TaskModule
 
 COLUMNS = (
@@ -119,7 +120,7 @@ class SquadModule(TaskModule):
         return self.model(**self._inputs(batch))
 
     def training_step(self, batch, batch_idx):
-        torch.manual_seed(step_seed(self.seed, batch["first_position"]))  # dropout, resumable
+        seed_step(step_seed(self.seed, batch["first_position"]), self.device)  # dropout, resumable
         multiplier = self.pruning_step()
         out = self.forward_batch(batch)
         loss = out.loss
@@ -136,7 +137,7 @@ class SquadModule(TaskModule):
                 d.temperature,
             )
         loss = self.regularized(loss, multiplier)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        self.log_step("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
 
@@ -223,7 +224,7 @@ def squad_job(cfg: DictConfig, init: Init, planned: FinetuneRun, data: dict) -> 
 
     def windows() -> SquadData:
         group = bool(cfg.get("group_by_length", False))
-        return SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers, group)
+        return SquadData(train, seed, hp["batch_size"], pad, loader_workers(cfg.trainer), group)
 
     def finish(module: SquadModule, trained: Trained) -> None:
         evaluate_squad(trained, qa, data["dev_records"], data["dev"], task)
