@@ -112,6 +112,11 @@ def set_threads(trainer_cfg) -> str:
     return line
 
 
+def new_log() -> None:
+    """A new log begins (a sweep worker's next node): :func:`set_threads` says its line again."""
+    _THREADS_SAID.clear()
+
+
 def cpu_on_gpu_host(trainer_cfg) -> str | None:
     """The line to print when a run is set to the CPU (``scale=smoke`` is) where a CUDA GPU is
     visible; None otherwise."""

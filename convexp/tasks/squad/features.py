@@ -48,20 +48,26 @@ def window_starts(num_tokens: int, window: int, step: int) -> list[tuple[int, in
         start += min(length, step)
 
 
+def max_context_owner(spans: Sequence[tuple[int, int]]) -> list[int]:
+    """Per token of the context the windows ``spans`` cover: the window that gives it the most
+    context (BERT's ``_check_is_max_context``: the window maximising min(left, right) context
+    + 0.01 · window length; the first such window on ties)."""
+    end = spans[-1][0] + spans[-1][1]
+    if len(spans) == 1:  # most contexts: one window owns every token
+        return [0] * end
+    owner, best = [0] * end, [float("-inf")] * end
+    for k, (s, n) in enumerate(spans):
+        for p in range(s, s + n):
+            score = min(p - s, s + n - 1 - p) + 0.01 * n
+            if score > best[p]:  # a later window only where it gives more: the first wins ties
+                owner[p], best[p] = k, score
+    return owner
+
+
 def max_context_flags(spans: Sequence[tuple[int, int]], index: int) -> list[int]:
     """For window ``index`` of ``spans``: 1 per token where no other window gives more context."""
     start, length = spans[index]
-    flags = []
-    for p in range(start, start + length):
-        best, best_score = None, None
-        for k, (s, n) in enumerate(spans):
-            if not s <= p < s + n:
-                continue
-            score = min(p - s, s + n - 1 - p) + 0.01 * n
-            if best_score is None or score > best_score:
-                best, best_score = k, score
-        flags.append(int(best == index))
-    return flags
+    return [int(k == index) for k in max_context_owner(spans)[start : start + length]]
 
 
 def answer_token_span(
@@ -107,6 +113,7 @@ def squad_features(
             a_start = r["answers"]["answer_start"][0]
             answer = answer_token_span(c.offsets, a_start, a_start + len(r["answers"]["text"][0]))
         spans = window_starts(len(c.ids), room, step)
+        owner = max_context_owner(spans)
         for w, (start, length) in enumerate(spans):
             doc_offset = len(q_ids) + 2
             ids = [
@@ -119,7 +126,7 @@ def squad_features(
             types = [0] * doc_offset + [1] * (length + 1)
             offsets = [None] * doc_offset + [tuple(o) for o in c.offsets[start : start + length]] + [None]
             context_mask = [0] * doc_offset + [1] * length + [0]
-            max_context = [0] * doc_offset + max_context_flags(spans, w) + [0]
+            max_context = [0] * doc_offset + [int(k == w) for k in owner[start : start + length]] + [0]
             s_pos = e_pos = 0
             if answer is not None and start <= answer[0] and answer[1] < start + length:
                 s_pos, e_pos = answer[0] - start + doc_offset, answer[1] - start + doc_offset

@@ -1,6 +1,6 @@
-"""What a fine-tuning step costs around it: the loader's batches (read a batch at a time, the same
-batches as row by row), the training loop's own clock (metrics.json's timing), and convexp bench's
-bare step on the stage's batches."""
+"""What a fine-tune costs besides its steps: the loader's batches (read a batch at a time, the same
+batches as row by row), the loop's logging and seeding, the training loop's own clock (metrics.json's
+timing), and a sweep worker that runs node after node."""
 
 from __future__ import annotations
 
@@ -196,3 +196,17 @@ def test_a_steps_seed_gives_the_draws_torch_manual_seed_gives():
     assert all(torch.equal(a, b) for a, b in zip(got, expect))
     seed_step(torch.tensor(seed), torch.device("cpu"))  # a batch's position as a tensor
     assert torch.equal(torch.rand(6), expect[0])
+
+
+@pytest.mark.parametrize("gpus", [False, True])
+def test_a_cpu_sweeps_worker_runs_node_after_node(gpus):
+    """launcher=local's workers: without GPUs one process runs node after node (the imports paid once
+    per worker); with GPUs every node gets a fresh process (its CUDA_VISIBLE_DEVICES set before CUDA
+    starts)."""
+    import os
+
+    from convexp.sweep.launchers import pool_executor
+
+    with pool_executor(1, gpus) as pool:
+        pids = [pool.submit(os.getpid).result() for _ in range(2)]
+    assert (pids[0] == pids[1]) is not gpus
