@@ -210,3 +210,26 @@ def test_a_cpu_sweeps_worker_runs_node_after_node(gpus):
     with pool_executor(1, gpus) as pool:
         pids = [pool.submit(os.getpid).result() for _ in range(2)]
     assert (pids[0] == pids[1]) is not gpus
+
+
+def test_squad_windows_are_made_once_per_task_and_tokenizer(tmp_path, monkeypatch):
+    """cached_features: a second fine-tune of the task reads the windows the first made (the same
+    windows); other questions, another window setting or another tokenizer make their own."""
+    from convexp.data.tokenizer import Tokenizer
+    from convexp.tasks.squad import features
+    from convexp.tasks.squad.data import synthetic_squad
+
+    records = synthetic_squad(40, 0)["train"]
+    words = sorted({w for r in records for w in (r["context"] + " " + r["question"]).replace("?", " ").split()})
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "?", *words]))
+    tok = Tokenizer.load(tmp_path / "vocab.txt")
+    window = {"max_len": 48, "doc_stride": 16, "max_query_len": 64, "stride_mode": "step"}
+    made, real = [], features.squad_features
+    monkeypatch.setattr(features, "squad_features", lambda *a, **k: made.append(1) or real(*a, **k))
+    first = features.cached_features(records, tok, tmp_path / "cache", **window)
+    again = features.cached_features(records, tok, tmp_path / "cache", **window)
+    assert again == first == real(records, tok, **window) and len(made) == 1
+    features.cached_features(records[:-1], tok, tmp_path / "cache", **window)
+    features.cached_features(records, tok, tmp_path / "cache", **{**window, "doc_stride": 8})
+    assert len(made) == 3 and len(list((tmp_path / "cache").glob("squad-windows-*.pkl"))) == 3
+    assert not list((tmp_path / "cache").glob(".*"))  # no partial file left

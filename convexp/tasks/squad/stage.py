@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from ... import pruning as pruner
 from ...store.checkpoint import Checkpoint, CheckpointError
 from .data import SquadError, load_squad
-from .features import collate_squad, squad_features
+from .features import cached_features, collate_squad
 from ...errors import UserError
 from ...models import ModelConfig
 from ...models.qa import QuestionAnswerer
@@ -187,10 +187,11 @@ def squad_data(cfg: DictConfig, tokenizer) -> dict:
     if cfg.task.max_eval_samples:
         dev = dev[: int(cfg.task.max_eval_samples)]
     window = {k: qa[k] for k in ("max_len", "doc_stride", "max_query_len", "stride_mode")}
+    cache = Path(cfg.outputs) / "cache" / "squad"  # a sweep's fine-tunes of the task window it once
     out = {
-        "train": squad_features(train, tokenizer, **window),
+        "train": cached_features(train, tokenizer, cache, **window),
         "dev_records": dev,
-        "dev": squad_features(dev, tokenizer, **window),
+        "dev": cached_features(dev, tokenizer, cache, **window),
     }
     if not out["train"] or not out["dev"]:
         raise SquadError(f"{cfg.task.name}: no training or dev questions left; check the data and sample limits")
