@@ -233,3 +233,34 @@ def test_squad_windows_are_made_once_per_task_and_tokenizer(tmp_path, monkeypatc
     features.cached_features(records, tok, tmp_path / "cache", **{**window, "doc_stride": 8})
     assert len(made) == 3 and len(list((tmp_path / "cache").glob("squad-windows-*.pkl"))) == 3
     assert not list((tmp_path / "cache").glob(".*"))  # no partial file left
+
+
+def test_a_training_batch_says_from_the_host_whether_it_is_padded(monkeypatch):
+    """The collates note whether any row is padded (a host bool), and the step hands it to the
+    encoder, which then reads nothing back from the device to know (on a GPU: no sync a step)."""
+    from convexp.models import ModelConfig
+    from convexp.models.encoder import Encoder
+    from convexp.tasks.classification.evaluate import Padded
+    from convexp.tasks.classification.registry import get_task
+    from convexp.tasks.classification.stage import FinetuneModule
+    from convexp.tasks.squad.stage import WindowBatches
+
+    def row(n, position):
+        return {"input_ids": [2] + [7] * (n - 2) + [3], "token_type_ids": [0] * n, "attention_mask": [1] * n,
+                "label": 1, "idx": position, "position": position}  # fmt: skip
+
+    def window(n, position):
+        return {"input_ids": [5] * n, "token_type_ids": [0] * n, "context_mask": [1] * n, "start_position": 0,
+                "end_position": 0, "is_impossible": False, "feature_index": position, "position": position}  # fmt: skip
+
+    for collate, make in ((Padded(0), row), (WindowBatches(0), window)):
+        assert collate([make(6, 0), make(6, 1)])["padded"] is False
+        assert collate([make(6, 0), make(4, 1)])["padded"] is True
+    seen = []
+    forward = Encoder.forward
+    monkeypatch.setattr(Encoder, "forward", lambda self, *a, **k: seen.append(k.get("padded")) or forward(self, *a, **k))
+    cfg = ModelConfig(vocab_size=20, hidden_size=16, num_heads=2, intermediate_size=32, num_layers=1)
+    module = FinetuneModule(cfg, get_task("sst2"), {"lr": 1e-3}, 1, 0)
+    for batch in (Padded(0)([row(6, 0), row(4, 1)]), Padded(0)([row(5, 0), row(5, 1)])):
+        module.forward_batch(batch)
+    assert seen == [True, False]

@@ -28,16 +28,18 @@ from ...train.finetune import Trained
 
 
 class Padded:
-    """collate: pad to the batch's longest row; keep the stream position for seeding."""
+    """collate: pad to the batch's longest row; keep the stream position for seeding and whether
+    any row is padded (host values)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
 
     def __call__(self, rows: list[dict]) -> dict:
         out = collate(rows, self.pad_id)
-        if "position" in rows[0]:
+        if "position" in rows[0]:  # a training batch: host values, so that the step reads nothing back
             out["position"] = torch.tensor([int(r["position"]) for r in rows])
-            out["first_position"] = int(out["position"][0])  # a host int: the step seeds without a device read
+            out["first_position"] = int(out["position"][0])  # the step's seed
+            out["padded"] = len({len(r["input_ids"]) for r in rows}) > 1  # whether the mask masks anything
         return out
 
 

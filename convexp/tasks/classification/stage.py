@@ -79,8 +79,9 @@ class FinetuneModule(TaskModule):
         return batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
 
     def forward_batch(self, batch):
-        """The model's output (with its loss) on a training batch."""
-        return self.model(*self.inputs(batch), batch["labels"])
+        """The model's output (with its loss) on a training batch (whether it has padding: the
+        collate's host flag, so that a GPU step reads nothing back)."""
+        return self.model(*self.inputs(batch), batch["labels"], padded=batch.get("padded"))
 
     def training_step(self, batch, batch_idx):
         seed_step(step_seed(self.seed, batch["first_position"]), self.device)  # dropout, resumable
@@ -89,7 +90,7 @@ class FinetuneModule(TaskModule):
         loss = out.loss
         if self._teacher:
             with torch.no_grad():
-                teacher_logits = self._teacher[0](*self.inputs(batch)).logits
+                teacher_logits = self._teacher[0](*self.inputs(batch), padded=batch.get("padded")).logits
             d = self.distill
             loss = pruner.distillation_loss(
                 out.logits, teacher_logits, out.loss, d.alpha_ce, d.alpha_distil, d.temperature

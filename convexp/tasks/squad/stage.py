@@ -113,6 +113,7 @@ class SquadModule(TaskModule):
             "start_positions": batch["start_positions"],
             "end_positions": batch["end_positions"],
             "is_impossible": batch["is_impossible"],
+            "padded": batch.get("padded"),  # the collate's host flag: a GPU step reads nothing back
         }
 
     def forward_batch(self, batch):
@@ -142,14 +143,17 @@ class SquadModule(TaskModule):
 
 
 class WindowBatches:
-    """collate: pad the windows to the batch's longest; keep the stream position for seeding."""
+    """collate: pad the windows to the batch's longest; keep the stream position for seeding and
+    whether any window is padded (host values)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
 
     def __call__(self, rows: list[dict]) -> dict:
         position = torch.tensor([int(r["position"]) for r in rows])
-        return {**collate_squad(rows, self.pad_id), "position": position, "first_position": int(position[0])}
+        batch = collate_squad(rows, self.pad_id)
+        padded = len({len(r["input_ids"]) for r in rows}) > 1  # on the host: no device read in the step
+        return {**batch, "position": position, "first_position": int(position[0]), "padded": padded}
 
 
 class SquadData(pl.LightningDataModule):
