@@ -357,7 +357,9 @@ def test_cache(tmp_path, monkeypatch, caplog):
 
 
 def test_streaming(tmp_path):
-    data = prepare_pretraining_data(
+    from convexp.tasks.pretraining.streaming import prepare_streaming
+
+    data = prepare_streaming(
         {**SYNTH, "streaming": True}, WORDPIECE, 32, tmp_path / "cache", seed=0, pair_format="nsp"
     )
     assert data.stats["streaming"] is True and data.stats["unigram_entropy"] > 0

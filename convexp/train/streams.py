@@ -103,7 +103,7 @@ class StreamSampler(Sampler[int]):
 
 
 class BlockStream(IterableDataset):
-    """A streaming corpus (``convexp.tasks.pretraining.pretraining.StreamingBlocks``) as an endless stream of
+    """A streaming corpus (``convexp.tasks.pretraining.streaming.StreamingBlocks``) as an endless stream of
     examples: pass after pass over this rank's shard, skipping the first ``start`` positions.
 
     Position p (global) is the p // world_size-th block of shard p mod world_size, so resuming

@@ -6,6 +6,7 @@
   chunks.py             examples made per chunk of documents (the unit of a parallel build, a streaming
                         reader's share and a resume), stored compactly (uint16 ids, length, B's start)
   pretraining.py        prepare_pretraining_data: corpus -> tokenizer -> cached train/val examples
+  streaming.py          prepare_streaming: a streaming corpus's examples, made as it is read
   objectives.py         MLM and ELECTRA as plain torch (no Lightning)
   batches.py            batches fetched, stacked and masked off the training thread
   stage.py              `convexp pretrain`

@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader
 
 from ...store.checkpoint import Checkpoint, open_checkpoint
 from ...config.compose import to_model_config
-from .pretraining import StreamingBlocks, prepare_pretraining_data
+from .pretraining import prepare_pretraining_data
+from .streaming import StreamingBlocks, prepare_streaming
 from ...errors import UserError
 from ...models import ModelConfig, ReplacedTokenDetector
 from ...models.io import save_model_dir
@@ -225,7 +226,8 @@ def run_pretrain(cfg: DictConfig, callbacks: tuple = ()) -> Run:
             f"seq_len={cfg.seq_len} exceeds model.max_position_embeddings={model_cfg.max_position_embeddings}"
         )
     datasets.disable_progress_bars()
-    data = prepare_pretraining_data(
+    prepare = prepare_streaming if cfg.data.get("streaming") else prepare_pretraining_data
+    data = prepare(
         cfg.data, cfg.tokenizer, cfg.seq_len, Path(cfg.outputs) / "cache", cfg.seed, cfg.objective.pair_format
     )
     tok = data.tokenizer
