@@ -209,9 +209,7 @@ def _corpus(s: dict):
     else:
         ds, field = _load_files(s)
     ds = _text_column(ds, field, s["path"] or s["source"])
-    ds = ds.filter(
-        lambda batch: [isinstance(t, str) and bool(t.strip()) for t in batch["text"]], batched=True
-    )
+    ds = ds.filter(_non_blank, batched=True)
     if s["max_docs"] is not None:
         n = int(s["max_docs"])
         ds = ds.take(n) if isinstance(ds, datasets.IterableDataset) else ds.select(range(min(n, len(ds))))
@@ -246,12 +244,24 @@ def _load_parts(s: dict):
     for part in s["parts"]:
         p = {**s, **part}
         ds = _text_column(_load_hub(p), p["text_field"], p["path"])
-        ds = ds.filter(lambda batch: [isinstance(t, str) and bool(t.strip()) for t in batch["text"]], batched=True)
+        ds = ds.filter(_non_blank, batched=True)
         n = part.get("rows_per_doc")
         if n is not None:
-            ds = ds.map(lambda batch: {"text": ["\n".join(batch["text"])]}, batched=True, batch_size=int(n))
+            ds = ds.map(_joined, batched=True, batch_size=int(n))
         loaded.append(ds)
     return datasets.concatenate_datasets(loaded)
+
+
+# functions of the module, not lambdas: a streaming corpus is pickled to DDP processes and loader workers
+
+
+def _non_blank(batch: dict) -> list[bool]:
+    return [isinstance(t, str) and bool(t.strip()) for t in batch["text"]]
+
+
+def _joined(batch: dict) -> dict:
+    """A batch of rows as one document (``rows_per_doc``)."""
+    return {"text": ["\n".join(batch["text"])]}
 
 
 def _load_files(s: dict):

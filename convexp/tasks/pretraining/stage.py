@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from torch.utils.data import DataLoader
 from ...store.checkpoint import Checkpoint, open_checkpoint
 from ...config.compose import to_model_config
 from .pretraining import prepare_pretraining_data
-from .streaming import StreamingBlocks, prepare_streaming
+from .readers import Layout, ReaderBatches, check_shares, gather_positions, resume_positions, share_note
+from .streaming import StreamingExamples, prepare_streaming
 from ...errors import UserError
 from ...models import ModelConfig, ReplacedTokenDetector
 from ...models.io import save_model_dir
@@ -37,9 +39,9 @@ from ...train.captured import WholeStep, whole_step_applies
 from ...train.health import Health, fit
 from ...train.progress import StepProgressBar, refresh_every
 from .objectives import ElectraObjective, MLMObjective, TokenInfo
-from .batches import Masker, MaskingCollate, PositionBatches, Prefetched, StreamBatches, ValBatches
+from .batches import Masker, PositionBatches, Prefetched, StreamBatches, ValBatches
 from ...train.accel import compile_objective, fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32, set_threads
-from ...train.streams import BlockStream, PermutedStream, StreamSampler
+from ...train.streams import PermutedStream, StreamSampler
 
 COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -149,7 +151,10 @@ class PretrainData(pl.LightningDataModule):
     processes, or with none, in a background thread when ``background`` (a GPU run: the step
     waits for the device, the thread fills that wait) and inline on a CPU run (the step keeps every
     core busy; a thread only takes cycles from it — stage/bare-step 0.84 with it, 0.96 without on 2
-    cores). The train stream starts where the restored global step says (see streams.py)."""
+    cores). A prepared corpus's stream starts where the restored global step says (see
+    streams.py); a streaming corpus's readers (``readers.py``, one per rank and loader worker) where
+    the checkpoint's data position says: the positions after the last batches the training loop
+    took, recorded as it takes them and kept by :meth:`state_dict`."""
 
     def __init__(
         self,
@@ -168,6 +173,8 @@ class PretrainData(pl.LightningDataModule):
         self.batch_size, self.num_workers, self.columns = batch_size, num_workers, columns
         self.pin_memory, self.background = pin_memory, background
         self._prefetchers: list[Prefetched] = []
+        self.positions: dict[int, dict] = {}  # streaming: reader -> its position after its last batch taken
+        self._saved: dict | None = None  # streaming: the restored checkpoint's data position
 
     def _prefetched(self, loader):
         """``loader`` read ahead in a background thread (when ``background``), else as it is."""
@@ -184,13 +191,9 @@ class PretrainData(pl.LightningDataModule):
 
     def train_dataloader(self):
         t = self.trainer
+        if isinstance(self.train, StreamingExamples):
+            return self._streaming_loader()
         start = t.global_step * t.accumulate_grad_batches * self.batch_size * t.world_size
-        if isinstance(self.train, StreamingBlocks):  # a streaming corpus: read in order, in one thread
-            stream = BlockStream(self.train, start, t.global_rank, t.world_size, self.columns)
-            collate = MaskingCollate(self.masker, self.seed)
-            return self._prefetched(
-                DataLoader(stream, batch_size=self.batch_size, collate_fn=collate, pin_memory=self.pin_memory)
-            )
         loader = DataLoader(
             StreamBatches(PermutedStream(self.train, self.seed, self.columns), self.masker, self.seed),
             batch_size=None,  # the sampler yields whole batches of positions
@@ -200,6 +203,38 @@ class PretrainData(pl.LightningDataModule):
             pin_memory=self.pin_memory,
         )
         return loader if self.num_workers else self._prefetched(loader)
+
+    def _streaming_loader(self):
+        """This rank's readers' batches, from the restored positions (``readers.py``)."""
+        t = self.trainer
+        layout = Layout(t.world_size, max(1, self.num_workers))
+        check_shares(self.train, layout, t.global_rank)
+        consumed = t.global_step * t.accumulate_grad_batches
+        positions, offset, line = resume_positions(self._saved, layout, t.global_rank, consumed)
+        for note in (share_note(self.train.num_shards, layout), line):
+            if note and t.is_global_zero:
+                print(f"note: {note}", file=sys.stderr)
+        self.layout, self.positions = layout, dict(positions)
+        batches = ReaderBatches(self.train, layout, t.global_rank, positions, offset, self.batch_size, self.masker, self.seed)
+        loader = DataLoader(batches, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
+        return loader if self.num_workers else self._prefetched(loader)
+
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        """A training batch the loop takes now: its reader's position after it is the one to keep."""
+        taken = batch.pop("data_position", None) if isinstance(batch, dict) else None
+        if taken is not None:
+            self.positions[taken["reader"]] = taken["position"]
+        return batch
+
+    def state_dict(self) -> dict:
+        """The data position of a streaming corpus (every rank's readers), kept in the checkpoint."""
+        if not isinstance(self.train, StreamingExamples) or not hasattr(self, "layout"):
+            return {}
+        layout = self.layout
+        return {"layout": [layout.world, layout.workers], "positions": gather_positions(self.positions)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._saved = state or None
 
     def val_dataloader(self):
         batches = ValBatches(self.val, self.columns, self.batch_size, self.masker, self.seed)
