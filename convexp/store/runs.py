@@ -84,7 +84,7 @@ class Run:
 
     @classmethod
     def for_config(
-        cls, outputs: str | Path, stage: str, slug: str, cfg: DictConfig, tokens: list[str] = ()
+        cls, outputs: str | Path, stage: str, slug: str, cfg: DictConfig | dict, tokens: list[str] = ()
     ) -> "Run":
         """The run of ``cfg``: the store's run with its hash when there is one (whatever its name),
         else a new directory named :func:`run_name`."""
