@@ -28,6 +28,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..data.hub import hub_reads
+from .runs import secondary_rank
 
 RECORD = "record.json"
 
@@ -134,7 +135,10 @@ def hub_revisions(cfg: DictConfig) -> dict:
 
 
 def write_record(run, cfg: DictConfig | None = None) -> None:
-    """Add this invocation to ``run``'s record: ``created`` the first time, ``resumed`` after."""
+    """Add this invocation to ``run``'s record: ``created`` the first time, ``resumed`` after (by
+    the main process of a multi-process job only: the other ranks re-run the same command)."""
+    if secondary_rank():
+        return
     record = run.read_json(RECORD) or {}
     entry = invocation_record(cfg)
     if "created" not in record:

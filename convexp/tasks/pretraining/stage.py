@@ -132,6 +132,24 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
         self.log("val/loss", out.loss, sync_dist=True, batch_size=n)
         self.log_dict({f"val/{k}": v for k, v in out.metrics.items()}, sync_dist=True, batch_size=n)
 
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A checkpoint from before the MLM objective froze its unused pooler (``objectives.py``)
+        lists the pooler in AdamW's groups (with no state: it never had a gradient): drop it from
+        them, so that such runs resume."""
+        params = list(self.objective.parameters())
+        states = checkpoint.get("optimizer_states") or []
+        order = [p for p in params if p.ndim >= 2] + [p for p in params if p.ndim < 2]  # the groups, nothing frozen
+        if all(p.requires_grad for p in params) or len(states) != 1:
+            return
+        saved = states[0]
+        if sum(len(g["params"]) for g in saved["param_groups"]) != len(order):
+            return  # written with the pooler frozen
+        kept = [i for i, p in enumerate(order) if p.requires_grad]
+        index = {old: new for new, old in enumerate(kept)}
+        for group in saved["param_groups"]:
+            group["params"] = [index[i] for i in group["params"] if i in index]
+        saved["state"] = {index[i]: v for i, v in saved["state"].items() if i in index}
+
     def configure_optimizers(self):
         o = self.cfg.optim
         return adamw_with_linear_schedule(
