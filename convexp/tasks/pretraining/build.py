@@ -11,7 +11,8 @@ pool of ``spawn``ed processes (a fresh interpreter: the tokenizer's Rust threads
 training process's state are never forked) each loads the tokenizer once, with its own
 parallelism off (one process per core is the parallelism), and makes whole chunks: the parent
 reads each chunk's documents from the text table and sends them (at most ``AHEAD`` chunks per
-process in flight), gets back the chunk's compact rows (:class:`~.chunks.CompactExamples`: uint16
+process in flight; the last chunks, which leave processes idle, tokenised on the tokenizer's own
+threads too, so that a corpus of a few chunks still keeps every core busy), gets back the chunk's compact rows (:class:`~.chunks.CompactExamples`: uint16
 ids, length, B's start; ~4x smaller than the text) and its token counts, and writes them in chunk
 order to the split's Arrow file, one record batch per chunk. The parent's share of the work
 (reading, sending, writing) is ~1% of a worker's (tokenising and packing), so one parent feeds
@@ -142,7 +143,8 @@ def _pooled(docs, n_chunks: int, tokenizer: Tokenizer, seq_len: int, layout, see
         next_chunk = 0
         while next_chunk < n_chunks or pending:
             while next_chunk < n_chunks and len(pending) < AHEAD * workers:
-                pending.append(pool.submit(_worker_chunk, next_chunk, docs(next_chunk)))
+                tail = n_chunks - next_chunk < workers  # the last chunks: other processes soon idle
+                pending.append(pool.submit(_worker_chunk, next_chunk, docs(next_chunk), tail))
                 next_chunk += 1
             yield pending.pop(0).result()
 
@@ -157,7 +159,10 @@ def _start_worker(tokenizer_json: str, seq_len: int, layout, seed: int) -> None:
     _WORKER.update(tokenizer=Tokenizer(Backend.from_str(tokenizer_json)), seq_len=seq_len, layout=layout, seed=seed)
 
 
-def _worker_chunk(key: int, texts: list[str]):
+def _worker_chunk(key: int, texts: list[str], tail: bool):
+    """Chunk ``key``'s compact rows, token counts and documents; one of the last chunks
+    (``tail``) is tokenised on the tokenizer's threads too, as the other processes run out of work."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if tail else "false"  # read at each encode_batch
     w = _WORKER
     counts = TokenCounts(w["tokenizer"].vocab_size)
     part = chunk_examples(texts, w["tokenizer"], w["seq_len"], w["layout"], w["seed"], key, counts)
