@@ -14,7 +14,8 @@ instead, on the same corpus, in one invocation (issue 46, item 5):
                     (:func:`streaming_rows`)
 
 Rates are the corpus's document tokens (the tokenizer's count, no specials) over each row's wall
-time, the best of ``--repeats`` interleaved rounds (tokenizer, convexp ×1, convexp ×N, run_mlm,
+time (and over its CPU seconds, its processes' and threads' together: the work itself, which a
+loaded machine changes less), the best of ``--repeats`` interleaved rounds (tokenizer, convexp ×1, convexp ×N, run_mlm,
 tokenizer, ...), so that a shared machine's load falls on all. The corpus (data_corpus.py:
 OpenWebText-like JSON lines, ``--size`` bytes, with a WordPiece vocabulary of 30,522 trained on
 it, or ``--vocab``) is made in the work folder; the record names the CPU and the goals of issue 46.
@@ -42,10 +43,15 @@ GOALS = {  # issue 46, "what it must show", on 2 cores
 }
 
 
-def _timed(fn) -> tuple[float, object]:
-    start = time.perf_counter()
+def _timed(fn, cpu: list | None = None) -> tuple[float, object]:
+    """(wall seconds, result) of ``fn()``; ``cpu`` (if given) gains its CPU seconds, this process's
+    threads and the child processes it waited for (a pool's, once closed) together."""
+    start, before = time.perf_counter(), os.times()
     result = fn()
-    return time.perf_counter() - start, result
+    wall, after = time.perf_counter() - start, os.times()
+    if cpu is not None:
+        cpu.append(sum(getattr(after, k) - getattr(before, k) for k in ("user", "system", "children_user", "children_system")))
+    return wall, result
 
 
 def tokenizer_alone(texts: list[str], vocab: Path) -> int:
@@ -89,8 +95,12 @@ def bench_data(size: int = 20_000_000, vocab: str | None = None, seq_len: int = 
                processes: int | None = None, repeats: int = 2, out: str | None = None,
                workdir: str | None = None, hf: bool = True) -> dict:  # fmt: skip
     """Make the corpus (and vocabulary), time every row, write the record (``out``) and print the table."""
+    import datasets
+
     from ..train.accel import usable_cores
     from .finetune import write_record
+
+    datasets.disable_progress_bars()
     from .sweep import device_name
 
     n_proc = processes or usable_cores()
@@ -111,17 +121,20 @@ def bench_data(size: int = 20_000_000, vocab: str | None = None, seq_len: int = 
         texts = [json.loads(line)["text"] for line in corpus.open()]
         convexp_build(corpus, vocab_path, seq_len, examples, 1, work / "warm")  # the corpus's Arrow cache, warm
         rows: dict[str, list[float]] = {}
+        cpu: dict[str, list[float]] = {}
         tokens, stats = 0, {}
         for r in range(repeats):
-            seconds, tokens = _timed(lambda: tokenizer_alone(texts, vocab_path))
+            seconds, tokens = _timed(lambda: tokenizer_alone(texts, vocab_path), cpu.setdefault("tokenizer", []))
             rows.setdefault("tokenizer", []).append(seconds)
             for p in dict.fromkeys((1, n_proc)):
-                seconds, stats = _timed(lambda: convexp_build(corpus, vocab_path, seq_len, examples, p, work / f"c{r}-{p}"))
+                seconds, stats = _timed(lambda: convexp_build(corpus, vocab_path, seq_len, examples, p, work / f"c{r}-{p}"),
+                                        cpu.setdefault(f"convexp x{p}", []))  # fmt: skip
                 rows.setdefault(f"convexp x{p}", []).append(seconds)
             if hf:
                 from .hf_mlm import run_mlm_blocks
 
-                seconds, _ = _timed(lambda: run_mlm_blocks(corpus, vocab_path, seq_len, n_proc, work / f"hf{r}"))
+                seconds, _ = _timed(lambda: run_mlm_blocks(corpus, vocab_path, seq_len, n_proc, work / f"hf{r}"),
+                                    cpu.setdefault(f"run_mlm x{n_proc}", []))  # fmt: skip
                 rows.setdefault(f"run_mlm x{n_proc}", []).append(seconds)
         streaming = streaming_rows(corpus, vocab_path, seq_len, examples)
     best = {k: min(v) for k, v in rows.items()}
@@ -139,7 +152,8 @@ def bench_data(size: int = 20_000_000, vocab: str | None = None, seq_len: int = 
         "cpu": device_name(False), "cores": usable_cores(), "processes": n_proc, "load_average": os.getloadavg(),
         "corpus": {"bytes": size, "documents": len(texts), "tokens": tokens, "vocab": str(vocab or "trained (30,522)")},
         "seq_len": seq_len, "examples": examples, "repeats": repeats,
-        "seconds": rows, "tokens_per_s": rate, "build_stats": {k: stats.get(k) for k in ("num_train_blocks", "num_tokens")},
+        "seconds": rows, "tokens_per_s": rate, "cpu_seconds": cpu,
+        "tokens_per_cpu_s": {k: tokens / min(v) for k, v in cpu.items()},  # the work itself, whatever the load "build_stats": {k: stats.get(k) for k in ("num_train_blocks", "num_tokens")},
         "streaming": streaming, "ratios": ratios, "goals": {k: f"{GOALS[k][0]} {GOALS[k][1]}" for k in ratios}, "met": met,
     }  # fmt: skip
     write_record(record, out)

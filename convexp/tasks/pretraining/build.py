@@ -167,3 +167,32 @@ def _worker_chunk(key: int, texts: list[str], tail: bool):
     counts = TokenCounts(w["tokenizer"].vocab_size)
     part = chunk_examples(texts, w["tokenizer"], w["seq_len"], w["layout"], w["seed"], key, counts)
     return part, counts.counts, counts.docs
+
+
+# ---------------------------------------------------------------------------- what a build costs
+
+# Tokens a second one process of the prepared build makes into examples (OpenWebText-like text,
+# BERT-uncased-sized WordPiece, seq_len 128, packed): ``convexp bench data``'s convexp x1 row as
+# document tokens over the build's CPU seconds (parent and processes). Measured 2026-11-28 on an
+# AMD EPYC (2 cores, AVX-512; a machine shared with other jobs: the wall-clock rates were lower,
+# the CPU-seconds rate is the work itself).
+PREPARE_TOKENS_PER_CORE_S = 430_000
+ARROW_FILE_BYTES = 1024  # the schema (with ``datasets``' features) and the stream's end, measured ~500
+ARROW_CHUNK_BYTES = 512  # one record batch's header per chunk of 1,024 documents, measured ~300
+
+
+def prepared_bytes(rows: int, seq_len: int, vocab_size: int, labelled: bool) -> int:
+    """Disk of a prepared split of ``rows`` examples: each ``seq_len`` ids of 2 bytes (4 for a
+    vocabulary over 65,536), its length and B's start (2 bytes each) and, ``labelled`` (nsp / sop),
+    its pair label (1 byte); plus Arrow's headers (one per chunk of ``CHUNK_DOCS`` documents,
+    counted here as one per 1,024 rows: an upper bound, as a chunk holds more rows)."""
+    from .chunks import id_dtype
+
+    row = seq_len * id_dtype(vocab_size).itemsize + 4 + (1 if labelled else 0)
+    return rows * row + ARROW_FILE_BYTES + ARROW_CHUNK_BYTES * -(-rows // CHUNK_DOCS)
+
+
+def prepare_seconds(tokens: int, processes: int) -> float:
+    """Wall seconds of a prepared build of ``tokens`` document tokens on ``processes`` cores, at
+    :data:`PREPARE_TOKENS_PER_CORE_S` (reading the corpus from the hub is not counted)."""
+    return tokens / (PREPARE_TOKENS_PER_CORE_S * max(1, processes))
