@@ -153,7 +153,8 @@ def bench_data(size: int = 20_000_000, vocab: str | None = None, seq_len: int = 
         "corpus": {"bytes": size, "documents": len(texts), "tokens": tokens, "vocab": str(vocab or "trained (30,522)")},
         "seq_len": seq_len, "examples": examples, "repeats": repeats,
         "seconds": rows, "tokens_per_s": rate, "cpu_seconds": cpu,
-        "tokens_per_cpu_s": {k: tokens / min(v) for k, v in cpu.items()},  # the work itself, whatever the load "build_stats": {k: stats.get(k) for k in ("num_train_blocks", "num_tokens")},
+        "tokens_per_cpu_s": {k: tokens / min(v) for k, v in cpu.items()},  # the work itself, whatever the load
+        "build_stats": {k: stats.get(k) for k in ("num_train_blocks", "num_tokens")},
         "streaming": streaming, "ratios": ratios, "goals": {k: f"{GOALS[k][0]} {GOALS[k][1]}" for k in ratios}, "met": met,
     }  # fmt: skip
     write_record(record, out)
