@@ -171,12 +171,14 @@ def _worker_chunk(key: int, texts: list[str], tail: bool):
 
 # ---------------------------------------------------------------------------- what a build costs
 
-# Tokens a second one process of the prepared build makes into examples (OpenWebText-like text,
-# BERT-uncased-sized WordPiece, seq_len 128, packed): ``convexp bench data``'s convexp x1 row as
-# document tokens over the build's CPU seconds (parent and processes). Measured 2026-11-28 on an
-# AMD EPYC (2 cores, AVX-512; a machine shared with other jobs: the wall-clock rates were lower,
-# the CPU-seconds rate is the work itself).
-PREPARE_TOKENS_PER_CORE_S = 430_000
+# Document tokens a second one process of the prepared build turns into examples, by
+# ``data.examples``: OpenWebText-like text (``convexp bench data``'s corpus, 20 MB), a 30,522-token
+# WordPiece, seq_len 128, the whole ``prepare_pretraining_data`` (reading the corpus, tokenising,
+# making the examples, writing them) on ``data.num_proc=1``, over its CPU seconds. Measured
+# 2026-11-28 on an AMD EPYC (2 cores, AVX-512) shared with other jobs (wall-clock rates there were
+# lower; CPU seconds are the work itself). ELECTRA's and Chang et al.'s examples tokenise each line or
+# sentence on its own (many short inputs) and split sentences in Python: slower per token.
+PREPARE_TOKENS_PER_CORE_S = {"packed": 365_000, "electra": 300_000, "sentence_pairs": 220_000}
 ARROW_FILE_BYTES = 1024  # the schema (with ``datasets``' features) and the stream's end, measured ~500
 ARROW_CHUNK_BYTES = 512  # one record batch's header per chunk of 1,024 documents, measured ~300
 
@@ -192,7 +194,7 @@ def prepared_bytes(rows: int, seq_len: int, vocab_size: int, labelled: bool) -> 
     return rows * row + ARROW_FILE_BYTES + ARROW_CHUNK_BYTES * -(-rows // CHUNK_DOCS)
 
 
-def prepare_seconds(tokens: int, processes: int) -> float:
-    """Wall seconds of a prepared build of ``tokens`` document tokens on ``processes`` cores, at
-    :data:`PREPARE_TOKENS_PER_CORE_S` (reading the corpus from the hub is not counted)."""
-    return tokens / (PREPARE_TOKENS_PER_CORE_S * max(1, processes))
+def prepare_seconds(tokens: int, processes: int, examples: str = "packed") -> float:
+    """Wall seconds of a prepared build of ``tokens`` document tokens into ``examples`` on
+    ``processes`` cores, at :data:`PREPARE_TOKENS_PER_CORE_S` (downloading is not counted)."""
+    return tokens / (PREPARE_TOKENS_PER_CORE_S[examples] * max(1, processes))
