@@ -16,7 +16,10 @@ threads too, so that a corpus of a few chunks still keeps every core busy), gets
 ids, length, B's start; ~4x smaller than the text) and its token counts, and writes them in chunk
 order to the split's Arrow file, one record batch per chunk. The parent's share of the work
 (reading, sending, writing) is ~1% of a worker's (tokenising and packing), so one parent feeds
-many workers, and nothing is concatenated or copied afterwards.
+many workers, and nothing is concatenated or copied afterwards. (A spawned process imports the
+parent's main module: a script of one's own that prepares a corpus of several chunks on several
+processes keeps its work under ``if __name__ == "__main__":``, as ``multiprocessing`` asks; the
+``convexp`` command does.)
 
 File layout (``<split>.arrow``, Arrow IPC stream, as ``datasets`` writes its own files): columns
 ``input_ids`` (fixed-size list of uint16, uint32 for a vocabulary over 65,536), ``length``,
@@ -176,8 +179,10 @@ def _worker_chunk(key: int, texts: list[str], tail: bool):
 # WordPiece, seq_len 128, the whole ``prepare_pretraining_data`` (reading the corpus, tokenising,
 # making the examples, writing them) on ``data.num_proc=1``, over its CPU seconds. Measured
 # 2026-11-28 on an AMD EPYC (2 cores, AVX-512) shared with other jobs (wall-clock rates there were
-# lower; CPU seconds are the work itself). ELECTRA's and Chang et al.'s examples tokenise each line or
-# sentence on its own (many short inputs) and split sentences in Python: slower per token.
+# lower; CPU seconds are the work itself; one run of each, one after the other: ``convexp bench
+# data``'s convexp x1 row, best of two, gave 434,000 for packed blocks). ELECTRA's and Chang et
+# al.'s examples tokenise each line or sentence on its own (many short inputs) and split sentences
+# in Python: slower per token.
 PREPARE_TOKENS_PER_CORE_S = {"packed": 365_000, "electra": 300_000, "sentence_pairs": 220_000}
 ARROW_FILE_BYTES = 1024  # the schema (with ``datasets``' features) and the stream's end, measured ~500
 ARROW_CHUNK_BYTES = 512  # one record batch's header per chunk of 1,024 documents, measured ~300
