@@ -53,7 +53,8 @@ def test_the_revision_reaches_load_dataset_the_record_and_the_cache_key(hub_call
     default = corpus_fingerprint({"source": "hub", "path": "org/corpus"})
     assert "revision" not in default and corpus_fingerprint(pinned) != default
     assert corpus_fingerprint(pinned)["revision"] == "0123abc"
-    assert "revision" not in corpus_fingerprint(parts)["parts"][1] and corpus_fingerprint(parts)["parts"][0]["revision"] == "v1"
+    keyed = corpus_fingerprint(parts)["parts"]
+    assert "revision" not in keyed[1] and keyed[0]["revision"] == "v1"
     # the record: each hub source's setting, and what this process read
     cfg = compose_stage("pretrain", ["data=wikitext103", "data.revision=0123abc"])
     record = invocation_record(cfg)
@@ -75,8 +76,8 @@ def test_a_null_revision_changes_no_run_id_and_a_set_one_does(tmp_path, monkeypa
         for part in before["data"].get("parts") or []:
             part.pop("revision")
         assert pretrain_run(cfg).id == pretrain_run(OmegaConf.create(before)).id, data
-        pinned = compose_stage("pretrain", [f"data={data}", "scale=paper", "data.revision=abc"] if data != "bookcorpus_wikitext103"
-                               else [f"data={data}", "scale=paper", "data.parts.1.revision=abc"])  # fmt: skip
+        key = "data.parts.1.revision" if data == "bookcorpus_wikitext103" else "data.revision"
+        pinned = compose_stage("pretrain", [f"data={data}", "scale=paper", f"{key}=abc"])
         assert pretrain_run(pinned).id != pretrain_run(cfg).id
     ft = compose_stage("finetune", ["scale=paper", "task=rte", "init=none", "glue.source=hub"])
     old = OmegaConf.to_container(ft)

@@ -42,7 +42,8 @@ def corpus(tmp_path_factory):
     docs = synthetic_corpus(SHARDS * SHARD_DOCS, seed=3)
     (root / "shards").mkdir()
     for s in range(SHARDS):
-        pq.write_table(pa.table({"text": docs[s * SHARD_DOCS : (s + 1) * SHARD_DOCS]}), root / "shards" / f"{s:02d}.parquet")
+        part = docs[s * SHARD_DOCS : (s + 1) * SHARD_DOCS]
+        pq.write_table(pa.table({"text": part}), root / "shards" / f"{s:02d}.parquet")
     (root / "one").mkdir()
     (root / "one" / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     vocab = write_vocab(root / "vocab.txt", sorted(vocabulary_words()) + [".", ","])
@@ -258,7 +259,8 @@ def test_a_killed_streaming_run_resumes_with_the_uninterrupted_batches(corpus, t
 
     with pytest.raises(Exception, match="stopped at step 9"):  # after the checkpoint of step 8
         stage.run_pretrain(stage_cfg(corpus, tmp_path / "out", *layout), callbacks=(BatchLog(log, 1, stop=9),))
-    resumed = stage.run_pretrain(stage_cfg(corpus, tmp_path / "out", *layout, "resume=true"), callbacks=(BatchLog(log, 2),))
+    again = stage_cfg(corpus, tmp_path / "out", *layout, "resume=true")
+    resumed = stage.run_pretrain(again, callbacks=(BatchLog(log, 2),))
     assert resumed.finished
     taken = collections.defaultdict(dict)  # attempt -> (rank, step) -> digest
     for attempt, rank, step, digest in map(json.loads, log.read_text().splitlines()):

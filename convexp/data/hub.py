@@ -53,8 +53,8 @@ def load_hub(path: str, name: str | None, revision: str | None, setting: str, **
             ) from None
         _refuse_partial_export(path, setting)
         print(
-            f"note: hub dataset {path!r} is a dataset-script repository ({script.group(1)}, refused by datasets >= 4): "
-            f"reading its parquet export ({setting}={PARQUET_EXPORT}; set it to pin this)",
+            f"note: hub dataset {path!r} is a dataset-script repository ({script.group(1)}, refused by "
+            f"datasets >= 4): reading its parquet export ({setting}={PARQUET_EXPORT}; set it to pin this)",
             file=sys.stderr,
         )
         read = PARQUET_EXPORT
@@ -76,7 +76,8 @@ def hub_reads() -> list[dict]:
 
 
 def _offline() -> bool:
-    return any(os.environ.get(k, "").lower() in ("1", "true", "yes") for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    flags = (os.environ.get(k, "").lower() for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(flag in ("1", "true", "yes") for flag in flags)
 
 
 def _refuse_partial_export(path: str, setting: str) -> None:

@@ -64,7 +64,8 @@ class Layout:
         return self.world * self.workers
 
     def __str__(self) -> str:
-        return f"{self.readers} ({self.world} rank{'s' * (self.world > 1)} x {self.workers} loader worker{'s' * (self.workers > 1)})"
+        ranks = f"{self.world} rank{'s' * (self.world > 1)}"
+        return f"{self.readers} ({ranks} x {self.workers} loader worker{'s' * (self.workers > 1)})"
 
 
 class Reader:

@@ -235,7 +235,9 @@ class PretrainData(pl.LightningDataModule):
             if note and t.is_global_zero:
                 print(f"note: {note}", file=sys.stderr)
         self.layout, self.positions = layout, dict(positions)
-        batches = ReaderBatches(self.train, layout, t.global_rank, positions, offset, self.batch_size, self.masker, self.seed)
+        batches = ReaderBatches(
+            self.train, layout, t.global_rank, positions, offset, self.batch_size, self.masker, self.seed
+        )
         loader = DataLoader(batches, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
         return loader if self.num_workers else self._prefetched(loader)
 
