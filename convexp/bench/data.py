@@ -75,20 +75,29 @@ def convexp_build(corpus: Path, vocab: Path, seq_len: int, examples: str, proces
 
 
 def streaming_rows(corpus: Path, vocab: Path, seq_len: int, examples: str) -> dict:
-    """The streaming rows, with the streaming API of this version (``StreamingBlocks``: ``shard``,
-    ``skip_blocks``): seconds for the whole stream and for shard 0 of 4, and for the first block
-    after resuming at a depth and at ten times it (a twentieth and a half of the stream)."""
-    from ..tasks.pretraining.pretraining import prepare_pretraining_data
+    """The streaming rows (``tasks/pretraining/readers.py``): seconds for one reader's whole pass
+    and for reader 0 of 4's (what each of 4 ranks or loader workers reads: the corpus is one file,
+    so it reads the text and tokenises 1 chunk in 4), and for the first block after resuming at a
+    depth and at ten times it (a twentieth and a half of the pass; the positions are made first,
+    untimed: a resumed reader re-reads the chunk it stopped in, nothing before it)."""
+    from ..tasks.pretraining import readers  # noqa: F401 - imported before the clock starts (it imports Lightning)
+    from ..tasks.pretraining.streaming import prepare_streaming
 
     data_cfg = {"source": "files", "path": str(corpus), "val_docs": VAL_DOCS, "examples": examples,
                 "streaming": True, "cache": False}  # fmt: skip
-    blocks = prepare_pretraining_data(data_cfg, {"kind": "pretrained", "path": str(vocab)}, seq_len, None, 0).train
-    whole_s, n = _timed(lambda: sum(1 for _ in blocks))
-    shard_s, n_shard = _timed(lambda: sum(1 for _ in blocks.shard(0, 4)))
-    depths = [max(1, n // 20), max(1, n // 20) * 10]
-    resume = [_timed(lambda d=d: next(iter(blocks.skip_blocks(d))))[0] for d in depths]
+    stream = prepare_streaming(data_cfg, {"kind": "pretrained", "path": str(vocab)}, seq_len, None, 0).train
+
+    def blocks(r: int, readers: int) -> int:
+        return sum(len(chunk) for _, chunk in stream.reader(r, readers).chunks(passes=1))
+
+    whole_s, n = _timed(lambda: blocks(0, 1))
+    shard_s, n_shard = _timed(lambda: blocks(0, 4))
+    depth = max(1, n // 20)
+    it = stream.reader(0, 1).batches(depth)
+    positions = [at for _, (_, at) in zip(range(10), it)]  # after depth, ..., 10 x depth blocks
+    resume = [_timed(lambda at=at: next(stream.reader(0, 1, at).batches(1)))[0] for at in (positions[0], positions[9])]
     return {"blocks": n, "whole_stream_s": whole_s, "shard_blocks": n_shard, "shard_of_4_s": shard_s,
-            "resume_depths": depths, "first_block_after_resume_s": resume}  # fmt: skip
+            "resume_depths": [depth, 10 * depth], "first_block_after_resume_s": resume}  # fmt: skip
 
 
 def bench_data(size: int = 20_000_000, vocab: str | None = None, seq_len: int = 128, examples: str = "packed",

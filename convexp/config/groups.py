@@ -18,6 +18,7 @@ class DataSchema:
     source: str = "synthetic"
     path: Optional[str] = None
     name: Optional[str] = None
+    revision: Optional[str] = None  # hub: branch, tag or commit (data/hub.py)
     split: str = "train"
     text_field: str = "text"
     streaming: bool = False
@@ -164,6 +165,7 @@ class GlueSourceSchema:
 
     source: str = "hub"
     path: Optional[str] = None
+    revision: Optional[str] = None  # hub: branch, tag or commit (data/hub.py)
     seed: int = 0
     synthetic_size: int = 2000
 
@@ -180,6 +182,7 @@ class SquadSourceSchema:
 
     source: str = "hub"
     path: Optional[str] = None
+    revision: Optional[str] = None  # hub: branch, tag or commit (data/hub.py)
     seed: int = 0
     synthetic_size: int = 2000
     max_len: Optional[int] = None
