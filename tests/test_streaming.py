@@ -364,3 +364,22 @@ def test_the_store_is_off_with_store_chunks_false_and_out_of_run_ids(corpus, tmp
         with pytest.raises(UserError) as e:
             compose_stage("pretrain", [*base, f"data.store_chunks={bad}"])
         assert "data.store_chunks=" in str(e.value) and "use true" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_store_that_cannot_be_written_is_said_once_and_the_reader_goes_on(corpus, tmp_path, monkeypatch, capsys):
+    import errno
+
+    from convexp.tasks.pretraining.build import ArrowRows
+
+    ref = reader_batches(streaming(corpus, "shards", tmp_path / "off", store_chunks=False), 0, 1, 40)
+    data = streaming(corpus, "shards", tmp_path / "on")
+
+    def full(self, part):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ArrowRows, "write", full)
+    capsys.readouterr()
+    assert same(reader_batches(data, 0, 1, 40), ref)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "chunk store" in line]
+    assert len(lines) == 1 and "No space left on device" in lines[0] and "data.store_chunks=false" in lines[0]
+    assert not [p for p in data.train.store.rglob("*") if p.is_file()]  # no part-written file left

@@ -110,9 +110,8 @@ def prepare_streaming(
     held_out = tuple(meta["held_out"])
     store = None
     if cache_dir is not None and d["store_chunks"]:
-        fmt = f"{layout[1]}/{layout[0]}"
         key = config_hash("chunks", STORE_VERSION, FORMAT_VERSION, CHUNK_DOCS, corpus, held_out, tokenizer.to_json(),
-                          seq_len, fmt, seed)  # fmt: skip
+                          seq_len, layout, seed)  # fmt: skip
         store = cache_dir / f"chunks-{key}"
     train = StreamingExamples(source.corpus, held_out, tokenizer, seq_len, layout, seed, store)
     stats = {
@@ -191,8 +190,7 @@ def _validation(source: _Source, tokenizer, seq_len: int, layout, cache_dir: Pat
     if cache_dir is None:
         with tempfile.TemporaryDirectory() as tmp:
             return make(Path(tmp), in_memory=True)
-    fmt = f"{layout[1]}/{layout[0]}"
-    key = config_hash("streaming-val", FORMAT_VERSION, corpus, source.n_val, tokenizer.to_json(), seq_len, fmt)
+    key = config_hash("streaming-val", FORMAT_VERSION, corpus, source.n_val, tokenizer.to_json(), seq_len, layout)
     entry = cache_dir / f"val-{key}"
     with building(entry) as tmp:  # one process (rank) makes it; the others wait, then load it
         if tmp is not None:
