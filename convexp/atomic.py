@@ -70,14 +70,18 @@ def atomic_dir(final: Path) -> Iterator[Path]:
 @contextmanager
 def entry_lock(final: Path) -> Iterator[None]:
     """Hold the lock of entry ``final`` (``.lock-NAME`` beside it) for the block, waiting as long as
-    another process holds it (logging once that it waits). On a filesystem without ``flock``
-    (filelock < 4 refuses it there; 4 falls back to a lock file of its own) the block runs unlocked:
-    each process then builds, and ``atomic_dir`` keeps the first."""
+    another process holds it (logging once that it waits). A block that fails without ``final``
+    made (a refused input) leaves nothing: the lock file and the folders made for it are removed
+    (a process waiting on it then builds too, and fails the same way). On a filesystem without
+    ``flock`` (filelock < 4 refuses it there; 4 falls back to a lock file of its own) the block runs
+    unlocked: each process then builds, and ``atomic_dir`` keeps the first."""
     from filelock import FileLock, Timeout
 
     final = Path(final)
+    made = [d for d in (final.parent, *final.parent.parents) if not d.exists()]  # deepest first
     final.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(final.parent / f".lock-{final.name}"))
+    path = final.parent / f".lock-{final.name}"
+    lock = FileLock(str(path))
     try:
         try:
             lock.acquire(timeout=0)
@@ -90,6 +94,15 @@ def entry_lock(final: Path) -> Iterator[None]:
         return
     try:
         yield
+    except BaseException:
+        if not final.exists():
+            path.unlink(missing_ok=True)
+            for d in made:
+                try:
+                    d.rmdir()
+                except OSError:  # not empty: another entry's
+                    break
+        raise
     finally:
         lock.release()
 
