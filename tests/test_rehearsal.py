@@ -5,7 +5,8 @@ gloo ranks, from local parquet shards laid out as the hub's repositories are and
 hub corpus is (``load_dataset(<folder>)``, a config's ``data_files`` in its README), killed once mid-run
 (SIGKILL of the whole job when a checkpoint file appears) and resumed, then one of its
 fine-tunes. The same code paths a paper run takes: hub loading at a revision, streaming readers
-sharded over ranks x loader workers, the data position in the checkpoint, the resume."""
+sharded over ranks x loader workers keeping their chunks in the chunk store, the data position in
+the checkpoint, the resume."""
 
 from __future__ import annotations
 
@@ -94,6 +95,8 @@ def test_convbert_electra_recipe_streams_resumes_and_fine_tunes(tmp_path):
     state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["PretrainData"]
     assert state["layout"] == [2, 2] and sorted(state["positions"]) == [0, 1, 2, 3]
     assert {p["shard_pos"] for p in state["positions"].values()} == {0}  # one shard each, in its first pass
+    [store] = (tmp_path / "out" / "cache").glob("chunks-*")  # each reader keeps the chunk it made
+    assert sorted(p.relative_to(store).as_posix() for p in store.rglob("*.arrow")) == [f"{s}/0.arrow" for s in range(4)]
 
     ft = convexp(
         "finetune", "glue", "scale=paper", "protocol=convbert", "task=rte", f"init={run}", "seeds=[42]", "grid=false",

@@ -1,7 +1,9 @@
 """Streaming pre-training data (tasks/pretraining/streaming.py, readers.py): each reader (a DDP
 rank's loader worker) reads and tokenises only its share, the batches are fixed by the seed and the
 reader count, and a resumed reader goes on from the position its checkpoint kept, re-tokenising one
-chunk at most. Offline: every corpus is written by the test."""
+chunk at most. The chunk store (chunk_store.py): the first pass keeps each chunk's examples, later
+passes and resumed readers read them instead of the source, with the same batches and positions.
+Offline: every corpus is written by the test."""
 
 from __future__ import annotations
 
@@ -91,8 +93,12 @@ def batches_of(reader, n: int, batch_size: int):
 
 
 def same(a, b) -> bool:
-    return all(np.array_equal(x[0].input_ids, y[0].input_ids) and np.array_equal(x[0].b_start, y[0].b_start)
-               and x[1] == y[1] for x, y in zip(a, b, strict=True))  # fmt: skip
+    """The same rows (every column) and the same positions, batch for batch."""
+    return len(a) == len(b) and all(
+        all(np.array_equal(x, y) for x, y in zip(ea.columns().values(), eb.columns().values(), strict=True))
+        and pa == pb
+        for (ea, pa), (eb, pb) in zip(a, b)
+    )
 
 
 def test_a_resumed_reader_goes_on_exactly_rebuilding_one_chunk(corpus, tmp_path, encoded):
@@ -109,8 +115,9 @@ def test_a_resumed_reader_goes_on_exactly_rebuilding_one_chunk(corpus, tmp_path,
 
 
 def test_the_first_batch_after_resuming_ten_times_deeper_costs_the_same(corpus, tmp_path, encoded):
-    """Today's resume re-reads and re-tokenises what the run consumed: 10x deeper, ~10x the time."""
-    data = streaming(corpus, "shards", tmp_path)
+    """Today's resume re-reads and re-tokenises what the run consumed: 10x deeper, ~10x the time.
+    Without the chunk store (a corpus larger than the disk) a resumed reader rebuilds one chunk."""
+    data = streaming(corpus, "shards", tmp_path, store_chunks=False)
     ref = batches_of(data.train.reader(0, 1), 400, 32)
     shallow, deep = ref[39][1], ref[399][1]
     assert deep["batches"] == 10 * shallow["batches"]
@@ -268,3 +275,111 @@ def test_a_killed_streaming_run_resumes_with_the_uninterrupted_batches(corpus, t
     ref, first, second = taken[0], taken[1], taken[2]
     assert sorted({s for _, s in second}) == list(range(8, 12))
     assert {k: ref[k] for k in first} == first and {k: ref[k] for k in second} == second
+
+# ---------------------------------------------------------------------------- the chunk store
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """The source shards opened from now on (each ``StreamingExamples.shard`` call)."""
+    shards: list[int] = []
+    shard = StreamingExamples.shard
+    monkeypatch.setattr(StreamingExamples, "shard", lambda self, s: shards.append(s) or shard(self, s))
+    return shards
+
+
+def reader_batches(data, r: int, readers: int, n: int, position=None):
+    return batches_of(data.train.reader(r, readers, position), n, 64)
+
+
+@pytest.mark.parametrize("folder, r, readers", [("shards", 1, 2), ("one", 1, 3)], ids=["own shards", "shared file"])
+def test_later_passes_and_resumes_read_the_store_and_give_the_same_batches(corpus, tmp_path, encoded, opened,
+                                                                            folder, r, readers):  # fmt: skip
+    without = streaming(corpus, folder, tmp_path / "off", store_chunks=False)
+    ref = reader_batches(without, r, readers, 240)
+    passes = [at["pass"] for _, at in ref]
+    assert passes[-1] >= 2  # three passes: the corpus's order, then two drawn from the seed
+    first_pass = passes.index(1)
+
+    data = streaming(corpus, folder, tmp_path / "on")
+    store = data.train.store
+    assert store is not None and store.parent == tmp_path / "on" / "cache" and not store.exists()
+    encoded.clear()
+    filled = reader_batches(data, r, readers, first_pass + 1)  # the first pass (read through): read, tokenised, stored
+    assert same(filled, ref[: first_pass + 1]) and encoded
+    assert len(list(store.glob("*/shard.json"))) == (SHARDS // readers if folder == "shards" else 1)
+
+    encoded.clear()
+    opened.clear()
+    assert same(reader_batches(data, r, readers, 240), ref)  # again from the start: every pass from the store
+    assert not encoded and not opened  # nothing tokenised, no source shard read
+
+    for i in (5, first_pass - 1, first_pass + 7, len(ref) - 11):  # resumed mid-chunk, across a pass, deep
+        assert same(reader_batches(data, r, readers, 10, position=ref[i][1]), ref[i + 1 : i + 11]), i
+    assert not encoded and not opened
+    # the store keeps the rows, not who read them: one reader reads what two (or three) stored
+    whole = reader_batches(without, 0, 1, 60)
+    encoded.clear()
+    assert same(reader_batches(data, 0, 1, 60), whole) and 0 < len(encoded) < len(corpus["docs"]) - VAL_DOCS
+
+
+def test_a_store_made_in_a_killed_pass_is_completed_without_rebuilding_it(corpus, tmp_path, encoded, opened):
+    """A reader killed mid-shard leaves whole chunk files and no shard record: the next run reads the
+    shard again, takes the stored chunks and records the shard; a missing chunk is read alone."""
+    without = streaming(corpus, "shards", tmp_path / "off", store_chunks=False)
+    N = 300
+    ref = reader_batches(without, 0, 1, N)
+    assert ref[-1][1]["pass"] == 1  # the first pass read through
+    data = streaming(corpus, "shards", tmp_path / "on")
+    killed = next(i for i, (_, at) in enumerate(ref) if at["chunk"] == 1)
+    reader_batches(data, 0, 1, killed + 1)  # killed in shard 0's second (last) chunk
+    store = data.train.store
+    assert sorted(p.name for p in (store / "0").iterdir()) == ["0.arrow", "1.arrow"]  # no shard.json yet
+    encoded.clear()
+    assert same(reader_batches(data, 0, 1, N), ref)
+    tokenised = collections.Counter(encoded)
+    assert not any(d in tokenised for d in corpus["docs"][VAL_DOCS : VAL_DOCS + 1024])  # chunk (0, 0) was stored
+    assert len(list(store.glob("*/shard.json"))) == SHARDS
+    (store / "2" / "1.arrow").unlink()  # a chunk lost: read alone from its recorded start, and stored again
+    encoded.clear()
+    opened.clear()
+    assert same(reader_batches(data, 0, 1, N), ref)
+    assert opened == [2] and 0 < len(encoded) <= 1024 and (store / "2" / "1.arrow").exists()
+
+
+def test_the_store_is_off_with_store_chunks_false_and_out_of_run_ids(corpus, tmp_path):
+    from convexp.config.compose import compose_stage
+    from convexp.errors import UserError
+    from convexp.store.rundirs import pretrain_run
+
+    data = streaming(corpus, "shards", tmp_path, store_chunks=False)
+    reader_batches(data, 0, 1, 30)
+    assert data.train.store is None and data.stats["chunk_store"] is None
+    assert not list((tmp_path / "cache").glob("chunks-*"))
+    base = ["data=openwebtext", "scale=smoke", f"outputs={tmp_path}"]
+    assert pretrain_run(compose_stage("pretrain", base)).dir == pretrain_run(
+        compose_stage("pretrain", [*base, "data.store_chunks=false"])
+    ).dir
+    for bad in ("0", "''", "yes"):
+        with pytest.raises(UserError) as e:
+            compose_stage("pretrain", [*base, f"data.store_chunks={bad}"])
+        assert "data.store_chunks=" in str(e.value) and "use true" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_store_that_cannot_be_written_is_said_once_and_the_reader_goes_on(corpus, tmp_path, monkeypatch, capsys):
+    import errno
+
+    from convexp.tasks.pretraining.build import ArrowRows
+
+    ref = reader_batches(streaming(corpus, "shards", tmp_path / "off", store_chunks=False), 0, 1, 40)
+    data = streaming(corpus, "shards", tmp_path / "on")
+
+    def full(self, part):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ArrowRows, "write", full)
+    capsys.readouterr()
+    assert same(reader_batches(data, 0, 1, 40), ref)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "chunk store" in line]
+    assert len(lines) == 1 and "No space left on device" in lines[0] and "data.store_chunks=false" in lines[0]
+    assert not [p for p in data.train.store.rglob("*") if p.is_file()]  # no part-written file left

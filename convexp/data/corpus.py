@@ -27,6 +27,9 @@ Data config keys (``conf/data/*.yaml``; missing keys take the values of ``DATA_D
   cache, val_fraction, val_docs, val_split   used by ``pretraining.py`` (see there)
   num_proc      processes of the prepared (cached) build: a positive number or ``auto`` (the cores
                 the run may use); the rows do not depend on it (``tasks/pretraining/build.py``)
+  store_chunks  streaming: keep each chunk's examples on disk as they are made, so later passes and
+                resumed runs read them instead of the source (``tasks/pretraining/chunk_store.py``;
+                true or false, default true); where the rows are kept, not what they are
 
 Files: ``path`` is one file or a folder, searched recursively (hidden files skipped) for one
 format: .txt (builder "text"), .jsonl/.json ("json") or .parquet ("parquet"), all read with
@@ -67,6 +70,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "parts": None,
     "cache": True,
     "num_proc": "auto",
+    "store_chunks": True,
     "val_fraction": 0.01,
     "val_docs": None,
     "val_split": None,
@@ -119,6 +123,7 @@ def data_settings(cfg) -> dict:
             + ("give each part its own: data.parts.N.revision" if s["parts"] is not None
                else f"data.source={s['source']} has none: remove it")
         )  # fmt: skip
+    check_store_chunks(s["store_chunks"])
     if s["parts"] is not None:
         _check_parts(s)
     elif s["source"] in ("hub", "files") and not s["path"]:
@@ -127,6 +132,15 @@ def data_settings(cfg) -> dict:
             + ("hub dataset name>" if s["source"] == "hub" else "file or folder>")
         )
     return s
+
+
+def check_store_chunks(value) -> None:
+    """``data.store_chunks`` is true or false (one-line DataError: 0 or an empty value says nothing)."""
+    if not isinstance(value, bool):
+        raise DataError(
+            f"data.store_chunks={value!r}: use true (keep a streaming corpus's examples on disk, ~2 bytes a token) "
+            "or false (a corpus larger than the disk)"
+        )
 
 
 PART_KEYS = ("path", "name", "split", "text_field", "rows_per_doc", "revision")
@@ -191,10 +205,10 @@ def find_data_files(path) -> tuple[str, list[str]]:
 def corpus_fingerprint(cfg) -> dict:
     """What identifies a corpus for caching: the settings, plus size and mtime of local files
     (not ``examples``: the same corpus and tokenizer make either kind of example; nor
-    ``num_proc``: how many processes read it)."""
+    ``num_proc`` and ``store_chunks``: how it is read and kept)."""
     s = data_settings(cfg)
-    s.pop("examples")
-    s.pop("num_proc")
+    for key in ("examples", "num_proc", "store_chunks"):
+        s.pop(key)
     if s["parts"] is not None:
         s["parts"] = [dict(part) for part in s["parts"]]
     for settings in (s, *(s["parts"] or [])):  # a revision left null: the keys made before it existed

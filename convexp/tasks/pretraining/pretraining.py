@@ -37,9 +37,10 @@ Cache (``data.cache``, default true):
                                   of (corpus, tokenizer JSON, seq_len, pair_format, seed)
 "corpus" is the data config with defaults filled in, plus size and mtime of local files
 (not ``data.num_proc``: the rows do not depend on it).
-Entries are written to a temporary directory and renamed into place. A second call with the
-same inputs loads both from disk without reading or tokenising the corpus
-(``stats["cached"] is True``).
+Entries are written to a temporary directory and renamed into place, by one process: the others
+that ask for the same entry meanwhile (every DDP rank, when torchrun or SLURM starts them together)
+wait on its lock and then load it (``atomic.building``). A second call with the same inputs loads
+both from disk without reading or tokenising the corpus (``stats["cached"] is True``).
 
 Resuming (the stage's job): the train Dataset is in corpus order. For epoch e the stage draws
 a permutation of its indices from a generator seeded with (seed, e) and, on resume, skips the
@@ -58,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from ...atomic import atomic_dir, config_hash
+from ...atomic import building, config_hash
 from ...data.corpus import corpus_fingerprint, data_settings, load_corpus
 from ...data.errors import DataError, EmptyCorpusError
 from .build import build_processes, build_split
@@ -98,7 +99,6 @@ def prepare_pretraining_data(
     key = config_hash("packed", FORMAT_VERSION, corpus, tokenizer.to_json(), seq_len, fmt, seed)
     if cache_dir is not None and (cache_dir / key).is_dir():
         return _load_packed(cache_dir / key, tokenizer)
-
     train_texts, val_texts = split.train, split.val
     processes = build_processes(d["num_proc"])
     if cache_dir is None:
@@ -106,7 +106,9 @@ def prepare_pretraining_data(
             return _pack_splits(
                 Path(tmp), train_texts, val_texts, tokenizer, seq_len, layout, seed, True, processes
             )
-    with atomic_dir(cache_dir / key) as tmp:
+    with building(cache_dir / key) as tmp:  # one process builds; the others (ranks) wait, then load it
+        if tmp is None:
+            return _load_packed(cache_dir / key, tokenizer)
         data = _pack_splits(tmp, train_texts, val_texts, tokenizer, seq_len, layout, seed, False, processes)
         data.stats["cache_path"] = str(cache_dir / key)
         (tmp / "stats.json").write_text(json.dumps(data.stats, indent=1))
@@ -203,18 +205,22 @@ def _get_tokenizer(
     if t["kind"] == "pretrained":
         return build_tokenizer(t, lambda: iter(()))
     limit = t["train_docs"] if t["train_docs"] is not None else default_docs
-    entry = (
-        cache_dir / f"tokenizer-{config_hash('tokenizer', TOKENIZER_VERSION, corpus, t)}" if cache_dir else None
-    )
-    if entry is not None and (entry / "tokenizer.json").is_file():
-        log.info("tokenizer loaded from cache %s", entry)
-        return Tokenizer.load(entry / "tokenizer.json")
-    texts = train_texts()
-    tokenizer = build_tokenizer(t, lambda: _text_batches(texts, limit))
-    log.info("trained a %s tokenizer (vocabulary %d)", t["kind"], tokenizer.vocab_size)
-    if entry is not None:
-        with atomic_dir(entry) as tmp:
-            tokenizer.save(tmp)
+
+    def train():
+        texts = train_texts()
+        tokenizer = build_tokenizer(t, lambda: _text_batches(texts, limit))
+        log.info("trained a %s tokenizer (vocabulary %d)", t["kind"], tokenizer.vocab_size)
+        return tokenizer
+
+    if cache_dir is None:
+        return train()
+    entry = cache_dir / f"tokenizer-{config_hash('tokenizer', TOKENIZER_VERSION, corpus, t)}"
+    with building(entry) as tmp:  # one process trains; the others wait, then load it
+        if tmp is None:
+            log.info("tokenizer loaded from cache %s", entry)
+            return Tokenizer.load(entry / "tokenizer.json")
+        tokenizer = train()
+        tokenizer.save(tmp)
     return tokenizer
 
 

@@ -14,8 +14,11 @@ readers, and the batches are fixed by the seed and R.
 
 Passes. A reader's pass is its group's shards once (its epoch: readers pass independently, and a
 reader with longer shards passes less often): the first pass in the corpus's order, pass p > 0 in
-an order drawn from (seed, group, p). A pass reads the reader's shards again (from the hub: its
-own shards only, downloaded again; prepare a corpus read many times, ``data.streaming=false``).
+an order drawn from (seed, group, p). With the chunk store (``chunk_store.py``, ``data.store_chunks``,
+the default) a reader keeps each chunk it makes, and goes through a shard read through before from
+the store's record of it, without reading the source (downloading it, from the hub) or tokenising:
+a later pass, a requeue or a resume reads the stored rows; without it, each pass reads the
+reader's shards again (from the hub: downloaded again).
 
 Chunks. Chunk j of shard s is the shard's documents [j x CHUNK_DOCS, (j + 1) x CHUNK_DOCS) (after
 the held-out validation documents); its examples are ``chunks.chunk_examples`` with key (s, j), the
@@ -26,7 +29,8 @@ pass's order), ``source`` (the shard's ``IterableDataset.state_dict()`` at the c
 and offset, which ``load_state_dict`` seeks to in Arrow/parquet shards; None: the shard's start),
 ``chunk`` (j), ``count`` (the chunk's number in the group's pass: who tokenises it), ``used`` (its
 examples already in batches) and ``batches`` (the reader's batches so far). A resumed reader
-re-reads and re-tokenises that one chunk, nothing before it.
+reads that one chunk from the store, or re-reads and re-tokenises it, nothing before it. The
+positions, like the rows, are the same with and without the store.
 
 Batches. A reader's n-th batch is the next ``batch_size`` examples of its chunks (a batch may span
 two chunks); it is batch i = n x W + w of its rank (a DataLoader takes its workers' batches in
@@ -77,6 +81,7 @@ class Reader:
         self.group, self.member, self.members = r % groups, r // groups, readers // groups
         self.shards = list(range(self.group, examples.num_shards, groups))
         self.position = dict(position or FRESH)
+        self.store = examples.chunk_store()  # None: data.store_chunks=false (or data.cache=false)
 
     def order(self, p: int) -> list[int]:
         """The group's shards in the order pass ``p`` reads them."""
@@ -86,8 +91,8 @@ class Reader:
         return shards
 
     def chunks(self, passes: int | None = None) -> Iterator[tuple[dict, CompactExamples]]:
-        """(position at the chunk's start, its examples) of each chunk this reader tokenises, from
-        its position on, for ``passes`` passes (None: endlessly)."""
+        """(position at the chunk's start, its examples) of each chunk this reader tokenises (or
+        reads from the chunk store), from its position on, for ``passes`` passes (None: endlessly)."""
         at = self.position
         p, i, source, j, c = at["pass"], at["shard_pos"], at["source"], at["chunk"], at["count"]
         end = None if passes is None else p + passes
@@ -95,17 +100,11 @@ class Reader:
             whole, made = i == 0 and source is None, False
             order = self.order(p)
             for i in range(i, len(order)):
-                s = order[i]
-                docs = self.examples.shard(s)
-                if source is not None:
-                    docs.load_state_dict(source)
-                for batch in docs.iter(batch_size=CHUNK_DOCS):
-                    after = docs.state_dict()
-                    if c % self.members == self.member:
-                        examples = self.examples.chunk(batch["text"], (s, j))
+                for source, j, count, examples in self._shard_chunks(order[i], source, j, c):
+                    c = count + 1
+                    if examples is not None:
                         made = made or len(examples) > 0
-                        yield {"pass": p, "shard_pos": i, "source": source, "chunk": j, "count": c}, examples
-                    source, j, c = after, j + 1, c + 1
+                        yield {"pass": p, "shard_pos": i, "source": source, "chunk": j, "count": count}, examples
                 source, j = None, 0
             if whole and not made:
                 raise UserError(
@@ -114,6 +113,56 @@ class Reader:
                     "use fewer loader workers or ranks, more documents, or data.streaming=false"
                 )
             p, i, c = p + 1, 0, 0
+
+    def _shard_chunks(self, s: int, source, j: int, c: int) -> Iterator[tuple]:
+        """(the shard's state at the chunk's start, the chunk's j, its count, its examples when this
+        reader's, else None) of source shard ``s``'s chunks from chunk ``j`` (at state ``source``),
+        ``c`` the count of chunk j. A shard the chunk store has read through is gone through from its
+        record, never read (a chunk of this reader's not stored is read alone); another is read, each
+        chunk of this reader's taken from the store or made and stored, and recorded once read through."""
+        store = self.store
+        record = store.shard(s) if store is not None else None
+        if record is not None:
+            for j in range(j, record["chunks"]):
+                start = record["sources"][j]
+                mine = self._mine(c)
+                yield start, j, c, self._examples(s, j, lambda: self._read_one(s, start)) if mine else None
+                c += 1
+            return
+        docs = self.examples.shard(s)
+        if source is not None:
+            docs.load_state_dict(source)
+        whole, sources, n_docs = source is None, [source], 0
+        for batch in docs.iter(batch_size=CHUNK_DOCS):
+            after = docs.state_dict()
+            texts = batch["text"]
+            yield source, j, c, self._examples(s, j, lambda: texts) if self._mine(c) else None
+            sources.append(after)
+            n_docs += len(texts)
+            source, j, c = after, j + 1, c + 1
+        if store is not None and whole:
+            store.put_shard(s, sources[:-1], n_docs)
+
+    def _mine(self, c: int) -> bool:
+        """Whether chunk number ``c`` of the group's pass is this reader's to tokenise."""
+        return c % self.members == self.member
+
+    def _examples(self, s: int, j: int, texts) -> CompactExamples:
+        """Chunk (s, j)'s examples: from the chunk store, else made from its documents ``texts()`` (and stored)."""
+        stored = self.store.chunk(s, j) if self.store is not None else None
+        if stored is not None:
+            return stored
+        examples = self.examples.chunk(texts(), (s, j))
+        if self.store is not None:
+            self.store.put_chunk(s, j, examples)
+        return examples
+
+    def _read_one(self, s: int, start) -> list[str]:
+        """The documents of the chunk of shard ``s`` that starts at state ``start``."""
+        docs = self.examples.shard(s)
+        if start is not None:
+            docs.load_state_dict(start)
+        return next(iter(docs.iter(batch_size=CHUNK_DOCS)))["text"]
 
     def batches(self, batch_size: int) -> Iterator[tuple[CompactExamples, dict]]:
         """(the next batch's examples, this reader's position after it), endlessly."""
@@ -223,15 +272,18 @@ def gather_positions(positions: dict) -> dict:
 
 def check_shares(examples, layout: Layout, rank: int) -> None:
     """Each reader of this rank must tokenise at least one chunk in a pass: its group's shards must
-    hold more than (its member number) x CHUNK_DOCS documents (read here, not tokenised; only when
-    readers share shards). One-line UserError otherwise."""
+    hold more than (its member number) x CHUNK_DOCS documents (read here, not tokenised, or counted
+    from the chunk store's shard records; only when readers share shards). One-line UserError otherwise."""
     for w in range(layout.workers):
         reader = Reader(examples, rank * layout.workers + w, layout.readers)
         if reader.member == 0:
             continue
         need, seen = reader.member * CHUNK_DOCS + 1, 0
         for s in reader.shards:
-            for batch in examples.shard(s).iter(batch_size=CHUNK_DOCS):
+            record = reader.store.shard(s) if reader.store is not None else None
+            if record is not None:  # read through before: counted, not read
+                seen += record["docs"]
+            for batch in examples.shard(s).iter(batch_size=CHUNK_DOCS) if record is None else ():
                 seen += len(batch["text"])
                 if seen >= need:
                     break
