@@ -95,9 +95,9 @@ def _results(outputs: Path) -> dict:
 @pytest.mark.slow
 def test_two_fine_tunes_in_one_worker_give_what_each_gives_in_a_process_of_its_own(tmp_path, pretrained):
     """A GLUE fine-tune (two threads, length-grouped batches) and then a SQuAD one run by one sweep
-    worker process, as a CPU sweep's worker runs them (launchers._pool_job, -v), give the dev scores,
+    worker process, as a CPU sweep's worker runs them (launchers.pool_job, -v), give the dev scores,
     predictions and weights (bitwise) that each gives as a command of its own."""
-    from convexp.sweep.launchers import _pool_job, pool_executor
+    from convexp.sweep.launchers import pool_job, pool_executor
 
     nodes = {
         "glue": ["task=mrpc", "scale=smoke", "glue.synthetic_size=160", "epochs=1", "batch_size=16",
@@ -111,7 +111,7 @@ def test_two_fine_tunes_in_one_worker_give_what_each_gives_in_a_process_of_its_o
         for name, overrides in nodes.items():
             args = ("finetune", [*overrides, f"init={pretrained}", f"outputs={worker}"], str(tmp_path / f"{name}.log"),
                     1, {"verbose": 1, "quiet": False})  # fmt: skip
-            errors.append(pool.submit(_pool_job, *args).result())
+            errors.append(pool.submit(pool_job, *args).result())
             pids.append(pool.submit(os.getpid).result())
     assert errors == [None, None], [(tmp_path / f"{n}.log").read_text()[-2000:] for n in nodes]
     assert pids[0] == pids[1]  # one process ran both

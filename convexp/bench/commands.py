@@ -172,8 +172,9 @@ def bench_sweep(
     skip_hf: bool = typer.Option(False, help="Skip the Trainer's jobs."),
 ) -> None:
     """Time a small sweep's fine-tunes (SST-2, one checkpoint) three ways: convexp one at a time,
-    convexp packed --per-gpu at once, and the transformers Trainer one at a time: wall time,
-    GPU-seconds (CPU: core-seconds) per fine-tune, fine-tunes per GPU-hour, median dev accuracy."""
+    convexp packed --per-gpu at once, and the transformers Trainer one at a time; on a CPU also as a
+    sweep runs them (--per-gpu worker processes, job after job): wall time, GPU-seconds (CPU:
+    core-seconds) per fine-tune, fine-tunes per GPU-hour, median dev accuracy, a job's fixed cost."""
     from .finetune import SHAPES
     from .sweep import bench_sweep
 

@@ -183,10 +183,6 @@ def job_commands(model_dir: Path, data_dir: Path, epochs: int, batch_size: int, 
     return cmds
 
 
-def convexp_accuracy(outputs: Path) -> float | None:
-    return convexp_result(outputs, "dev_accuracy", _accuracy)["dev_accuracy"]
-
-
 def _accuracy(metrics: dict) -> float:
     return metrics["dev"]["validation"]["accuracy"]
 

@@ -166,7 +166,7 @@ def run_one(plan: Plan, key: str | None, wait_s: float, poll_s: float = 10.0) ->
 # ----------------------------------------------------------------------------- worker processes
 
 
-def _pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: dict | None,
+def pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: dict | None,
               cuda_devices: str | None = None) -> str | None:  # fmt: skip
     """In a worker process: run one node with its output in ``log``, as verbose as the command
     line chose (``chosen``: logs.verbosity()), on the GPUs ``cuda_devices`` names (its
@@ -265,7 +265,7 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int, pool: GpuPool | None = No
                     print(f"  on {'GPU ' + ','.join(map(str, ids)) if ids else 'the CPU'}", flush=True)
                 log = _log_path(plan, node)
                 devices = cuda_devices(ids) if pool.ids else None
-                future = pool_.submit(_pool_job, node.stage, node.overrides, str(log), threads, verbosity(), devices)
+                future = pool_.submit(pool_job, node.stage, node.overrides, str(log), threads, verbosity(), devices)
                 running[future] = (node, time.time(), log, ids, node.key in alone)
                 ledger.record(node.key, Outcome("running", log=str(log), gpus=ids if pool.ids else None))
             if not running:
