@@ -15,6 +15,9 @@ import logging
 LIGHTNING = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric")
 
 
+_INSTALLED: list[logging.Handler] = []  # the handler show_logs installed last
+
+
 def show_logs(verbose: int = 0, quiet: bool = False) -> logging.Handler:
     """Install the rich handler on the root logger: INFO with ``verbose`` 1, DEBUG with 2 or more,
     WARNING with ``quiet``; returns it."""
@@ -25,6 +28,9 @@ def show_logs(verbose: int = 0, quiet: bool = False) -> logging.Handler:
     handler = RichHandler(console=Console(stderr=True), show_path=verbose > 1, rich_tracebacks=False)
     handler.setLevel(level)
     root = logging.getLogger()
+    for old in _INSTALLED:  # called again in one process (a sweep's next node): one handler still
+        root.removeHandler(old)
+    _INSTALLED[:] = [handler]
     root.addHandler(handler)
     root.setLevel(min(root.level or logging.WARNING, level))
     logging.getLogger("convexp").setLevel(level)

@@ -121,17 +121,52 @@ def test_the_bench_samples_the_rate_between_its_repeats(tmp_path):
 
     from rich.console import Console
 
-    from convexp.bench.finetune import run_repeats
+    from convexp.bench.jobs import run_repeats
 
     said: list[str] = []
 
     def commands(seed):
         said.append(f"run {seed}")
-        return {"convexp": [sys.executable, "-c", "pass"]}
+        return {"convexp": [sys.executable, "-c", "pass"], "trainer-grouped": [sys.executable, "-c", "pass"]}
 
     runs = run_repeats(commands, [1, 2, 3], tmp_path, Console(file=io.StringIO()), "m", "m",
-                       lambda *_: 1.0, between=lambda: said.append("sample"))  # fmt: skip
-    assert said == ["run 1", "sample", "run 2", "sample", "run 3"] and len(runs) == 3
+                       lambda *_: {"m": 1.0}, between=lambda: said.append("sample"))  # fmt: skip
+    assert said == ["run 1", "sample", "run 2", "sample", "run 3"] and len(runs) == 6
+    assert [(r["tool"], r["setting"]) for r in runs[:2]] == [("convexp", "default"), ("trainer", "grouped")]
+    assert all(r["started"] < r["ended"] for r in runs)
+
+
+def _run(tool, setting, repeat, wall, train_s, steps=10, first=2.0, last_gap=1.0, **more):
+    """A run of jobs.run_repeats: started at 100 + 1000 repeat, its first step ``first`` s later."""
+    start = 100.0 + 1000 * repeat
+    return {"tool": tool, "setting": setting, "repeat": repeat, "seed": 42 + repeat, "wall_s": wall, "cpu_s": wall,
+            "peak_rss_mib": 500.0, "started": start, "ended": start + wall, "train_s": train_s, "steps": steps,
+            "first_step": start + first, "last_step": start + wall - last_gap, "m": 90.0, **more}  # fmt: skip
+
+
+def test_the_summary_sets_the_stage_beside_its_bare_step_and_its_fixed_cost():
+    """Per setting: convexp's ratios to the contenders, and each tool's steps against its job: the
+    stage's steps/s over the bare step's on the same repeat, the seconds before the first step and
+    after the last (the bare step is not a contender)."""
+    from convexp.bench.jobs import summarize
+
+    runs = [
+        _run("convexp", "default", 0, 30.0, 20.0, first=6.0, last_gap=2.0),
+        {"tool": "bare", "setting": "default", "repeat": 0, "seed": 42, "wall_s": 25.0, "cpu_s": 25.0,
+         "peak_rss_mib": 400.0, "started": 0.0, "ended": 25.0, "train_s": 19.0, "steps": 10},
+        _run("plain", "default", 0, 40.0, 30.0, first=4.0, last_gap=3.0),
+        _run("convexp", "grouped", 0, 20.0, 12.0),
+        _run("trainer", "grouped", 0, 25.0, 16.0),
+    ]  # fmt: skip
+    s = summarize(runs, 320, metric="m")
+    assert set(s) == {"default", "grouped"} and "bare" not in s["default"]
+    assert set(s["default"]["ratio"]) == {"plain"} and set(s["grouped"]["ratio"]) == {"trainer"}
+    assert s["default"]["ratio"]["plain"]["wall_s"] == pytest.approx(30 / 40)
+    loop = s["default"]["loop"]["convexp"]
+    assert loop["vs_bare"] == pytest.approx((10 / 20) / (10 / 19)) and loop["bare_steps_per_s"] == pytest.approx(10 / 19)
+    assert loop["to_first_step_s"] == pytest.approx(6.0) and loop["after_last_step_s"] == pytest.approx(2.0)
+    assert "vs_bare" not in s["default"]["loop"]["plain"] and "vs_bare" not in s["grouped"]["loop"]["convexp"]
+    assert s["default"]["loop"]["plain"]["to_first_step_s"] == pytest.approx(4.0)
 
 
 @pytest.mark.slow
@@ -147,31 +182,42 @@ def test_tiny_job_writes_the_record_of_every_tool(tmp_path):
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
-    tools = ["convexp", "plain", "trainer"] if transformers_available() else ["convexp"]
-    runs = [(r["tool"], r["repeat"], r["seed"]) for r in rec["runs"]]
-    assert runs == [(t, i, 42 + i) for i in range(2) for t in tools]
-    assert rec["job"]["seeds"] == [42, 43] and "seeds=[42]" in rec["job"]["convexp_command"]
+    hf = ["plain", "trainer"] if transformers_available() else []
+    jobs = [("convexp", "default"), ("bare", "default"), *((t, "default") for t in hf),
+            ("convexp", "grouped"), ("bare", "grouped"), *(("trainer", "grouped") for t in hf[1:])]  # fmt: skip
+    runs = [(r["tool"], r["setting"], r["repeat"], r["seed"]) for r in rec["runs"]]
+    assert runs == [(t, s, i, 42 + i) for i in range(2) for t, s in jobs]
+    assert rec["job"]["seeds"] == [42, 43] and rec["job"]["settings"] == ["default", "grouped"]
+    commands = rec["job"]["commands"]
+    assert commands["convexp"][:4] == ["convexp", "finetune", "glue", "task=sst2"]  # runnable as written
+    assert "seeds=[42]" in commands["convexp"] and "group_by_length=true" not in commands["convexp"]  # scale=paper's
+    assert "group_by_length=true" in commands["convexp-grouped"] and "group_by_length=true" in commands["bare-grouped"]
     for r in rec["runs"]:
         assert r["returncode"] == 0 and r["wall_s"] > 0 and r["cpu_s"] > 0 and r["peak_rss_mib"] > 50
-        assert 0 <= r["dev_accuracy"] <= 100
+        assert r["steps"] == 3 and r["train_s"] > 0  # 96 rows in batches of 32, one epoch
+        if r["tool"] != "bare":
+            assert 0 <= r["dev_accuracy"] <= 100 and r["started"] < r["first_step"] < r["last_step"] < r["ended"]
     assert rec["job"]["train_rows"] == 96 and rec["job"]["dev_rows"] == 40 and rec["job"]["max_len"] == 32
-    assert rec["job"]["convexp_command"][:4] == ["convexp", "finetune", "glue", "task=sst2"]  # runnable as written
-    s = rec["summary"]
-    assert s["convexp"]["examples_per_s"] == pytest.approx(96 / s["convexp"]["wall_s"])
-    for other in tools[1:]:
-        r = s["ratio"][other]
-        assert r["wall_s"] == pytest.approx(s["convexp"]["wall_s"] / s[other]["wall_s"])
-        assert len(r["wall_s_per_pair"]) == 2
-        assert r["dev_accuracy_within_1_point"] == (abs(r["dev_accuracy_difference"]) <= 1)
-        assert rec["job"][f"{other}_command"][0] == "python"
+    for setting in ("default", "grouped"):
+        s = rec["summary"][setting]
+        assert s["convexp"]["examples_per_s"] == pytest.approx(96 / s["convexp"]["wall_s"])
+        loop = s["loop"]["convexp"]
+        assert loop["vs_bare"] > 0 and len(loop["vs_bare_per_repeat"]) == 2 and loop["to_first_step_s"] > 0
+        for other in [t for t in hf if setting == "default" or t == "trainer"]:
+            r = s["ratio"][other]
+            assert r["wall_s"] == pytest.approx(s["convexp"]["wall_s"] / s[other]["wall_s"])
+            assert len(r["wall_s_per_pair"]) == 2
+            assert r["dev_accuracy_within_1_point"] == (abs(r["dev_accuracy_difference"]) <= 1)
+            assert s["loop"][other]["after_last_step_s"] > 0
+        floor = rec["floor"][setting]  # the job's matrix products alone, at this machine's GEMM rate
+        assert floor["train_tokens"] <= floor["train_padded_tokens"] and floor["gemm_gflop_per_s"] > 0
+        assert len(floor["gemm_gflop_per_s_samples"]) == 3  # before, between and after the two repeats
+        assert 0 < floor["seconds"]["cls_only"] < floor["seconds"]["full"] < s["convexp"]["wall_s"]
+    # random batches pad more than length-grouped ones
+    assert rec["floor"]["default"]["train_padded_tokens"] > rec["floor"]["grouped"]["train_padded_tokens"]
     assert rec["job"]["device"] == "cpu" and rec["job"]["precision"] == "fp32"
-    floor = rec["floor"]  # the job's matrix products alone, at this machine's GEMM rate
-    assert floor["train_tokens"] <= floor["train_padded_tokens"] and floor["gemm_gflop_per_s"] > 0
-    assert len(floor["gemm_gflop_per_s_samples"]) == 3  # before, between and after the two repeats
-    assert floor["gemm_gflop_per_s"] == max(floor["gemm_gflop_per_s_samples"])
-    assert 0 < floor["seconds"]["cls_only"] < floor["seconds"]["full"] < s["convexp"]["wall_s"]
-    assert "Matrix products alone" in res.output
-    assert "wall time" in res.output and "peak RSS" in res.output and "vs Trainer" in res.output
+    assert "Matrix products alone" in res.output and "stage / bare" in res.output
+    assert "wall time" in res.output and "peak RSS" in res.output and "vs plain loop" in res.output
     # convexp's run kept its results and dropped its resume checkpoints
     run = next((tmp_path / "work" / "convexp-0" / "runs" / "finetune").iterdir())
     assert (run / "metrics.json").exists() and (run / "predictions" / "validation.tsv").exists()

@@ -32,12 +32,12 @@ def test_the_temporary_folder_goes_at_the_end_and_on_an_interrupt(tmp_path):
 
 
 def test_sigterm_removes_the_folder_and_stops_the_timed_child(tmp_path):
-    """As `timeout` ends `convexp bench squad`: SIGTERM while finetune.timed waits for a child."""
+    """As `timeout` ends `convexp bench squad`: SIGTERM while jobs.timed waits for a child."""
     pid_file = tmp_path / "child.pid"
     child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
     bench = textwrap.dedent(f"""
         import os, sys
-        from convexp.bench.finetune import timed
+        from convexp.bench.jobs import timed
         from convexp.bench.scratch import work_folder
 
         with work_folder(None, "convexp-test-") as work:

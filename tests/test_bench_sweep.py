@@ -4,6 +4,7 @@ sweep's JSON record (slow)."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 from typer.testing import CliRunner
@@ -52,6 +53,8 @@ def test_summary_counts_device_seconds_per_job_and_packed_ratios():
     assert cpu["packed"]["device_s_per_job"] == 80.0 and cpu["packed"]["jobs_per_device_hour"] == 45.0
     assert cpu["ratio"] == s["ratio"]  # the device count cancels in the ratios
     assert summarize_sweep({"sequential": 10.0, "packed": 5.0}, {}, 1, 1)["ratio"] == {"packed/sequential": 2.0}
+    fixed = summarize_sweep(walls, acc, 4, 1, {"packed": [20.0, None, 4.0, 6.0]})  # a job's wall less its steps
+    assert fixed["packed"]["fixed_s_per_job"] == 6.0 and fixed["sequential"]["fixed_s_per_job"] is None
 
 
 def test_table_names_the_device_and_fits_80_columns():
@@ -90,37 +93,45 @@ def test_pool_runs_at_most_k_at_once_and_times_from_first_start_to_last_end(tmp_
 
 
 @pytest.mark.slow
-def test_tiny_sweep_records_the_three_ways(tmp_path):
+def test_tiny_sweep_records_every_way(tmp_path):
     from convexp.bench.step import transformers_available
 
     out = tmp_path / "record.json"
     res = runner.invoke(
         app,
-        ["bench", "sweep", "--shape", "tiny", "--rows", "64", "--jobs", "2", "--per-gpu", "2", "--device", "cpu",
+        ["bench", "sweep", "--shape", "tiny", "--rows", "64", "--jobs", "3", "--per-gpu", "2", "--device", "cpu",
          "--out", str(out), "--workdir", str(tmp_path / "work")],
         terminal_width=200,
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
-    ways = ["sequential", "packed", "trainer"] if transformers_available() else ["sequential", "packed"]
+    ways = ["sequential", "packed", "workers", *(["trainer"] if transformers_available() else [])]
     assert list(rec["ways"]) == ways and rec["device"] == "cpu" and rec["device_unit"] == "core"
-    assert rec["jobs"] == 2 and rec["per_device"] == 2 and rec["job"]["train_rows"] == 64
+    assert rec["jobs"] == 3 and rec["per_device"] == 2 and rec["job"]["train_rows"] == 64
     for way in ways:
         w = rec["ways"][way]
-        assert [r["seed"] for r in w["runs"]] == [42, 43]
+        assert [r["seed"] for r in w["runs"]] == [42, 43, 44]
         assert all(r["returncode"] == 0 and 0 <= r["dev_accuracy"] <= 100 for r in w["runs"])
+        assert all(0 < r["train_s"] < r["wall_s"] and r["fixed_s"] == pytest.approx(r["wall_s"] - r["train_s"])
+                   for r in w["runs"])  # fmt: skip
         s = rec["summary"][way]
         assert s["wall_s"] == w["wall_s"] >= max(r["wall_s"] for r in w["runs"])
-        assert s["device_s_per_job"] == pytest.approx(w["wall_s"] * rec["devices"] / 2)
+        assert s["device_s_per_job"] == pytest.approx(w["wall_s"] * rec["devices"] / 3)
         assert s["jobs_per_device_hour"] == pytest.approx(3600 / s["device_s_per_job"])
+        assert s["fixed_s_per_job"] == pytest.approx(sorted(r["fixed_s"] for r in w["runs"])[1])
     assert rec["ways"]["packed"]["at_once"] == 2 and rec["ways"]["sequential"]["at_once"] == 1
     threads = rec["threads_per_packed_job"]
     assert f"trainer.threads={threads}" in rec["ways"]["packed"]["command"]
     assert rec["ways"]["packed"]["environment"] == {"OMP_NUM_THREADS": str(threads)}
     assert rec["ways"]["sequential"]["command"][:4] == ["convexp", "finetune", "glue", "task=sst2"]
-    for i in range(2):  # each convexp job kept its own run in its own outputs folder
-        for way in ("sequential", "packed"):
+    # the sweep's way: 3 jobs in 2 worker processes, so one ran two; the later jobs' fixed cost apart
+    runs = rec["ways"]["workers"]["runs"]
+    assert len({r["pid"] for r in runs}) <= 2 and sum(r["first_in_process"] for r in runs) == len({r["pid"] for r in runs})
+    later = [r["fixed_s"] for r in runs if not r["first_in_process"]]
+    assert later and rec["ways"]["workers"]["fixed_s_after_first"] == pytest.approx(statistics.median(later))
+    for i in range(3):  # each convexp job kept its own run in its own outputs folder
+        for way in ("sequential", "packed", "workers"):
             assert len(list((tmp_path / "work" / f"{way}-{i}" / "runs" / "finetune").iterdir())) == 1
     assert set(rec["summary"]["ratio"]) == {f"packed/{w}" for w in ways if w != "packed"}
     assert "fine-tunes of one checkpoint" in res.output and "core-s/job" in res.output
-    assert "[packed 2/2]" in res.output
+    assert "[packed 3/3]" in res.output and "[workers 3/3]" in res.output and "sweep ×2:" in res.output

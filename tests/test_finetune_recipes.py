@@ -188,7 +188,7 @@ TRAINER_READS = {
     "accelerator": ("train/task_module.py", "accelerator=cfg.trainer.accelerator"),
     "precision": ("train/task_module.py", "precision=cfg.trainer.precision"),
     "log_every_n_steps": ("train/task_module.py", "log_every_n_steps=cfg.trainer.log_every_n_steps"),
-    "num_workers": ("tasks/classification/stage.py", "cfg.trainer.num_workers"),
+    "num_workers": ("train/accel.py", "setting = trainer_cfg.num_workers"),  # loader_workers(cfg.trainer)
     "fused_adamw": ("tasks/classification/stage.py", "cfg.trainer.fused_adamw"),
     "nonfinite_patience": ("train/task_module.py", "Health(cfg.trainer.nonfinite_patience"),
     "requeue_signal": ("train/task_module.py", "cfg.trainer.requeue_signal"),

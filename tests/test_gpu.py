@@ -3,11 +3,12 @@
 
 Every stage in bf16 on the GPU (pre-training MLM and ELECTRA, GLUE, SQuAD, fine-pruning), the
 options that only act there (fused AdamW, pinned batches, the SDPA kernels, compiled steps, DDP),
-a killed GPU run resuming, a diverged one caught, the lightweight convolution's GPU form, and a
-pre-training step that never waits for the device between logging steps."""
+a killed GPU run resuming, a diverged one caught, the lightweight convolution's GPU form, and
+pre-training and fine-tuning steps that never wait for the device between logging steps."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import warnings
@@ -232,15 +233,28 @@ def test_the_pretraining_step_never_waits_for_the_device(objective, padded):
     assert torch.isfinite(out.loss).item()
 
 
-def test_the_pretraining_stage_reads_the_device_only_at_logging_steps(tmp_path, monkeypatch):
-    """The whole Lightning loop: between logging steps no synchronising CUDA call is made."""
-    monkeypatch.setenv("WANDB_MODE", "disabled")  # in-process: no W&B service left in this worker
+@contextlib.contextmanager
+def _watching(seen: dict[int, int]):
+    """Inside: every Lightning Trainer made gets :func:`_sync_watch`'s callback."""
     import pytorch_lightning as pl
 
-    from convexp.config.compose import compose_stage
-    from convexp.tasks.pretraining import stage as pretrain
+    original = pl.Trainer.__init__
 
-    seen: dict[int, int] = {}
+    def with_watch(self, *args, **kwargs):
+        kwargs["callbacks"] = [*kwargs.get("callbacks", []), _sync_watch(seen)]
+        original(self, *args, **kwargs)
+
+    pl.Trainer.__init__ = with_watch
+    try:
+        yield
+    finally:
+        pl.Trainer.__init__ = original
+
+
+def _sync_watch(seen: dict[int, int]):
+    """A Lightning callback counting, per training step, the CUDA calls that synchronise with the
+    host (sync debug mode "warn")."""
+    import pytorch_lightning as pl
 
     class Watch(pl.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -254,20 +268,48 @@ def test_the_pretraining_stage_reads_the_device_only_at_logging_steps(tmp_path, 
             self._w.__exit__(None, None, None)
             seen[trainer.global_step] = sum("synchroniz" in str(w.message) for w in self._caught)
 
+    return Watch()
+
+
+@pytest.mark.parametrize("kind", ["glue", "squad"])
+def test_the_finetuning_stage_reads_the_device_only_at_logging_steps(tmp_path, monkeypatch, pretrained, kind):
+    """A fine-tuning step on the GPU queues without waiting for the device: whether a batch is
+    padded, its seed and position come from the host (the collate), the loss is logged and the
+    divergence check read every log_every_n_steps."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # in-process: no W&B service left in this worker
+    from convexp.config.compose import compose_stage
+
+    seen: dict[int, int] = {}
+    common = [f"init={pretrained}", "scale=smoke", *GPU, "epochs=1", "batch_size=8", "seeds=[42]",
+              "trainer.log_every_n_steps=5", f"outputs={tmp_path}"]  # fmt: skip
+    with _watching(seen):
+        if kind == "glue":
+            from convexp.tasks.classification.stage import run_classification
+            from convexp.tasks.finetune_runs import compose_finetune
+
+            run_classification(*compose_finetune(["task=sst2", "glue.synthetic_size=96", "task.max_len=48", *common]),
+                               summary=False)  # fmt: skip
+        else:
+            from convexp.tasks.squad.stage import run_squad
+
+            run_squad(compose_stage("finetune", ["task=squad1", "squad.synthetic_size=96", "squad.max_len=96", *common]))
+    # read by design: the logging steps (5, 10), the first steps (allocation) and the last (the final check)
+    quiet = {step: n for step, n in seen.items() if step % 5 not in (0, 1) and 2 < step < max(seen)}
+    assert quiet and not any(quiet.values()), seen
+
+
+def test_the_pretraining_stage_reads_the_device_only_at_logging_steps(tmp_path, monkeypatch):
+    """The whole Lightning loop: between logging steps no synchronising CUDA call is made."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # in-process: no W&B service left in this worker
+    from convexp.config.compose import compose_stage
+    from convexp.tasks.pretraining import stage as pretrain
+
+    seen: dict[int, int] = {}
     cfg = compose_stage("pretrain", [*TINY, *GPU, "objective=electra", "model=convbert_small", "trainer.max_steps=12",
                                      "trainer.log_every_n_steps=5", "trainer.val_every_n_steps=100",
                                      f"outputs={tmp_path}"])  # fmt: skip
-    original = pl.Trainer.__init__
-
-    def with_watch(self, *args, **kwargs):
-        kwargs["callbacks"] = [*kwargs.get("callbacks", []), Watch()]
-        original(self, *args, **kwargs)
-
-    pl.Trainer.__init__ = with_watch
-    try:
+    with _watching(seen):
         pretrain.run_pretrain(cfg)
-    finally:
-        pl.Trainer.__init__ = original
     # read by design: the logging steps (5, 10), the first steps (allocation) and the last (the final check)
     quiet = {step: n for step, n in seen.items() if step % 5 not in (0, 1) and 2 < step < 12}
     assert quiet and not any(quiet.values()), seen

@@ -77,8 +77,8 @@ def test_a_sweeps_worker_process_is_as_verbose_as_the_command_line(tmp_path, mon
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "2"))
     monkeypatch.setattr(logs, "_CHOSEN", {})
     monkeypatch.setitem(noise._STATE, "quiet", False)
-    assert launchers._pool_job("pretrain", [], str(tmp_path / "node.log"), 1, {"verbose": 0, "quiet": True}) is None
+    assert launchers.pool_job("pretrain", [], str(tmp_path / "node.log"), 1, {"verbose": 0, "quiet": True}) is None
     assert seen == {"chosen": {"verbose": 0, "quiet": True}, "third_parties_quiet": True, "lightning": logging.WARNING}
     monkeypatch.setattr(logs, "_CHOSEN", {})
-    launchers._pool_job("pretrain", [], str(tmp_path / "node.log"), 1, {"verbose": 1, "quiet": False})
+    launchers.pool_job("pretrain", [], str(tmp_path / "node.log"), 1, {"verbose": 1, "quiet": False})
     assert seen["chosen"] == {"verbose": 1, "quiet": False} and not seen["third_parties_quiet"]  # -v: all of it

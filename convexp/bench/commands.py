@@ -29,6 +29,10 @@ DEVICE = typer.Option("auto", help="cpu | cuda | auto (cuda where a GPU is visib
 COMPILE = typer.Option("", help="CUDA: also time the step compiled whole, comma-separated modes: step, graphs.")
 BENCH_OUT = typer.Option(None, "--out", help="CUDA: also write the table as JSON here.")
 MODELS = typer.Option("convbert_small,electra_small,convbert_base", help="CUDA: the models of the step table.")
+GROUPING = typer.Option(
+    "both", help="Batches: default (random, as at scale=paper), grouped (by length: group_by_length=true and the "
+    "Trainer's flag) or both."
+)
 
 
 def _bench_step(steps: int, batch_size: int | None, seq_len: int, lengths: str, skip_hf: bool, device: str,
@@ -126,11 +130,14 @@ def bench_finetune(
     ),
     skip_hf: bool = typer.Option(False, help="Skip the Hugging Face contenders (plain loop and Trainer)."),
     device: str = typer.Option("auto", help="cpu (fp32) | cuda (bf16 autocast) | auto (cuda where a GPU is visible)."),
+    grouping: str = GROUPING,
 ) -> None:
     """Time a whole SST-2 fine-tuning job through convexp, a plain transformers loop and the
-    transformers Trainer (length-grouped, fused AdamW): wall time, CPU time, examples/s, peak RSS,
-    dev accuracy, and convexp's ratios to each."""
+    transformers Trainer (fused AdamW), with random and with length-grouped batches: wall time, CPU
+    time, examples/s, peak RSS, dev accuracy, convexp's ratios to each, and every job's steps against
+    its fixed cost (convexp's against its bare step on the same batches)."""
     from .finetune import SHAPES, bench_finetune
+    from .jobs import settings_of
 
     for flag, value in (
         ("--rows", rows), ("--dev-rows", dev_rows), ("--repeats", repeats), ("--epochs", epochs),
@@ -142,9 +149,10 @@ def bench_finetune(
         _refuse(f"--max-len must be at least 3 ([CLS] a token [SEP]), got {max_len}")
     if model not in SHAPES:
         _refuse(f"--model {model!r}: use one of {', '.join(SHAPES)}")
+    settings_of(grouping)
     bench_finetune(
         rows, dev_rows, repeats, epochs, batch_size, max_len, model, init, data, out, workdir, hf=not skip_hf,
-        device=device,
+        device=device, grouping=grouping,
     )  # fmt: skip
 
 
@@ -164,8 +172,9 @@ def bench_sweep(
     skip_hf: bool = typer.Option(False, help="Skip the Trainer's jobs."),
 ) -> None:
     """Time a small sweep's fine-tunes (SST-2, one checkpoint) three ways: convexp one at a time,
-    convexp packed --per-gpu at once, and the transformers Trainer one at a time: wall time,
-    GPU-seconds (CPU: core-seconds) per fine-tune, fine-tunes per GPU-hour, median dev accuracy."""
+    convexp packed --per-gpu at once, and the transformers Trainer one at a time; on a CPU also as a
+    sweep runs them (--per-gpu worker processes, job after job): wall time, GPU-seconds (CPU:
+    core-seconds) per fine-tune, fine-tunes per GPU-hour, median dev accuracy, a job's fixed cost."""
     from .finetune import SHAPES
     from .sweep import bench_sweep
 
@@ -200,11 +209,14 @@ def bench_squad(
     workdir: Optional[str] = typer.Option(None, help="Where the runs and inputs go, kept (default: a temporary folder, removed at the end or on SIGTERM)."),
     skip_hf: bool = typer.Option(False, help="Skip the Hugging Face contenders (plain loop and Trainer)."),
     device: str = typer.Option("auto", help="cpu (fp32) | cuda (bf16 autocast) | auto (cuda where a GPU is visible)."),
+    grouping: str = GROUPING,
 ) -> None:
     """Time a whole SQuAD v1.1 fine-tune (windows, training, n-best decoding, official F1) through
-    convexp, a plain transformers QA loop and the transformers Trainer: wall time, CPU time,
-    training windows/s, peak RSS, dev F1, and convexp's ratios to each."""
+    convexp, a plain transformers QA loop and the transformers Trainer, with random and with
+    length-grouped batches: wall time, CPU time, training windows/s, peak RSS, dev F1, convexp's
+    ratios to each, and every job's steps against its fixed cost (convexp's against its bare step)."""
     from .finetune import SHAPES
+    from .jobs import settings_of
     from .squad import bench_squad
 
     for flag, value in (("--questions", questions), ("--repeats", repeats), ("--epochs", epochs),
@@ -213,8 +225,9 @@ def bench_squad(
             _refuse(f"{flag} must be a positive integer, got {value}")
     if model not in SHAPES:
         _refuse(f"--model {model!r}: use one of {', '.join(SHAPES)}")
+    settings_of(grouping)
     bench_squad(questions, dev_questions, repeats, epochs, batch_size, max_len, stride, model, init, data, out,
-                workdir, hf=not skip_hf, device=device)  # fmt: skip
+                workdir, hf=not skip_hf, device=device, grouping=grouping)  # fmt: skip
 
 
 @bench_app.command(

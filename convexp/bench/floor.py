@@ -107,16 +107,19 @@ class BestRate:
 
 
 def job_floor(train: torch.Tensor, dev: torch.Tensor, batch_size: int, epochs: int, shape: dict, seed: int,
-              threads: int, measure: Callable[[int, dict], float] = gemm_rate, cls_only: bool = True) -> dict:  # fmt: skip
+              threads: int, measure: Callable[[int, dict], float] = gemm_rate, cls_only: bool = True,
+              grouped: bool = True) -> dict:  # fmt: skip
     """The FLOPs of a fine-tuning job whose rows have ``train`` and ``dev`` token counts (padded
-    lengths before grouping): training batches grouped as convexp's stream groups them for
-    ``seed`` (each epoch on its own), dev batches as convexp evaluates on a CPU; ``rate``, a
-    :class:`BestRate` at the job's mean padded batch and ``threads``, not sampled yet.
-    ``cls_only=False``: the full encoder only (a span head reads every position: SQuAD)."""
+    lengths before grouping): training batches as convexp's stream draws them for ``seed`` (each
+    epoch on its own; length-grouped, or at random with ``grouped=False``), dev batches as convexp
+    evaluates on a CPU; ``rate``, a :class:`BestRate` at the job's mean padded batch and
+    ``threads``, not sampled yet. ``cls_only=False``: the full encoder only (a span head reads every
+    position: SQuAD)."""
     batches = []
     for epoch in range(epochs):
         g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        batches += [(len(b), int(train[b].max())) for b in torch.split(grouped_permutation(train, batch_size, g), batch_size)]
+        order = grouped_permutation(train, batch_size, g) if grouped else torch.randperm(len(train), generator=g)
+        batches += [(len(b), int(train[b].max())) for b in torch.split(order, batch_size)]
     dev_batches = [(len(b), int(dev[b].max())) for b in sorted_batches(dev, EVAL_TOKENS["cpu"])]
     padded = sum(B * L for B, L in batches)
     return {

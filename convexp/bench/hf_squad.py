@@ -1,16 +1,18 @@
 """The Hugging Face contenders of ``convexp bench squad``: SQuAD v1.1 fine-tuning as a researcher
 writes it with ``transformers`` (no convexp import; run as a script in its own process).
 
-    python hf_squad.py MODE MODEL_DIR SQUAD_DIR EPOCHS BATCH MAX_LEN STRIDE LR SEED DEVICE
+    python hf_squad.py MODE MODEL_DIR SQUAD_DIR EPOCHS BATCH MAX_LEN STRIDE LR SEED DEVICE [GROUPING]
 
-MODE ``plain``: a training loop by hand; ``trainer``: the Trainer with its speed flags
-(``train_sampling_strategy="group_by_length"``, ``optim="adamw_torch_fused"``). Both: run_qa.py's
+MODE ``plain``: a training loop by hand (random batches); ``trainer``: the Trainer with its fused
+AdamW (``optim="adamw_torch_fused"``) and, for GROUPING ``grouped`` (default ``random``: random
+batches), ``train_sampling_strategy="group_by_length"``. Both: run_qa.py's
 windows (the question, then as much of the context as fits; consecutive windows share STRIDE
 tokens; an answer not wholly inside a window points at [CLS]), ``AutoModelForQuestionAnswering``,
 AdamW (eps 1e-8, no weight decay) with a linear decay and no warm-up, clipping at 1, batches
 padded to their longest window; on ``cuda`` bf16 autocast. Dev: the 20 best start and end
 positions of every window, spans of at most 30 tokens inside the context, the best-scoring span
-of the question's windows, and the official v1.1 exact match and F1. Prints one JSON line."""
+of the question's windows, and the official v1.1 exact match and F1. Prints one JSON line (with the
+wall-clock times of the first step's start and the last step's end)."""
 
 import collections
 import json
@@ -20,6 +22,7 @@ import re
 import string
 import sys
 import tempfile
+import time
 
 import torch
 from transformers import AutoModelForQuestionAnswering, AutoTokenizer, get_linear_schedule_with_warmup
@@ -100,6 +103,7 @@ def evaluate(records, features, start_logits, end_logits):
 
 
 mode, model_dir, squad, epochs, bs, max_len, stride, lr, seed, device = sys.argv[1:11]
+grouping = sys.argv[11] if len(sys.argv) > 11 else "random"
 epochs, bs, max_len, stride, lr, seed = int(epochs), int(bs), int(max_len), int(stride), float(lr), int(seed)
 cuda = device == "cuda"
 torch.manual_seed(seed)
@@ -112,17 +116,28 @@ steps = epochs * math.ceil(len(train) / bs)
 inputs = ("input_ids", "token_type_ids", "attention_mask")
 
 if mode == "trainer":
-    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+    from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
+
+    steps_at: list[float] = []
+
+    class StepTimes(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            steps_at[:1] = steps_at[:1] or [time.time()]
+
+        def on_step_end(self, args, state, control, **kwargs):
+            steps_at[1:] = [time.time()]
 
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(
             output_dir=out, num_train_epochs=epochs, per_device_train_batch_size=bs, per_device_eval_batch_size=64,
             learning_rate=lr, weight_decay=0.0, adam_epsilon=1e-8, max_grad_norm=1.0, lr_scheduler_type="linear",
-            warmup_steps=0, train_sampling_strategy="group_by_length", optim="adamw_torch_fused", bf16=cuda,
+            warmup_steps=0, train_sampling_strategy="group_by_length" if grouping == "grouped" else "random",
+            optim="adamw_torch_fused", bf16=cuda,
             use_cpu=not cuda, seed=seed, data_seed=seed, dataloader_num_workers=0, eval_strategy="no",
             save_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True,
         )  # fmt: skip
-        trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=DataCollatorWithPadding(tok))
+        trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=DataCollatorWithPadding(tok),
+                          callbacks=[StepTimes()])
         trainer.train()
         logits = trainer.predict([{k: f[k] for k in inputs} for f in dev]).predictions  # padded with -100
     start_logits = [row[: len(f["input_ids"])].tolist() for row, f in zip(logits[0], dev)]
@@ -137,6 +152,7 @@ else:
         return {**padded, **{k: torch.tensor([f[k] for f in features], device=device) for k in keys}}
 
     model.train()
+    steps_at = [time.time()]
     for _ in range(epochs):
         order = list(range(len(train)))
         random.shuffle(order)
@@ -148,6 +164,7 @@ else:
             opt.step()
             sched.step()
             opt.zero_grad()
+    steps_at.append(time.time())
     model.eval()
     start_logits, end_logits = [], []
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
@@ -159,4 +176,5 @@ else:
                 end_logits.append(e[: len(f["input_ids"])])
 
 em, f1_score = evaluate(dev_records, dev, start_logits, end_logits)
-print(json.dumps({"dev_exact": em, "dev_f1": f1_score, "train_windows": len(train), "steps": steps}))
+print(json.dumps({"dev_exact": em, "dev_f1": f1_score, "train_windows": len(train), "steps": steps,
+                  "first_step": steps_at[0], "last_step": steps_at[1]}))

@@ -1,25 +1,28 @@
 """``convexp bench sweep``: the fine-tuning part of a small sweep (issue 41, item 4) — N GLUE
 fine-tunes of one checkpoint (``bench finetune``'s job: SST-2, 1 epoch, batch 32, max length 64,
-job i with seed 42 + i) — run three ways in one invocation:
+job i with seed 42 + i) — run three ways (four on a CPU) in one invocation:
 
 1. ``sequential``: convexp, one job at a time, each in its own process;
 2. ``packed``: convexp, K jobs at once (a pool: the next starts when one ends). On CUDA all K share
    one GPU (each child gets the same ``CUDA_VISIBLE_DEVICES``); on both devices each child gets
    cores // K threads (``OMP_NUM_THREADS`` and ``trainer.threads``), as ``launcher=local`` gives its
    workers, so packed jobs share the cores instead of oversubscribing them;
-3. ``trainer``: the same jobs one at a time through the ``transformers`` Trainer
+3. ``workers`` (CPU only): convexp as a sweep runs them, K worker processes each running job after
+   job in one process (``launcher=local``'s CPU workers, sweep/launchers.py), with packed's threads;
+4. ``trainer``: the same jobs one at a time through the ``transformers`` Trainer
    (trainer_finetune.py).
 
 A way's wall time runs from its first child's start to its last child's end. Its device-seconds per
 fine-tune: on CUDA GPU-seconds, wall x 1 GPU / jobs; on a CPU core-seconds, wall x cores / jobs;
 jobs per device-hour is 3600 over that. Each convexp child writes to its own outputs folder
-(``CONVEXP_OUTPUTS``), with ``WANDB_MODE=disabled``.
+(``CONVEXP_OUTPUTS``), with ``WANDB_MODE=disabled``. A job's fixed cost is its wall time less its
+training steps' (convexp: the run's ``timing``, train/clock.py; the Trainer: its step times): what
+packed (a fresh process per job) and workers (the imports paid once per worker) differ by.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import sys
 import time
@@ -28,37 +31,19 @@ from pathlib import Path
 
 from ..errors import UserError
 from .scratch import stop_children, work_folder
-from .finetune import (
-    SEED,
-    SHAPES,
-    convexp_accuracy,
-    wants_cuda,
-    drop_keys,
-    machine_info,
-    script_metric,
-    hf_contenders,
-    job_commands,
-    job_inputs,
-    timed,
-    write_record,
-)
+from .finetune import SEED, SHAPES, job_commands, job_inputs, score
+from .jobs import cpu_name, drop_keys, hf_contenders, machine_info, timed, wants_cuda, write_record
 
-WAYS = {"sequential": "convexp", "packed": "convexp ×{k}", "trainer": "Trainer"}  # the table's row labels
+WAYS = {"sequential": "convexp", "packed": "convexp ×{k}", "workers": "sweep ×{k}", "trainer": "Trainer"}  # row labels
 
 
 def device_name(cuda: bool) -> str:
-    """The GPU's name, or the CPU's model (/proc/cpuinfo, else ``platform.processor()``)."""
+    """The GPU's name, or the CPU's model."""
     if cuda:
         import torch
 
         return torch.cuda.get_device_name()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "CPU"
+    return cpu_name()
 
 
 def run_pool(cmds: list[list[str]], per_device: int, envs: list[dict], logs: list[Path], console, way: str) -> dict:
@@ -84,15 +69,58 @@ def run_pool(cmds: list[list[str]], per_device: int, envs: list[dict], logs: lis
     return {"wall_s": wall, "jobs": results}
 
 
-def summarize_sweep(walls: dict[str, float], accuracies: dict[str, list], jobs: int, devices: int) -> dict:
+def worker_job(overrides: list[str], log: str, threads: int, env: dict) -> dict:
+    """In a worker process of :func:`run_workers`: one convexp fine-tune as ``launcher=local``'s CPU
+    worker runs a node (its output in ``log``), timed; ``error``: its error line or None."""
+    from ..sweep.launchers import pool_job
+
+    os.environ.update(env)
+    started, start = time.time(), time.perf_counter()
+    error = pool_job("finetune", overrides, log, threads, None)
+    wall = time.perf_counter() - start
+    return {"returncode": 0 if error is None else 1, "wall_s": wall, "started": started, "ended": started + wall,
+            "pid": os.getpid(), "error": error}  # fmt: skip
+
+
+def run_workers(overrides: list[list[str]], k: int, threads: int, env: dict, logs: list[Path], console) -> dict:
+    """The jobs as a CPU sweep runs its nodes: ``k`` worker processes (launchers.pool_executor), each
+    running job after job with ``threads`` threads; the wall time from the first start to the last end,
+    and each job's timing (``first_in_process``: the first its worker ran, which paid the imports)."""
+    from ..sweep.launchers import pool_executor
+
+    start = time.perf_counter()
+    with pool_executor(k, gpus=False) as pool:
+        futures = [pool.submit(worker_job, o, str(log), threads, env) for o, log in zip(overrides, logs)]
+        results = []
+        for i, future in enumerate(futures):
+            r = future.result()
+            console.print(f"[workers {i + 1}/{len(futures)}] {r['wall_s']:.1f} s wall, pid {r['pid']}", markup=False)
+            results.append(r)
+    wall = time.perf_counter() - start
+    for r in results:
+        if r["error"] is not None:
+            raise UserError(f"workers job failed: {r['error']}")
+    seen: set[int] = set()
+    for r in sorted(results, key=lambda r: r["started"]):
+        r["first_in_process"] = r["pid"] not in seen
+        seen.add(r["pid"])
+    return {"wall_s": wall, "jobs": results}
+
+
+def summarize_sweep(walls: dict[str, float], accuracies: dict[str, list], jobs: int, devices: int,
+                    fixed: dict[str, list] | None = None) -> dict:  # fmt: skip
     """Per way: wall seconds, device-seconds per fine-tune (wall x ``devices`` / ``jobs``), jobs per
-    device-hour, the median dev accuracy; ``ratio``: packed over the others in jobs per device-hour."""
+    device-hour, the median dev accuracy, the median fixed cost per job (``fixed``: each job's wall
+    less its training steps, None where unknown); ``ratio``: packed over the others in jobs per
+    device-hour."""
     out: dict = {}
     for way, wall in walls.items():
         per_job = wall * devices / jobs
         scores = [a for a in accuracies.get(way, []) if a is not None]
+        costs = [f for f in (fixed or {}).get(way, []) if f is not None]
         out[way] = {"wall_s": wall, "device_s_per_job": per_job, "jobs_per_device_hour": 3600 / per_job,
-                    "dev_accuracy": statistics.median(scores) if scores else None}  # fmt: skip
+                    "dev_accuracy": statistics.median(scores) if scores else None,
+                    "fixed_s_per_job": statistics.median(costs) if costs else None}  # fmt: skip
     out["ratio"] = {f"packed/{w}": out["packed"]["jobs_per_device_hour"] / out[w]["jobs_per_device_hour"]
                     for w in walls if w != "packed" and "packed" in walls}  # fmt: skip
     return out
@@ -112,7 +140,7 @@ def bench_sweep(
     workdir: str | None = None,
     hf: bool = True,
 ) -> dict:
-    """Run the sweep's fine-tunes the three ways; the JSON record (written to ``out`` or printed)
+    """Run the sweep's fine-tunes the three ways (four on a CPU); the JSON record (written to ``out`` or printed)
     and a table. Defaults: 16 jobs, 4 per GPU, 10000 rows on CUDA; 4 jobs, 2 at once, 2000 rows on a CPU."""
     from rich.console import Console
 
@@ -138,15 +166,23 @@ def bench_sweep(
         plans = {  # way -> (tool, at once, extra convexp overrides, extra environment)
             "sequential": ("convexp", 1, [], {}),
             "packed": ("convexp", per_device, [f"trainer.threads={threads}"], {"OMP_NUM_THREADS": str(threads)}),
+            **({} if cuda else {"workers": ("convexp", per_device, [], {"OMP_NUM_THREADS": str(threads)})}),
             **({"trainer": ("trainer", 1, [], {})} if contenders else {}),
         }
-        ways, accuracies = {}, {}
+        ways, accuracies, fixed = {}, {}, {}
         for way, (tool, k, extra, env) in plans.items():
             outputs = [work / f"{way}-{i}" for i in range(jobs)]
-            res = run_pool([cmd(tool, s, extra) for s in seeds], k,
-                           [{**base, **env, "CONVEXP_OUTPUTS": str(o)} for o in outputs], outputs, console, way)  # fmt: skip
-            accuracies[way] = [convexp_accuracy(o) if tool == "convexp" else script_metric(r["stdout"], "dev_accuracy")
-                               for o, r in zip(outputs, res["jobs"])]  # fmt: skip
+            if way == "workers":  # the jobs' overrides (after `convexp finetune glue`), each its outputs
+                res = run_workers([[*cmd(tool, s, extra)[5:], f"outputs={o}"] for s, o in zip(seeds, outputs)], k,
+                                  threads, {"WANDB_MODE": "disabled"}, [o.with_suffix(".log") for o in outputs],
+                                  console)  # fmt: skip
+            else:
+                res = run_pool([cmd(tool, s, extra) for s in seeds], k,
+                               [{**base, **env, "CONVEXP_OUTPUTS": str(o)} for o in outputs], outputs, console, way)  # fmt: skip
+            got = [score(tool, o, r.get("stdout", "")) for o, r in zip(outputs, res["jobs"])]
+            accuracies[way] = [g["dev_accuracy"] for g in got]
+            fixed[way] = [r["wall_s"] - g["train_s"] if g.get("train_s") is not None else None
+                          for r, g in zip(res["jobs"], got)]  # fmt: skip
             first = cmd(tool, SEED, extra)  # runnable as written: convexp ..., python trainer_finetune.py ...
             ways[way] = {
                 "tool": tool,
@@ -154,9 +190,13 @@ def bench_sweep(
                 "wall_s": res["wall_s"],
                 "command": ["convexp", *first[3:]] if tool == "convexp" else ["python", *first[1:]],
                 "environment": env,
-                "runs": [{"seed": s, "dev_accuracy": a, **drop_keys(r, "stdout", "stderr_tail")}
-                         for s, a, r in zip(seeds, accuracies[way], res["jobs"])],  # fmt: skip
+                "runs": [{"seed": s, "dev_accuracy": g["dev_accuracy"], "train_s": g.get("train_s"), "fixed_s": f,
+                          **drop_keys(r, "stdout", "stderr_tail")}
+                         for s, g, f, r in zip(seeds, got, fixed[way], res["jobs"])],  # fmt: skip
             }
+            if way == "workers":  # the jobs after each worker's first: the imports paid already
+                later = [f for f, r in zip(fixed[way], res["jobs"]) if not r["first_in_process"] and f is not None]
+                ways[way]["fixed_s_after_first"] = statistics.median(later) if later else None
         record = {
             "benchmark": "sweep",
             "command": " ".join(["convexp", *sys.argv[1:]]) if sys.argv[1:3] == ["bench", "sweep"] else None,
@@ -173,7 +213,7 @@ def bench_sweep(
                     "precision": "bf16-mixed" if cuda else "fp32", "seeds": seeds},  # fmt: skip
             "machine": machine_info(),
             "ways": ways,
-            "summary": summarize_sweep({w: v["wall_s"] for w, v in ways.items()}, accuracies, jobs, devices),
+            "summary": summarize_sweep({w: v["wall_s"] for w, v in ways.items()}, accuracies, jobs, devices, fixed),
         }
         write_record(record, out)
         print_sweep_table(console, record)
@@ -186,15 +226,20 @@ def print_sweep_table(console, record: dict) -> None:
     s, unit, k = record["summary"], record["device_unit"], record["per_device"]
     where = record["device_name"] + ("" if unit == "GPU" else f", {record['devices']} cores")
     table = Table(title=f"{record['jobs']} SST-2 fine-tunes of one checkpoint on {where}",
-                  caption=f"×{k}: {k} jobs at once, else one at a time; dev acc: the jobs' median; packed ×: packed's "
-                  f"jobs/{unit}-h over the row's")
-    for col in ("", "wall s", f"{unit}-s/job", f"jobs/{unit}-h", "dev acc %", "packed ×"):
+                  caption=f"×{k}: {k} jobs at once (sweep: {k} worker processes, job after job), else one at a time; "
+                  "acc: the jobs' median dev accuracy; fixed: a job's wall less its training steps, median; "
+                  f"packed ×: packed's jobs/{unit}-h over the row's")  # fmt: skip
+    for col in ("", "wall s", f"{unit}-s/job", f"jobs/{unit}-h", "acc %", "fixed s", "packed ×"):
         table.add_column(col, justify="right" if col else "left", no_wrap=True)
     for way, label in WAYS.items():
         if way not in s:
             continue
         r, ratio = s[way], s["ratio"].get(f"packed/{way}")
         acc = "-" if r["dev_accuracy"] is None else f"{r['dev_accuracy']:.2f}"
+        fixed = "-" if r.get("fixed_s_per_job") is None else f"{r['fixed_s_per_job']:.1f}"
         table.add_row(label.format(k=k), f"{r['wall_s']:.1f}", f"{r['device_s_per_job']:.1f}",
-                      f"{r['jobs_per_device_hour']:.1f}", acc, f"{ratio:.2f}" if ratio else "")  # fmt: skip
+                      f"{r['jobs_per_device_hour']:.1f}", acc, fixed, f"{ratio:.2f}" if ratio else "")  # fmt: skip
     console.print(table)
+    later = record.get("ways", {}).get("workers", {}).get("fixed_s_after_first")
+    if later is not None:
+        console.print(f"sweep ×{k}: {later:.1f} s fixed cost a job after each worker's first (which paid the imports)")

@@ -2,19 +2,21 @@
 Trainer with the speed flags a researcher would set (no convexp import; run as a script in its
 own process).
 
-    python trainer_finetune.py MODEL_DIR GLUE_DIR EPOCHS BATCH MAX_LEN LR SEED DEVICE
+    python trainer_finetune.py MODEL_DIR GLUE_DIR EPOCHS BATCH MAX_LEN LR SEED DEVICE GROUPING
 
 The same job as plain_finetune.py (AdamW, eps 1e-6, no weight decay, linear schedule with 10%
 warm-up, clipping at 1, batches padded to their longest row, dev accuracy at the end), with the
-Trainer's ``train_sampling_strategy="group_by_length"`` (length-grouped batches, as convexp's) and
-``optim="adamw_torch_fused"``; on ``cuda`` bf16 autocast (``bf16=True``). Nothing is logged, saved
-or evaluated during training. Prints one JSON line."""
+Trainer's ``optim="adamw_torch_fused"`` and, for GROUPING ``grouped`` (``random``: random batches),
+``train_sampling_strategy="group_by_length"`` (length-grouped batches, as convexp's); on ``cuda`` bf16
+autocast (``bf16=True``). Nothing is logged, saved or evaluated during training. Prints one JSON
+line (with the wall-clock times of the first step's start and the last step's end)."""
 
 import csv
 import json
 import math
 import sys
 import tempfile
+import time
 
 import torch
 from transformers import (
@@ -22,6 +24,7 @@ from transformers import (
     AutoTokenizer,
     DataCollatorWithPadding,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
 )
 
@@ -32,7 +35,7 @@ def read_tsv(path):
     return [r["sentence"] for r in rows], [int(r["label"]) for r in rows]
 
 
-model_dir, glue, epochs, bs, max_len, lr, seed, device = sys.argv[1:9]
+model_dir, glue, epochs, bs, max_len, lr, seed, device, grouping = sys.argv[1:10]
 epochs, bs, max_len, lr, seed = int(epochs), int(bs), int(max_len), float(lr), int(seed)
 cuda = device == "cuda"
 tok = AutoTokenizer.from_pretrained(model_dir)
@@ -59,7 +62,7 @@ with tempfile.TemporaryDirectory() as out:
         max_grad_norm=1.0,
         lr_scheduler_type="linear",
         warmup_steps=int(0.1 * steps),
-        train_sampling_strategy="group_by_length",
+        train_sampling_strategy="group_by_length" if grouping == "grouped" else "random",
         optim="adamw_torch_fused",
         bf16=cuda,
         use_cpu=not cuda,
@@ -72,8 +75,18 @@ with tempfile.TemporaryDirectory() as out:
         report_to="none",
         disable_tqdm=True,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=DataCollatorWithPadding(tok))
+    steps_at: list[float] = []
+
+    class StepTimes(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            steps_at[:1] = steps_at[:1] or [time.time()]
+
+        def on_step_end(self, args, state, control, **kwargs):
+            steps_at[1:] = [time.time()]
+
+    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=DataCollatorWithPadding(tok),
+                      callbacks=[StepTimes()])
     trainer.train()
     predictions = trainer.predict(dev)
 accuracy = 100 * float((torch.as_tensor(predictions.predictions).argmax(-1) == torch.as_tensor(predictions.label_ids)).float().mean())
-print(json.dumps({"dev_accuracy": accuracy, "steps": steps}))
+print(json.dumps({"dev_accuracy": accuracy, "steps": steps, "first_step": steps_at[0], "last_step": steps_at[1]}))

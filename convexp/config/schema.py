@@ -56,7 +56,7 @@ class TrainerSchema:
     val_batches: int = 50
     log_every_n_steps: int = 50
     checkpoint_every_n_steps: int = 10000
-    num_workers: int = 2
+    num_workers: Any = 2  # loader processes; fine-tuning's auto: 0 on a CPU run, 2 on a GPU (train/accel.py)
     threads: Any = "auto"  # auto or a number of intra-op threads
     deterministic: bool = False
     nonfinite_patience: int = 0  # non-finite steps in a row tolerated (AMP's skipped steps)
@@ -83,8 +83,9 @@ class TrainerSchema:
                 raise ValueError(f"trainer.{key}={getattr(self, key)}: use auto, true or false")
         if self.compile not in (False, True, "blocks", "step", "graphs", "whole"):
             raise ValueError(f"trainer.compile={self.compile}: use false, blocks (or true), step, graphs or whole")
-        if self.num_workers < 0:
-            raise ValueError(f"trainer.num_workers={self.num_workers}: must be 0 (load in the main process) or more")
+        w = self.num_workers
+        if w != "auto" and (isinstance(w, bool) or not isinstance(w, int) or w < 0):
+            raise ValueError(f"trainer.num_workers={w}: must be 0 (load in the main process) or more, or auto")
         if self.threads != "auto" and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"trainer.threads={self.threads}: use auto or a number of threads (1 or more), e.g. trainer.threads=1")
         lightning_values(self.accelerator, self.strategy, self.precision, self.devices)
@@ -373,6 +374,8 @@ def check_types(cfg: DictConfig) -> None:
             typed(schema, cfg[key], key)
     if cfg.get("stage") == "pretrain":
         _check_recipe(cfg)
+        if OmegaConf.select(cfg, "trainer.num_workers") == "auto":
+            raise ConfigError("trainer.num_workers=auto is fine-tuning's; pre-training takes a number, e.g. 2")
         positions = OmegaConf.select(cfg, "model.max_position_embeddings")
         if positions is not None and own.seq_len > positions:
             raise ConfigError(

@@ -66,6 +66,12 @@ def load_hub(path: str, name: str | None, revision: str | None, setting: str, **
     return ds
 
 
+def forget_reads() -> None:
+    """Empty this process's list of reads: a sweep's next node in the same process (sweep/node_state.py)
+    records what it reads itself."""
+    _READS.clear()
+
+
 def hub_reads() -> list[dict]:
     """The hub datasets this process read (see the module docstring), in order, each once."""
     out = []

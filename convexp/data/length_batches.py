@@ -9,6 +9,7 @@ about three times the tokens their rows have.
                                            (after the first o) has similar lengths
   sorted_batches(lengths, max_tokens)      evaluation: batches of length-sorted rows, as many
                                            rows as fit ``max_tokens`` padded tokens (eval_tokens)
+  pad_rows(rows, keys, pad_to)             a batch's token lists as padded int64 tensors
 
 Training order as Hugging Face ``transformers``' Trainer (``group_by_length``,
 ``LengthGroupedSampler``): shuffle, cut into mega-batches of 50 batches, sort each by length;
@@ -84,3 +85,19 @@ def sorted_batches(lengths: torch.Tensor, max_tokens: int = 8192, max_rows: int 
         batches.append(order[i : i + size])
         i += size
     return batches
+
+
+def pad_rows(rows: list[dict], keys, pad_to: int | None = None) -> dict:
+    """{key: int64 [B, T]} of the rows' token lists ``keys`` ((key, fill) pairs), each row's list
+    cut at and padded to T (the longest row's ``input_ids``, or ``pad_to``) with its fill."""
+    import numpy as np
+
+    length = pad_to or max(len(r["input_ids"]) for r in rows)
+    out = {}
+    for key, fill in keys:
+        batch = np.full((len(rows), length), fill, dtype=np.int64)
+        for i, r in enumerate(rows):
+            seq = r[key][:length]
+            batch[i, : len(seq)] = seq
+        out[key] = torch.from_numpy(batch)
+    return out

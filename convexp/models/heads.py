@@ -224,6 +224,8 @@ class SequenceClassifier(nn.Module, HubModel):
         self.head = ClassificationHead(cfg, num_labels)
         self.encoder.init_weights(self.head)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> HeadOutput:
-        # the head reads [CLS] alone: the last block computes nothing else (Encoder ``first_only``)
-        return self.head(self.encoder(input_ids, attention_mask, token_type_ids, first_only=True), labels)
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, padded=None) -> HeadOutput:
+        # the head reads [CLS] alone: the last block computes nothing else (Encoder ``first_only``);
+        # ``padded``: whether the mask masks anything, from the host (None: the encoder looks)
+        enc = self.encoder(input_ids, attention_mask, token_type_ids, padded=padded, first_only=True)
+        return self.head(enc, labels)

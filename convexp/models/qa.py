@@ -194,6 +194,7 @@ class QuestionAnswerer(nn.Module):
         start_positions=None,
         end_positions=None,
         is_impossible=None,
+        padded=None,  # whether the mask masks anything, from the host (None: the encoder looks)
     ) -> QAOutput:
-        enc = self.encoder(input_ids, attention_mask, token_type_ids)
+        enc = self.encoder(input_ids, attention_mask, token_type_ids, padded=padded)
         return self.head(enc.features, context_mask, start_positions, end_positions, is_impossible)

@@ -11,13 +11,20 @@ from ..config.compose import compose_stage, override_key, parse_overrides
 from ..tasks import is_squad
 from ..store.record import invocation_record
 from ..store.runs import Run
+from .node_state import node_state
 from .nodes import Node
 from .plan import Plan
 
 STOPPED = ("failed", "blocked", "diverged", "held")  # a dependant of such a node cannot run
 
 def run_node(stage: str, overrides: list[str]) -> None:
-    """Run one node: exactly what ``convexp <stage> OVERRIDES`` does."""
+    """Run one node: exactly what ``convexp <stage> OVERRIDES`` does, in a process that may run other
+    nodes before and after it (node_state.py: what it changes in the process is put back)."""
+    with node_state():
+        _run_stage(stage, overrides)
+
+
+def _run_stage(stage: str, overrides: list[str]) -> None:
     if stage == "pretrain":
         from ..tasks.pretraining.stage import run_pretrain
 

@@ -166,11 +166,15 @@ def run_one(plan: Plan, key: str | None, wait_s: float, poll_s: float = 10.0) ->
 # ----------------------------------------------------------------------------- worker processes
 
 
-def _pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: dict | None,
+def pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: dict | None,
               cuda_devices: str | None = None) -> str | None:  # fmt: skip
-    """In a fresh worker process: run one node with its output in ``log``, as verbose as the
-    command line chose (``chosen``: logs.verbosity()), on the GPUs ``cuda_devices`` names (its
-    ``CUDA_VISIBLE_DEVICES``; "" none; None: as the parent); the error line or None."""
+    """In a worker process: run one node with its output in ``log``, as verbose as the command
+    line chose (``chosen``: logs.verbosity()), on the GPUs ``cuda_devices`` names (its
+    ``CUDA_VISIBLE_DEVICES``, in a fresh process; "" none; None: as the parent); the error line or
+    None. A CPU sweep's worker runs node after node (:func:`pool_executor`): everything a node
+    printed is flushed to its own log before the next begins."""
+    import sys
+
     os.environ["OMP_NUM_THREADS"] = str(threads)
     if cuda_devices is not None:  # before anything initialises CUDA in this process
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
@@ -182,13 +186,31 @@ def _pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: 
             set_verbosity(**chosen)
         import torch
 
+        from ..train.accel import new_log
+
         torch.set_num_threads(threads)
+        new_log()  # the lines said once per log (the threads) are said in this node's too
         try:
             run_node(stage, overrides)
             return None
         except Exception as e:
             f.write(traceback.format_exc())
             return error_line(e)
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+
+
+def pool_executor(workers: int, gpus: bool):
+    """The worker processes of :func:`run_pool`. On a machine without GPUs a worker runs node
+    after node, so a sweep's fine-tunes pay the imports (torch, Lightning, W&B, datasets: most of
+    a smoke fine-tune's fixed cost) once per worker, as ``launcher.workers=1`` runs every node in
+    one process; with GPUs every node gets a fresh process, whose ``CUDA_VISIBLE_DEVICES`` is its
+    own before CUDA starts."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), max_tasks_per_child=1 if gpus else None)
 
 
 def cuda_devices(ids: list[int]) -> str:
@@ -204,13 +226,13 @@ def _out_of_memory(error: str) -> bool:
 
 
 def run_pool(plan: Plan, ledger: Ledger, workers: int, pool: GpuPool | None = None, executor=None) -> None:
-    """Up to ``workers`` nodes at once, each in its own process with cores/workers threads and, on a
-    machine with GPUs (``pool``), pinned to the GPUs the pool gives it (gpus.py). A node that wants
+    """Up to ``workers`` nodes at once in worker processes (:func:`pool_executor`), each with
+    cores/workers threads and, on a machine with GPUs (``pool``), pinned to the GPUs the pool gives
+    it (gpus.py). A node that wants
     GPUs all busy waits, and so do the GPU nodes after it (a k-GPU job is not starved by one-GPU
     jobs); CPU nodes go on. A node that ran out of GPU memory beside others is run again alone on
     its GPU, once. ``executor``: what runs the jobs (default: spawned worker processes)."""
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
 
     pool = pool or GpuPool([])
     threads = max(1, (os.cpu_count() or 1) // workers)
@@ -218,7 +240,7 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int, pool: GpuPool | None = No
     running: dict = {}
     alone: set[str] = set()  # nodes to run again with a GPU to themselves
     n_total, n_started = len(pending), 0
-    executor = executor or ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), max_tasks_per_child=1)
+    executor = executor or pool_executor(workers, bool(pool.ids))
     with executor as pool_:
         while pending or running:
             gpu_wait = False  # an earlier node waits for GPUs: later GPU nodes wait behind it
@@ -243,7 +265,7 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int, pool: GpuPool | None = No
                     print(f"  on {'GPU ' + ','.join(map(str, ids)) if ids else 'the CPU'}", flush=True)
                 log = _log_path(plan, node)
                 devices = cuda_devices(ids) if pool.ids else None
-                future = pool_.submit(_pool_job, node.stage, node.overrides, str(log), threads, verbosity(), devices)
+                future = pool_.submit(pool_job, node.stage, node.overrides, str(log), threads, verbosity(), devices)
                 running[future] = (node, time.time(), log, ids, node.key in alone)
                 ledger.record(node.key, Outcome("running", log=str(log), gpus=ids if pool.ids else None))
             if not running:

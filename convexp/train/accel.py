@@ -112,6 +112,11 @@ def set_threads(trainer_cfg) -> str:
     return line
 
 
+def new_log() -> None:
+    """A new log begins (a sweep worker's next node): :func:`set_threads` says its line again."""
+    _THREADS_SAID.clear()
+
+
 def cpu_on_gpu_host(trainer_cfg) -> str | None:
     """The line to print when a run is set to the CPU (``scale=smoke`` is) where a CUDA GPU is
     visible; None otherwise."""
@@ -142,6 +147,20 @@ def kept_word_grad(device_type: str, world_size: int) -> bool:
     when it is freed: 3-4% of a GLUE step. A GPU's caching allocator reuses its memory; several
     processes (DDP) reduce the gradients in their own buckets: the default there."""
     return device_type == "cpu" and world_size == 1
+
+
+LOADER_WORKERS_ON_GPU = 2  # fine-tuning's trainer.num_workers=auto on a GPU run
+
+
+def loader_workers(trainer_cfg) -> int:
+    """Fine-tuning's loader processes (``trainer.num_workers``): ``auto`` is none on a CPU run, where
+    a batch is read and padded in ~0.5 ms (one Arrow take, numpy) and a worker process would take
+    a core from the step (3 ms of CPU a GLUE step for two workers, each millisecond of it stalling
+    the step's threads on a 2-core machine), and two on a GPU, where they overlap the device."""
+    setting = trainer_cfg.num_workers
+    if setting != "auto":
+        return int(setting)
+    return LOADER_WORKERS_ON_GPU if on_cuda(trainer_cfg) else 0
 
 
 def pin_memory(trainer_cfg, cuda: bool) -> bool:

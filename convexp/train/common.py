@@ -204,5 +204,17 @@ def step_seed(seed: int, position: int) -> int:
     return (seed * 2_654_435_761 + position * 40_503 + 1) % (2**63 - 1)
 
 
+def seed_step(seed: int, device: torch.device) -> None:
+    """Seed a training step's random draws (dropout) on ``device``: the CPU's generator and, for a
+    CUDA device, that device's; the streams ``torch.manual_seed(seed)`` gives them. Without its walk
+    over every backend (CUDA, XPU, MTIA, each saving a formatted stack while uninitialised): 0.5-1 ms
+    a step inside Lightning's loop, 25 µs here."""
+    seed = int(seed)
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.default_generators[index].manual_seed(seed)
+
+
 def is_finite(x: float) -> bool:
     return x is not None and math.isfinite(x)

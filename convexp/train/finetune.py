@@ -6,6 +6,7 @@ module, data and evaluation to.
   check_teacher(cfg)              a bad distill.teacher fails before any data or run folder
   FinetuneJob                     one task's part of a run: its module, data module, evaluation
   Trained                         a run just trained, as its task's evaluation reads it
+  build(cfg, planned, job)        the seeded module and data a run trains from
   train_one(cfg, init, planned, job) -> Run
                                   reuse a finished run, refuse a diverged or unfinished one, write
                                   the run's config, seed, schedule, build, train, evaluate
@@ -27,6 +28,7 @@ from ..store.checkpoint import Checkpoint, open_checkpoint
 from ..store.rundirs import FinetuneRun
 from ..store.runs import Run
 from .accel import prepare_encoders
+from .clock import StepClock
 from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
 
 
@@ -108,6 +110,16 @@ class Trained:
     examples: int  # training examples seen (rows x epochs)
     pruning: DictConfig | None = None
     tokenizer: object = None
+    clock: StepClock | None = None  # the training loop's own time (clock.py)
+
+    def speed(self) -> dict:
+        """metrics.json's ``examples_per_s`` (training rows per second of training steps: the loop's
+        own rate, as clock.py times it) and ``timing``; the results are written now."""
+        if self.clock is None:
+            return {"examples_per_s": self.examples / self.seconds if self.seconds else None}
+        timing = self.clock.record()
+        rows = timing["steps"] * self.hp["batch_size"]
+        return {"examples_per_s": rows / timing["train_s"] if timing["train_s"] else None, "timing": timing}
 
     def fold_pruning(self) -> float | None:
         """A fine-pruned model's final masks fixed into its weights (W ⊙ M: the saved model is an
@@ -138,6 +150,16 @@ class FinetuneJob:
     check: Callable[[], None] = lambda: None
 
 
+def build(cfg: DictConfig, planned: FinetuneRun, job: FinetuneJob, teacher: Checkpoint | None = None):
+    """(module, data module, steps per epoch, total steps, pruning config or None) of a planned run,
+    seeded: what its training starts from (the stage's, and ``convexp bench``'s bare step's)."""
+    pl.seed_everything(planned.seed, verbose=False)
+    steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, job.train_rows, planned.hp)
+    module = job.module(total, pruning, prune_warmup, teacher)
+    prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
+    return module, job.data(), steps_per_epoch, total, pruning
+
+
 def train_one(cfg: DictConfig, init: Init, planned: FinetuneRun, job: FinetuneJob) -> Run:
     """Fine-tune one planned run, or reuse it when it has finished."""
     seed, hp, run = planned.seed, planned.hp, planned.run
@@ -152,16 +174,13 @@ def train_one(cfg: DictConfig, init: Init, planned: FinetuneRun, job: FinetuneJo
     with run.removed_on_refusal():
         run.dir.mkdir(parents=True, exist_ok=True)
         run.write_config(planned.run_cfg)
-        pl.seed_everything(seed, verbose=False)
-        steps_per_epoch, total, pruning, prune_warmup = schedule(cfg, job.train_rows, hp)
-        module = job.module(total, pruning, prune_warmup, teacher)
-        prepare_encoders(module.model, cfg.trainer, whole_step=False)  # gradient checkpointing, compile
-        data = job.data()
+        module, data, steps_per_epoch, total, pruning = build(cfg, planned, job, teacher)
         trainer = finetune_trainer(cfg, run, hp, planned.task, seed, total, steps_per_epoch, validate=job.validate)
         examples = job.train_rows * hp["epochs"]
 
-        def finish(seconds: float) -> None:
-            trained = Trained(run, module.model, init.tokenizer.pad_id, hp, seconds, examples, pruning, init.tokenizer)
+        def finish(seconds: float, clock: StepClock) -> None:
+            trained = Trained(run, module.model, init.tokenizer.pad_id, hp, seconds, examples, pruning, init.tokenizer,
+                              clock)  # fmt: skip
             job.finish(module, trained)
 
         train_attempt(cfg, run, trainer, module, data, finish, task=planned.task, seed=seed)

@@ -19,12 +19,18 @@ from ..data.length_batches import grouped_permutation, row_lengths
 
 
 class PermutedStream(Dataset):
-    """Map position -> example dict (+ "position"), over an endless sequence of epochs."""
+    """Map position -> example dict (+ "position"), over an endless sequence of epochs.
+
+    A DataLoader's batch is read with :meth:`__getitems__`: the rows as plain Python values (an
+    Arrow dataset's in one read), for the task's collate to pad; one row with ``stream[position]``,
+    as tensors."""
 
     def __init__(self, rows, seed: int, columns: tuple[str, ...]):
         self.rows, self.seed, self.columns = rows, seed, columns
         self.n = len(rows)
         self._epoch, self._perm = -1, None
+        self._order: tuple[int, list[int]] = (-1, [])  # (epoch, its permutation as Python ints)
+        self._columns = None  # a datasets.Dataset's columns, as __getitems__ reads them
 
     def _permutation(self, epoch: int) -> torch.Tensor:
         if epoch != self._epoch:
@@ -37,13 +43,31 @@ class PermutedStream(Dataset):
 
     def row_index(self, position: int) -> int:
         """The dataset row at stream position ``position``."""
-        return int(self._permutation(position // self.n)[position % self.n])
+        epoch = position // self.n
+        if self._order[0] != epoch:  # Python ints: a lookup per row, not a tensor's
+            self._order = (epoch, self._permutation(epoch).tolist())
+        return self._order[1][position % self.n]
 
     def __getitem__(self, position: int) -> dict:
         row = self.rows[self.row_index(position)]
         out = {c: torch.as_tensor(row[c]) for c in self.columns}
         out["position"] = torch.tensor(position)
         return out
+
+    def __getitems__(self, positions: list[int]) -> list[dict]:
+        """The rows at ``positions`` (a DataLoader's batch) as Python values, with their
+        ``position``: a ``datasets.Dataset``'s in one read of its table."""
+        index = [self.row_index(p) for p in positions]
+        if hasattr(self.rows, "with_format"):  # Arrow: one take of every column
+            if self._columns is None:
+                self._columns = self.rows.select_columns(list(self.columns)).with_format(None)
+            got = self._columns[index]
+            rows = [{c: got[c][i] for c in self.columns} for i in range(len(index))]
+        else:
+            rows = [{c: self.rows[i][c] for c in self.columns} for i in index]
+        for row, position in zip(rows, positions):
+            row["position"] = position
+        return rows
 
 
 class LengthGroupedStream(PermutedStream):

@@ -38,6 +38,7 @@ from .common import (
     layerwise_groups,
     make_loggers,
 )
+from .clock import StepClock
 from .health import Health, fit
 from .progress import StepProgressBar, refresh_every
 
@@ -79,10 +80,14 @@ class TaskModule(OptimizerStep, pl.LightningModule):
         it, and :meth:`optimizer_zero_grad` zeroes the rows the last window wrote. The same sums and
         the same dense gradient for clipping and AdamW, without a fresh [V, D] tensor each step.
         A table tied to another weight (an output layer) gets dense gradients: the default there."""
+        self.keep_word_grad(kept_word_grad(self.device.type, self.trainer.world_size))
+
+    def keep_word_grad(self, keep: bool) -> None:
+        """:meth:`on_fit_start`'s kept word gradient where ``keep`` (and the table is not tied)."""
         self._release_word_grad()  # a fit before this one that raised kept it
         word = self.model.encoder.embeddings.word
         tied = sum(p is word.weight for _, p in self.model.named_parameters(remove_duplicate=False)) > 1
-        if kept_word_grad(self.device.type, self.trainer.world_size) and word.weight.requires_grad and not tied:
+        if keep and word.weight.requires_grad and not tied:
             word.sparse = True
             self._word_grad = torch.zeros_like(word.weight)
             word.weight.grad = self._word_grad
@@ -114,6 +119,15 @@ class TaskModule(OptimizerStep, pl.LightningModule):
             word.sparse, word.weight.grad, self._word_grad, self._word_hook = False, None, None, None
             self._word_rows.clear()
 
+    def log_step(self, name: str, value, **kwargs) -> None:
+        """``self.log`` of a training value on the steps whose logs are written: every
+        ``log_every_n_steps`` and the last. Lightning's logging of a value costs about a millisecond
+        of the step's loop on a CPU; the progress bar shows the value logged last (on a GPU it reads
+        it at the same steps)."""
+        step = self.global_step + 1  # this step's, as Lightning's loggers count it
+        if step % self.trainer.log_every_n_steps == 0 or step >= self.trainer.max_steps:
+            self.log(name, value, **kwargs)
+
     def prune_model(self) -> None:
         """Put the masks on ``self.model``: after the start weights are loaded and the teacher is
         built (the seeded initialisation order), before the optimiser."""
@@ -140,7 +154,7 @@ class TaskModule(OptimizerStep, pl.LightningModule):
             return 0.0
         t, multiplier = self.threshold()
         pruner.set_threshold(self.model, t)
-        self.log("train/threshold", t)
+        self.log_step("train/threshold", t)
         return multiplier
 
     def regularized(self, loss: torch.Tensor, multiplier: float) -> torch.Tensor:
@@ -148,7 +162,7 @@ class TaskModule(OptimizerStep, pl.LightningModule):
         if self.pruning is not None and self.pruning.regularization:
             reg = pruner.regularization(self.model, self.pruning.regularization)
             loss = loss + self.pruning.final_lambda * multiplier * reg
-            self.log("train/regularization", reg)
+            self.log_step("train/regularization", reg)
         return loss
 
     def on_validation_epoch_start(self) -> None:
@@ -283,6 +297,7 @@ def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
         ),
         StepProgressBar(reads_every),
         Health(cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal, check_every=reads_every),
+        StepClock(),
     ]
 
 
@@ -297,14 +312,17 @@ def drop_checkpoints(run: Run) -> None:
 
 
 def train_attempt(
-    cfg: DictConfig, run: Run, trainer: pl.Trainer, module, datamodule, finish: Callable[[float], None], **info
+    cfg: DictConfig, run: Run, trainer: pl.Trainer, module, datamodule, finish: Callable[[float, StepClock], None],
+    **info,
 ) -> None:
     """One attempt at a fine-tuning run, under its lock (status running -> finished | failed |
     diverged | interrupted): record the invocation, resume from the newest intact checkpoint, fit,
-    then ``finish(seconds)`` evaluates (on the training device) and saves, and the checkpoints are
-    dropped. Nothing is done when another process finished the run while this one waited for the
+    then ``finish(seconds, clock)`` evaluates (on the training device) and saves, and the checkpoints
+    are dropped (``clock``: the run's StepClock, clock.py). Nothing is done when another process finished the run while this one waited for the
     lock."""
     started = time.time()
+    [clock] = [c for c in trainer.callbacks if isinstance(c, StepClock)]
+    clock.started = started
     with run.attempt(wait=cfg.trainer.lock_wait, stage="finetune", **info) as fresh:
         try:
             if fresh:
@@ -318,7 +336,7 @@ def train_attempt(
                     # through it where it trained, under the run's precision as that validation
                     module.to(trainer.strategy.root_device)
                     with trainer.precision_plugin.forward_context():
-                        finish(time.time() - started)
+                        finish(time.time() - started, clock)
                 drop_checkpoints(run)
         finally:
             finish_wandb()

@@ -2,7 +2,7 @@
 
 tokenize_task(task, splits, tokenizer, max_len, cache_dir)  -> {split: Dataset} with
     input_ids, token_type_ids, attention_mask, label, idx (cached on disk)
-collate(rows, pad_id)  pads a batch into tensors
+collate(rows, pad_id)  pads a batch into tensors (data/length_batches.pad_rows)
 encode_example / truncated_lengths  one row: [CLS] a [SEP] (b [SEP]), "longest first"
 """
 
@@ -131,14 +131,9 @@ def collate(rows: list[dict], pad_id: int = 0, pad_to: int | None = None) -> dic
     T = the longest row, or ``pad_to``), labels (int64, or float32 for STS-B) and idx [B]."""
     import torch
 
-    length = pad_to or max(len(r["input_ids"]) for r in rows)
-    out = {}
-    for key, fill in (("input_ids", pad_id), ("token_type_ids", 0), ("attention_mask", 0)):
-        batch = torch.full((len(rows), length), fill, dtype=torch.long)
-        for i, r in enumerate(rows):
-            seq = torch.as_tensor(r[key][:length], dtype=torch.long)
-            batch[i, : len(seq)] = seq
-        out[key] = batch
+    from ...data.length_batches import pad_rows
+
+    out = pad_rows(rows, (("input_ids", pad_id), ("token_type_ids", 0), ("attention_mask", 0)), pad_to)
     labels = [r["label"] for r in rows]
     is_float = any(isinstance(x, float) for x in labels)
     out["labels"] = torch.tensor(labels, dtype=torch.float32 if is_float else torch.long)

@@ -28,17 +28,18 @@ from ...train.finetune import Trained
 
 
 class Padded:
-    """collate: pad to the batch's longest row; keep the stream position for seeding."""
+    """collate: pad to the batch's longest row; keep the stream position for seeding and whether
+    any row is padded (host values)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
 
     def __call__(self, rows: list[dict]) -> dict:
-        rows = [{k: v.tolist() if torch.is_tensor(v) else v for k, v in r.items()} for r in rows]
         out = collate(rows, self.pad_id)
-        if "position" in rows[0]:
-            out["position"] = torch.stack([torch.as_tensor(r["position"]) for r in rows])
-            out["first_position"] = int(out["position"][0])  # a host int: the step seeds without a device read
+        if "position" in rows[0]:  # a training batch: host values, so that the step reads nothing back
+            out["position"] = torch.tensor([int(r["position"]) for r in rows])
+            out["first_position"] = int(out["position"][0])  # the step's seed
+            out["padded"] = len({len(r["input_ids"]) for r in rows}) > 1  # whether the mask masks anything
         return out
 
 
@@ -88,7 +89,7 @@ def evaluate_and_save(trained: Trained, task: Task, splits: dict, known: dict | 
     run, model, pad, hp, pruning, tokenizer = (
         trained.run, trained.model, trained.pad, trained.hp, trained.pruning, trained.tokenizer
     )  # fmt: skip
-    seconds, examples = trained.seconds, trained.examples
+    seconds = trained.seconds
     eval_device = str(next(model.parameters()).device)
     remaining = trained.fold_pruning()
     dev, test = {}, {}
@@ -127,7 +128,7 @@ def evaluate_and_save(trained: Trained, task: Task, splits: dict, known: dict | 
         "convbert_score": convbert_score(task, dev[task.dev_splits[0]]),
         "hp": hp,
         "wall_time_s": seconds,
-        "examples_per_s": examples / seconds if seconds else None,
+        **trained.speed(),  # examples_per_s (training rows per second of training steps), timing
         "eval_device": eval_device,  # where the splits the final validation did not cover were predicted
         **({"remaining_weights": remaining, "pruning": pruning.method} if pruning is not None else {}),
     }

@@ -33,7 +33,7 @@ from ...errors import UserError
 from ...models import ModelConfig, SequenceClassifier
 from ...store.record import warn_if_other_version
 from ...store.runs import Run, RunDiverged
-from ...train.common import step_seed
+from ...train.common import seed_step, step_seed
 from .evaluate import Padded, by_idx, eval_loader, evaluate_and_save
 from .summary import write_summary
 from ...store.rundirs import FinetuneRun
@@ -41,6 +41,7 @@ from ..finetune_runs import classification_runs, task_config
 from ...train.streams import training_loader
 from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
 from ...train.inputs import check_max_len
+from ...train.accel import loader_workers
 from ...train.task_module import TaskModule
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "label", "idx")
@@ -73,21 +74,29 @@ class FinetuneModule(TaskModule):
         # (logits, labels, idx) of the validation after the last step: the run's dev predictions
         self.final_val: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
+    @staticmethod
+    def inputs(batch) -> tuple:
+        return batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
+
+    def forward_batch(self, batch):
+        """The model's output (with its loss) on a training batch (whether it has padding: the
+        collate's host flag, so that a GPU step reads nothing back)."""
+        return self.model(*self.inputs(batch), batch["labels"], padded=batch.get("padded"))
+
     def training_step(self, batch, batch_idx):
-        torch.manual_seed(step_seed(self.seed, batch["first_position"]))  # dropout, resumable
+        seed_step(step_seed(self.seed, batch["first_position"]), self.device)  # dropout, resumable
         multiplier = self.pruning_step()
-        inputs = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        out = self.model(*inputs, batch["labels"])
+        out = self.forward_batch(batch)
         loss = out.loss
         if self._teacher:
             with torch.no_grad():
-                teacher_logits = self._teacher[0](*inputs).logits
+                teacher_logits = self._teacher[0](*self.inputs(batch), padded=batch.get("padded")).logits
             d = self.distill
             loss = pruner.distillation_loss(
                 out.logits, teacher_logits, out.loss, d.alpha_ce, d.alpha_distil, d.temperature
             )
         loss = self.regularized(loss, multiplier)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        self.log_step("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
     def validation_step(self, batch, batch_idx):
@@ -131,8 +140,12 @@ class FinetuneData(pl.LightningDataModule):
         self.group_by_length = group_by_length
 
     def train_dataloader(self):
+        return self.batches(self.trainer.global_step)
+
+    def batches(self, start_step: int = 0):
+        """The training batches after ``start_step`` steps (an endless loader)."""
         return training_loader(self.train, self.seed, COLUMNS, self.batch_size, self.group_by_length,
-                               self.trainer.global_step, Padded(self.pad_id), self.num_workers)  # fmt: skip
+                               start_step, Padded(self.pad_id), self.num_workers)  # fmt: skip
 
     def val_dataloader(self):
         return eval_loader(self.dev, self.pad_id, self.trainer.strategy.root_device.type)
@@ -143,6 +156,11 @@ class FinetuneData(pl.LightningDataModule):
 
 def finetune_one(cfg: DictConfig, init: Init, planned: FinetuneRun, splits: dict) -> Run:
     """Fine-tune one planned GLUE / probing / custom run (train/finetune.py), or reuse it."""
+    return train_one(cfg, init, planned, classification_job(cfg, init, planned, splits))
+
+
+def classification_job(cfg: DictConfig, init: Init, planned: FinetuneRun, splits: dict) -> FinetuneJob:
+    """A planned GLUE / probing / custom run's module, data and evaluation (train/finetune.py)."""
     task, seed, hp = get_task(planned.task), planned.seed, planned.hp
     train, pad = splits["train"], init.tokenizer.pad_id
 
@@ -155,13 +173,13 @@ def finetune_one(cfg: DictConfig, init: Init, planned: FinetuneRun, splits: dict
 
     def data() -> FinetuneData:
         group = bool(cfg.get("group_by_length", False))
-        return FinetuneData(train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, cfg.trainer.num_workers, group)
+        return FinetuneData(train, splits[task.dev_splits[0]], seed, hp["batch_size"], pad, loader_workers(cfg.trainer), group)
 
     def finish(module: FinetuneModule, trained: Trained) -> None:
         known = {task.dev_splits[0]: module.final_val} if module.final_val is not None else None
         evaluate_and_save(trained, task, splits, known)
 
-    return train_one(cfg, init, planned, FinetuneJob(len(train), True, module, data, finish))
+    return FinetuneJob(len(train), True, module, data, finish)
 
 
 # ----------------------------------------------------------------------------- an invocation

@@ -90,7 +90,7 @@ def evaluate_squad(
     run, model, pad, hp, pruning, tokenizer = (
         trained.run, trained.model, trained.pad, trained.hp, trained.pruning, trained.tokenizer
     )  # fmt: skip
-    seconds, examples = trained.seconds, trained.examples
+    seconds = trained.seconds
     remaining = trained.fold_pruning()
     started = time.time()
     eval_device = str(next(model.parameters()).device)
@@ -112,7 +112,7 @@ def evaluate_squad(
         "hp": hp,
         "qa": qa,
         "wall_time_s": seconds,
-        "examples_per_s": examples / seconds if seconds else None,  # training windows per second
+        **trained.speed(),  # examples_per_s (training windows per second of training steps), timing
         "eval_time_s": eval_seconds,  # dev: every window through the model, decoding, metrics
         "eval_questions": len(dev_records),
         "eval_windows": len(dev_features),

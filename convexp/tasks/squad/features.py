@@ -29,7 +29,9 @@ backend gives the character offsets (into the original text, through normalisati
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from .data import SquadError
 
@@ -48,20 +50,26 @@ def window_starts(num_tokens: int, window: int, step: int) -> list[tuple[int, in
         start += min(length, step)
 
 
+def max_context_owner(spans: Sequence[tuple[int, int]]) -> list[int]:
+    """Per token of the context the windows ``spans`` cover: the window that gives it the most
+    context (BERT's ``_check_is_max_context``: the window maximising min(left, right) context
+    + 0.01 · window length; the first such window on ties)."""
+    end = spans[-1][0] + spans[-1][1]
+    if len(spans) == 1:  # most contexts: one window owns every token
+        return [0] * end
+    owner, best = [0] * end, [float("-inf")] * end
+    for k, (s, n) in enumerate(spans):
+        for p in range(s, s + n):
+            score = min(p - s, s + n - 1 - p) + 0.01 * n
+            if score > best[p]:  # a later window only where it gives more: the first wins ties
+                owner[p], best[p] = k, score
+    return owner
+
+
 def max_context_flags(spans: Sequence[tuple[int, int]], index: int) -> list[int]:
     """For window ``index`` of ``spans``: 1 per token where no other window gives more context."""
     start, length = spans[index]
-    flags = []
-    for p in range(start, start + length):
-        best, best_score = None, None
-        for k, (s, n) in enumerate(spans):
-            if not s <= p < s + n:
-                continue
-            score = min(p - s, s + n - 1 - p) + 0.01 * n
-            if best_score is None or score > best_score:
-                best, best_score = k, score
-        flags.append(int(best == index))
-    return flags
+    return [int(k == index) for k in max_context_owner(spans)[start : start + length]]
 
 
 def answer_token_span(
@@ -107,6 +115,7 @@ def squad_features(
             a_start = r["answers"]["answer_start"][0]
             answer = answer_token_span(c.offsets, a_start, a_start + len(r["answers"]["text"][0]))
         spans = window_starts(len(c.ids), room, step)
+        owner = max_context_owner(spans)
         for w, (start, length) in enumerate(spans):
             doc_offset = len(q_ids) + 2
             ids = [
@@ -119,7 +128,7 @@ def squad_features(
             types = [0] * doc_offset + [1] * (length + 1)
             offsets = [None] * doc_offset + [tuple(o) for o in c.offsets[start : start + length]] + [None]
             context_mask = [0] * doc_offset + [1] * length + [0]
-            max_context = [0] * doc_offset + max_context_flags(spans, w) + [0]
+            max_context = [0] * doc_offset + [int(k == w) for k in owner[start : start + length]] + [0]
             s_pos = e_pos = 0
             if answer is not None and start <= answer[0] and answer[1] < start + length:
                 s_pos, e_pos = answer[0] - start + doc_offset, answer[1] - start + doc_offset
@@ -140,24 +149,51 @@ def squad_features(
     return features
 
 
+FORMAT_VERSION = 1  # part of the windows cache's key: bump when squad_features changes what it makes
+
+
+def cached_features(records: Sequence[dict], tokenizer, cache_dir: Path | None, **window) -> list[dict]:
+    """:func:`squad_features` of ``records``, kept in ``cache_dir`` (``squad-windows-<key>.pkl``; key:
+    a hash of FORMAT_VERSION, the records themselves, the tokenizer's JSON and the window settings):
+    a sweep's fine-tunes of one task window its questions once (all of SQuAD v1.1's: minutes of
+    Python) and read them back in seconds. Written atomically; None: not kept."""
+    import hashlib
+    import json
+    import pickle
+
+    from ...atomic import config_hash
+
+    if cache_dir is None:
+        return squad_features(records, tokenizer, **window)
+    digest = hashlib.sha256(json.dumps(list(records), sort_keys=True).encode()).hexdigest()
+    key = config_hash("squad-windows", FORMAT_VERSION, digest, tokenizer.to_json(), window)
+    path = Path(cache_dir) / f"squad-windows-{key}.pkl"
+    if path.is_file():
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    features = squad_features(records, tokenizer, **window)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        with open(partial, "wb") as f:
+            pickle.dump(features, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return features
+
+
 def collate_squad(rows: list[dict], pad_id: int = 0, pad_to: int | None = None) -> dict:
     """Pad features into tensors: input_ids, token_type_ids, attention_mask, context_mask
     (int64 [B, T]), start_positions, end_positions, feature_index (int64 [B]), is_impossible
     (float32 [B])."""
     import torch
 
-    length = pad_to or max(len(r["input_ids"]) for r in rows)
-    out = {}
-    for key, fill in (("input_ids", pad_id), ("token_type_ids", 0), ("context_mask", 0)):
-        batch = torch.full((len(rows), length), fill, dtype=torch.long)
-        for i, r in enumerate(rows):
-            seq = torch.as_tensor(r[key][:length], dtype=torch.long)
-            batch[i, : len(seq)] = seq
-        out[key] = batch
-    mask = torch.zeros((len(rows), length), dtype=torch.long)
-    for i, r in enumerate(rows):
-        mask[i, : len(r["input_ids"])] = 1
-    out["attention_mask"] = mask
+    from ...data.length_batches import pad_rows
+
+    out = pad_rows(rows, (("input_ids", pad_id), ("token_type_ids", 0), ("context_mask", 0)), pad_to)
+    lengths = torch.tensor([min(len(r["input_ids"]), out["input_ids"].shape[1]) for r in rows])
+    out["attention_mask"] = (torch.arange(out["input_ids"].shape[1]) < lengths[:, None]).long()
     out["start_positions"] = torch.tensor([r["start_position"] for r in rows], dtype=torch.long)
     out["end_positions"] = torch.tensor([r["end_position"] for r in rows], dtype=torch.long)
     out["is_impossible"] = torch.tensor([float(r["is_impossible"]) for r in rows], dtype=torch.float32)

@@ -25,18 +25,19 @@ from omegaconf import DictConfig
 from ... import pruning as pruner
 from ...store.checkpoint import Checkpoint, CheckpointError
 from .data import SquadError, load_squad
-from .features import collate_squad, squad_features
+from .features import cached_features, collate_squad
 from ...errors import UserError
 from ...models import ModelConfig
 from ...models.qa import QuestionAnswerer
 from ...store.record import warn_if_other_version
 from ...store.runs import Run
-from ...train.common import step_seed
+from ...train.common import seed_step, step_seed
 from ...store.rundirs import FinetuneRun
 from .evaluate import evaluate_squad
 from .runs import check_squad_config, qa_settings, squad_runs, squad_source
 from ...train.streams import training_loader
 from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
+from ...train.accel import loader_workers
 from ...train.task_module import TaskModule
 
 COLUMNS = (
@@ -112,17 +113,21 @@ class SquadModule(TaskModule):
             "start_positions": batch["start_positions"],
             "end_positions": batch["end_positions"],
             "is_impossible": batch["is_impossible"],
+            "padded": batch.get("padded"),  # the collate's host flag: a GPU step reads nothing back
         }
 
+    def forward_batch(self, batch):
+        """The model's output (with its loss) on a training batch."""
+        return self.model(**self._inputs(batch))
+
     def training_step(self, batch, batch_idx):
-        torch.manual_seed(step_seed(self.seed, batch["first_position"]))  # dropout, resumable
+        seed_step(step_seed(self.seed, batch["first_position"]), self.device)  # dropout, resumable
         multiplier = self.pruning_step()
-        inputs = self._inputs(batch)
-        out = self.model(**inputs)
+        out = self.forward_batch(batch)
         loss = out.loss
         if self._teacher:
             with torch.no_grad():
-                teacher_out = self._teacher[0](**inputs)
+                teacher_out = self._teacher[0](**self._inputs(batch))
             d = self.distill
             loss = pruner.distillation_loss(
                 out.distillation_logits,
@@ -133,20 +138,22 @@ class SquadModule(TaskModule):
                 d.temperature,
             )
         loss = self.regularized(loss, multiplier)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        self.log_step("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
 
 class WindowBatches:
-    """collate: pad the windows to the batch's longest; keep the stream position for seeding."""
+    """collate: pad the windows to the batch's longest; keep the stream position for seeding and
+    whether any window is padded (host values)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
 
     def __call__(self, rows: list[dict]) -> dict:
-        position = torch.stack([r.pop("position") for r in rows])
-        rows = [{k: v.tolist() for k, v in r.items()} for r in rows]
-        return {**collate_squad(rows, self.pad_id), "position": position, "first_position": int(position[0])}
+        position = torch.tensor([int(r["position"]) for r in rows])
+        batch = collate_squad(rows, self.pad_id)
+        padded = len({len(r["input_ids"]) for r in rows}) > 1  # on the host: no device read in the step
+        return {**batch, "position": position, "first_position": int(position[0]), "padded": padded}
 
 
 class SquadData(pl.LightningDataModule):
@@ -162,8 +169,12 @@ class SquadData(pl.LightningDataModule):
         self.pad_id, self.num_workers, self.group_by_length = pad_id, num_workers, group_by_length
 
     def train_dataloader(self):
+        return self.batches(self.trainer.global_step)
+
+    def batches(self, start_step: int = 0):
+        """The training batches after ``start_step`` steps (an endless loader)."""
         return training_loader(self.train, self.seed, COLUMNS, self.batch_size, self.group_by_length,
-                               self.trainer.global_step, WindowBatches(self.pad_id), self.num_workers)  # fmt: skip
+                               start_step, WindowBatches(self.pad_id), self.num_workers)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- data
@@ -180,10 +191,11 @@ def squad_data(cfg: DictConfig, tokenizer) -> dict:
     if cfg.task.max_eval_samples:
         dev = dev[: int(cfg.task.max_eval_samples)]
     window = {k: qa[k] for k in ("max_len", "doc_stride", "max_query_len", "stride_mode")}
+    cache = Path(cfg.outputs) / "cache" / "squad"  # a sweep's fine-tunes of the task window it once
     out = {
-        "train": squad_features(train, tokenizer, **window),
+        "train": cached_features(train, tokenizer, cache, **window),
         "dev_records": dev,
-        "dev": squad_features(dev, tokenizer, **window),
+        "dev": cached_features(dev, tokenizer, cache, **window),
     }
     if not out["train"] or not out["dev"]:
         raise SquadError(f"{cfg.task.name}: no training or dev questions left; check the data and sample limits")
@@ -195,6 +207,11 @@ def squad_data(cfg: DictConfig, tokenizer) -> dict:
 
 def squad_one(cfg: DictConfig, init: Init, planned: FinetuneRun, data: dict) -> Run:
     """Fine-tune and evaluate one planned SQuAD run (train/finetune.py), or reuse it."""
+    return train_one(cfg, init, planned, squad_job(cfg, init, planned, data))
+
+
+def squad_job(cfg: DictConfig, init: Init, planned: FinetuneRun, data: dict) -> FinetuneJob:
+    """A planned SQuAD run's module, windows and evaluation (train/finetune.py)."""
     seed, hp, qa = planned.seed, planned.hp, dict(planned.run_cfg["qa"])
     train, pad, task = data["train"], init.tokenizer.pad_id, cfg.task.name
 
@@ -212,12 +229,12 @@ def squad_one(cfg: DictConfig, init: Init, planned: FinetuneRun, data: dict) -> 
 
     def windows() -> SquadData:
         group = bool(cfg.get("group_by_length", False))
-        return SquadData(train, seed, hp["batch_size"], pad, cfg.trainer.num_workers, group)
+        return SquadData(train, seed, hp["batch_size"], pad, loader_workers(cfg.trainer), group)
 
     def finish(module: SquadModule, trained: Trained) -> None:
         evaluate_squad(trained, qa, data["dev_records"], data["dev"], task)
 
-    return train_one(cfg, init, planned, FinetuneJob(len(train), False, module, windows, finish, check))
+    return FinetuneJob(len(train), False, module, windows, finish, check)
 
 
 # ----------------------------------------------------------------------------- an invocation
