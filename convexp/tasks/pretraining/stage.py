@@ -307,8 +307,8 @@ def _train(
                 filename="step={step}",
                 auto_insert_metric_name=False,
                 every_n_train_steps=t.checkpoint_every_n_steps,
-                save_top_k=-1,
-                save_last=True,
+                save_top_k=1,  # the newest step checkpoint, the one before it deleted once it is written
+                save_last="link",  # last.ckpt links to it (one file's disk); an interrupt writes it whole
             ),
             LearningRateMonitor(logging_interval="step"),
             StepProgressBar(reads_every, speed=False),  # tokens/s instead of batches/s
@@ -381,6 +381,7 @@ def _finish(
     }
     log_result(metrics, run)
     run.finish(metrics)
+    run.keep_last_checkpoint()  # the final model and the last resumable checkpoint
     print(said("finished", run.dir))
 
 
