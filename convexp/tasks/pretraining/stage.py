@@ -34,7 +34,7 @@ from ...train.common import (
 )
 from ...train.captured import WholeStep, whole_step_applies
 from ...train.health import Health, fit
-from ...train.progress import StepProgressBar, refresh_every
+from ...train.progress import refresh_every, step_progress
 from .objectives import ElectraObjective, MLMObjective, TokenInfo
 from .batches import Masker, MaskingCollate, PositionBatches, Prefetched, StreamBatches, ValBatches
 from ...train.accel import compile_objective, fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32, set_threads
@@ -311,7 +311,7 @@ def _train(
                 save_last="link",  # last.ckpt links to it (one file's disk); an interrupt writes it whole
             ),
             LearningRateMonitor(logging_interval="step"),
-            StepProgressBar(reads_every, speed=False),  # tokens/s instead of batches/s
+            step_progress(reads_every, speed=False),  # tokens/s instead of batches/s
             Health(t.nonfinite_patience, t.requeue_signal, check_every=reads_every),
             *callbacks,
         ],
