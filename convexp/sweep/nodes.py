@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..config.compose import CONF_DIR, compose_stage, to_model_config
 from ..errors import ConfigError, UserError
 from ..store.runs import Run
+from ..train.weights import has_weights
 from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
 from ..tasks import is_squad
@@ -39,15 +40,43 @@ class Node:
     hparams: dict = dataclasses.field(default_factory=dict)  # fine-tuning: run id -> cards.finetune_settings
     gpus: int = 0  # GPUs its job trains on (gpus.job_gpus: 0 on the CPU, -1 every GPU)
     memory_mib: int = 0  # its job's estimated peak memory on one GPU (memory.py; 0: unknown)
+    starts_from: list[str] = dataclasses.field(default_factory=list)  # an intermediate task's MNLI node
+    distils_from: list[str] = dataclasses.field(default_factory=list)  # its distillation teacher's node
+    # fine-tuning: all (asked for) | read (a node that has yet to run loads them) | none (plan.py)
+    keep_weights: str | None = None
+
+    @property
+    def reads(self) -> list[str]:
+        """The nodes whose fine-tuned weights it loads."""
+        return [*self.starts_from, *self.distils_from]
+
+    @property
+    def finished(self) -> bool:
+        return all(r.finished for r in self.runs)
 
     @property
     def done(self) -> bool:
-        return all(r.finished for r in self.runs)
+        """Finished, with the weights it must keep (a finished run that did not keep weights a
+        later node reads is trained again for them)."""
+        return self.finished and not self.weights_missing
+
+    @property
+    def weights_missing(self) -> bool:
+        return self.keep_weights in ("all", "read") and not all(has_weights(r) for r in self.runs)
+
+    @property
+    def stage_args(self) -> list[str]:
+        """Its stage command's arguments: the overrides, then the weights it keeps (not part of
+        what the run computes: neither its id nor the plan's record of overrides hold it)."""
+        keep = {"read": "all"}.get(self.keep_weights, self.keep_weights)
+        return [*self.overrides, *([f"keep_weights={keep}"] if keep else [])]
 
     @property
     def state(self) -> str:
         if self.done:
             return "cached"
+        if self.finished:  # its weights were not kept, and a node that has yet to run reads them
+            return "weights"
         if any(r.status == "diverged" for r in self.runs):
             return "diverged"
         if any(r.last_checkpoint() for r in self.runs):
@@ -58,7 +87,7 @@ class Node:
     def command(self) -> str:
         kind = task_kind(self.task)
         head = "convexp pretrain" if self.stage == "pretrain" else f"convexp finetune {kind}"
-        return " ".join([head, *(_quote(o) for o in self.overrides)])
+        return " ".join([head, *(_quote(o) for o in self.stage_args)])
 
 
 def _quote(o: str) -> str:
@@ -210,10 +239,11 @@ def finetune_nodes(
             key = f"finetune/{v.name}/{p.task}/s{p.seed}"
             if key not in nodes:
                 deps = [start.node] if start.node else []
-                deps += [f"finetune/{v.name}/{p.start.task}/s{p.start.seed}"] if p.start else []
-                deps += [teachers[p.task].key] if p.task in teachers else []
+                starts = [f"finetune/{v.name}/{p.start.task}/s{p.start.seed}"] if p.start else []
+                distils = [teachers[p.task].key] if p.task in teachers else []
                 over = [*base, f"task={p.task}", f"seeds=[{p.seed}]", *task_overrides(p.task)]
-                nodes[key] = Node(key, "finetune", v.name, over, [], deps, p.task, p.seed)
+                nodes[key] = Node(key, "finetune", v.name, over, [], [*deps, *starts, *distils], p.task, p.seed,
+                                  starts_from=starts, distils_from=distils, keep_weights=str(tcfg.keep_weights))  # fmt: skip
             if p.run.dir not in known.setdefault(key, set()):
                 known[key].add(p.run.dir)
                 nodes[key].runs.append(p.run)

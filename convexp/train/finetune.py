@@ -28,6 +28,7 @@ from ..store.rundirs import FinetuneRun
 from ..store.runs import Run
 from .accel import prepare_encoders
 from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
+from .weights import adopt_weights, keeps_weights, say_training_again, wants_weights_again, weights_run
 
 
 
@@ -108,6 +109,7 @@ class Trained:
     examples: int  # training examples seen (rows x epochs)
     pruning: DictConfig | None = None
     tokenizer: object = None
+    keep_weights: bool = True  # write model/ (train/weights.py)
 
     def fold_pruning(self) -> float | None:
         """A fine-pruned model's final masks fixed into its weights (W ⊙ M: the saved model is an
@@ -142,6 +144,11 @@ def train_one(cfg: DictConfig, init: Init, planned: FinetuneRun, job: FinetuneJo
     """Fine-tune one planned run, or reuse it when it has finished."""
     seed, hp, run = planned.seed, planned.hp, planned.run
     if run.finished:
+        if wants_weights_again(cfg, planned):  # its weights were not kept and are read now
+            say_training_again(planned)
+            again = weights_run(planned)
+            train_one(cfg, init, again, job)
+            adopt_weights(planned, again)
         return run
     run.refuse_diverged(cfg.retry_diverged)
     if run.last_checkpoint() and not cfg.resume:
@@ -161,7 +168,8 @@ def train_one(cfg: DictConfig, init: Init, planned: FinetuneRun, job: FinetuneJo
         examples = job.train_rows * hp["epochs"]
 
         def finish(seconds: float) -> None:
-            trained = Trained(run, module.model, init.tokenizer.pad_id, hp, seconds, examples, pruning, init.tokenizer)
+            trained = Trained(run, module.model, init.tokenizer.pad_id, hp, seconds, examples, pruning, init.tokenizer,
+                              keeps_weights(cfg, planned))  # fmt: skip
             job.finish(module, trained)
 
         train_attempt(cfg, run, trainer, module, data, finish, task=planned.task, seed=seed)
