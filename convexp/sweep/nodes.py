@@ -16,6 +16,7 @@ from ..store.runs import Run
 from ..train.weights import has_weights
 from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
+from .disk import pretrain_bytes, pretraining_data, results_bytes, weights_bytes
 from ..tasks import is_squad
 from ..tasks import kind as task_kind
 from .gpus import job_gpus
@@ -44,6 +45,9 @@ class Node:
     distils_from: list[str] = dataclasses.field(default_factory=list)  # its distillation teacher's node
     # fine-tuning: all (asked for) | read (a node that has yet to run loads them) | none (plan.py)
     keep_weights: str | None = None
+    disk: float = 0.0  # bytes each run keeps (disk.py): results, or a checkpoint and the final model
+    weights: float = 0.0  # fine-tuning: the bytes of the weights each run keeps where it keeps them
+    data: tuple | None = None  # pre-training: disk.pretraining_data (the corpus, its prepared examples)
 
     @property
     def reads(self) -> list[str]:
@@ -114,7 +118,8 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
         f"outputs={Path(cfg.outputs).resolve()}"
     )  # absolute: workers and cluster jobs start elsewhere
     node = Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops, gpus=job_gpus(cfg),
-                memory_mib=pretrain_mib(cfg, model_cfg))  # fmt: skip
+                memory_mib=pretrain_mib(cfg, model_cfg), disk=sum(pretrain_bytes(cfg, model_cfg)),
+                data=pretraining_data(cfg))  # fmt: skip
     return node, cfg, model_cfg
 
 
@@ -166,7 +171,8 @@ def continuation_node(
         raise SweepError(f"{where}: {e}") from e
     run = pretrain_run(cfg, variant_tokens(v.pretrain))
     node = Node(f"continue/{v.name}", "pretrain", v.name, over, [run], deps=[pre.key], flops=flops,
-                gpus=job_gpus(cfg), memory_mib=pretrain_mib(cfg, model_cfg))  # fmt: skip
+                gpus=job_gpus(cfg), memory_mib=pretrain_mib(cfg, model_cfg), disk=sum(pretrain_bytes(cfg, model_cfg)),
+                data=pretraining_data(cfg))  # fmt: skip
     start = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, node.key, model_cfg)
     return node, start
 
@@ -252,7 +258,8 @@ def finetune_nodes(
                 if hit is None or hit[0] is not p.hp:
                     hit = settings_of[(p.task, id(p.hp))] = (p.hp, finetune_settings(p.hp, p.run_cfg))
                 nodes[key].hparams[p.run.id] = dict(hit[1])
-    sized: dict[tuple, tuple] = {}  # (task, batch) -> (flops, gpus, memory): the same for every seed
+    sized: dict[tuple, tuple] = {}  # (task, batch) -> (flops, gpus, memory, disk): the same for every seed
+    weights = weights_bytes(start.model_cfg) if start.model_cfg is not None else 0.0
     for node in nodes.values():
         batch = max(int(hp["batch_size"]) for hp in node.hparams.values())  # its largest setting's
         if (node.task, batch) not in sized:
@@ -262,8 +269,10 @@ def finetune_nodes(
                 flops(tcfg, start.model_cfg, node.task),
                 job_gpus(tcfg),
                 finetune_mib(tcfg, start.model_cfg, node.task, batch),
+                results_bytes(tcfg, node.task),
             )
-        node.flops, node.gpus, node.memory_mib = sized[(node.task, batch)]
+        node.flops, node.gpus, node.memory_mib, node.disk = sized[(node.task, batch)]
+        node.weights = weights
     return list(nodes.values())
 
 

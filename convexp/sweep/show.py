@@ -143,6 +143,8 @@ def print_plan(plan: Plan) -> None:
     elif not todo:
         parts.append("nothing to do")
     console.print("; ".join(parts))
+    for line in bill_lines(plan, console.width):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if plan.settings.launcher.name == "submitit" or plan.settings.launcher.get("gpus"):
         print_makespan(plan, left)
     launcher = f"launcher: {plan.settings.launcher.name}; first command:"
@@ -155,6 +157,52 @@ def print_plan(plan: Plan) -> None:
     if plan.settings.launcher.name == "local":
         for line in placement_lines(plan, console.width, left):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def bill_lines(plan: Plan, width: int) -> list[str]:
+    """The sweep's bill per stage and in total (sweep/disk.py): runs, training FLOPs, the largest
+    job's estimated peak GPU memory, and the disk the runs keep when the sweep has run; the
+    pre-training data (tokens, documents, its cache, prepared examples and the time to prepare
+    them); the total, and what it would be with every fine-tuning run's weights kept."""
+    from .disk import PREPARE_TOKENS_PER_S, bill_total, size, sweep_bill
+
+    stages, data = sweep_bill(plan)
+    lines = ["bill (estimates; disk: what the runs keep when the sweep has run):"]
+    for stage, label in (("pretrain", "pre-training"), ("finetune", "fine-tuning")):
+        b = stages[stage]
+        if not b.runs:
+            continue
+        parts = [f"{label}: {b.runs:,} run{'s' if b.runs > 1 else ''}", f"{_flops(b.flops)} training FLOPs"]
+        parts += [f"peak ~{_gib(b.memory_mib)} a job (GPU)"] if b.memory_mib else []
+        if stage == "pretrain":
+            parts.append(f"disk {size(b.disk)} (each run's last resumable checkpoint and final model)")
+        else:
+            parts.append(f"disk {size(b.disk)}: results, and the weights of {b.kept_runs:,} run{'s' if b.kept_runs != 1 else ''} (keep_weights)")
+            if b.read_weights:
+                parts.append(f"{size(b.read_weights)} more while intermediate tasks read them")
+            if b.unknown:
+                parts.append(f"the weights of {b.unknown:,} runs not counted (their model is not on disk)")
+        lines += fold_items(parts, width, sep=", ")
+    for d in data:
+        c = d.corpus
+        parts = [f"data {d.name}: " + (f"{c.tokens:.3g} tokens" if c else "size unknown")]
+        if c is not None and c.documents:
+            parts.append(f"{c.documents:,.0f} documents")
+        if c is not None and c.cache_bytes is None:
+            parts.append("streamed: nothing stored or prepared")
+        else:
+            parts += [f"datasets cache {size(d.cache_bytes)}"] if d.cache_bytes else []
+            parts.append(f"prepared examples {size(d.prepared_bytes)}")
+            if c is not None:
+                seconds = c.tokens / PREPARE_TOKENS_PER_S
+                took = f"{seconds:.0f} s" if seconds < 120 else _minutes(seconds / 60)
+                parts.append(f"preparing ~{took} at {PREPARE_TOKENS_PER_S:,} tokens/s (disk.PREPARE_TOKENS_PER_S)")
+        lines += fold_items(parts, width, sep=", ")
+    total, every = bill_total(stages, data), bill_total(stages, data, every_weight=True)
+    tail = [f"disk in total {size(total)}"]
+    if every > total:
+        tail.append(f"with every fine-tuning run's weights kept (keep_weights=all) {size(every)}")
+    return lines + fold_items(tail, width, sep="; ")
 
 
 def placement_lines(plan: Plan, width: int, todo: list | None = None) -> list[str]:
@@ -281,6 +329,25 @@ def print_status(plan: Plan) -> None:
     else:
         line += "; nothing left to run"
     console.print(line, markup=False, soft_wrap=True)
+    console.print(disk_line(plan), markup=False, soft_wrap=True)
+
+
+def disk_line(plan: Plan) -> str:
+    """``--status``: the disk the sweep's runs and the run store's cache use now, beside the bill."""
+    from .disk import bill_total, size, sweep_bill, used_bytes
+
+    used: dict[str, int] = {}
+    seen: set = set()
+    for node in plan.order():
+        for run in node.runs:
+            if run.dir not in seen:
+                seen.add(run.dir)
+                used[node.stage] = used.get(node.stage, 0) + used_bytes(run.dir)
+    cache = used_bytes(plan.outputs / "cache")
+    parts = [f"{label} {size(used.get(stage, 0))}" for stage, label in (("pretrain", "pre-training"), ("finetune", "fine-tuning"))]
+    expected = bill_total(*sweep_bill(plan))
+    return (f"disk: {size(sum(used.values()) + cache)} used ({', '.join(parts)}, {size(cache)} in {plan.outputs / 'cache'}); "
+            f"≈ {size(expected)} when the sweep has run (--dry-run's bill)")  # fmt: skip
 
 
 def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:

@@ -1,0 +1,48 @@
+"""A sweep states its disk before it runs (--dry-run's bill, sweep/disk.py) and what it uses so far
+(--status): pre-training data and checkpoints, fine-tuning results and the weights it keeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from convexp.sweep.disk import CORPORA, ROW_BYTES, bill_total, size, sweep_bill
+from convexp.sweep.plan import build_plan
+from convexp.sweep.show import bill_lines, disk_line
+from convexp.sweep.spec import load_sweep
+
+
+def test_a_paper_sweep_keeps_a_small_part_of_what_every_weight_would_take(outputs):
+    plan = build_plan(load_sweep("convbert-sizes"), ["scale=paper", "variants=[small,base]"])
+    stages, data = sweep_bill(plan)
+    ft = stages["finetune"]
+    assert ft.kept_runs == 0 and ft.every_weight > 100 * ft.disk  # nothing reads them: results only
+    default, every = bill_total(stages, data), bill_total(stages, data, every_weight=True)
+    assert default <= 0.05 * every
+    # ConvBERT-base fine-tuned: 4 bytes a parameter (106M + its head) and the tokenizer
+    base = next(n for n in plan.nodes.values() if n.stage == "finetune" and n.variant == "base")
+    assert 400e6 < base.weights < 450e6
+    lines = bill_lines(plan, 100)
+    assert all(len(line) <= 100 for line in lines)
+    assert any(line.startswith("  disk in total ") and "(keep_weights=all)" in line for line in lines), lines
+    assert any("openwebtext" in line and "streamed" in line for line in lines), lines
+
+
+def test_prepared_examples_take_two_bytes_a_position_and_four_a_row(outputs):
+    plan = build_plan(load_sweep("key-based-conv"), ["scale=paper", "variants=[composite]", "tasks=[rte]"])
+    [(name, corpus, prepared)] = [(d.name, d.corpus, d.prepared_bytes) for d in sweep_bill(plan)[1]]
+    assert name == "bookcorpus_wikitext103" and corpus is CORPORA[name]
+    assert prepared == pytest.approx(31e6 * (128 * 2 + ROW_BYTES))  # Chang et al.'s 31M sentence pairs
+    smoke = build_plan(load_sweep("key-based-conv"), ["scale=smoke", "variants=[composite]", "tasks=[rte]"])
+    [d] = sweep_bill(smoke)[1]
+    assert d.corpus.documents == 20_000 and d.cache_bytes == 0  # the synthetic corpus: computed, nothing downloaded
+
+
+def test_status_says_the_disk_the_runs_use(outputs):
+    plan = build_plan(load_sweep("key-based-conv"), ["scale=smoke", "variants=[composite]", "tasks=[rte]"])
+    run = plan.nodes["pretrain/composite"].runs[0]
+    (run.dir / "checkpoints").mkdir(parents=True)
+    (run.dir / "checkpoints" / "step=9.ckpt").write_bytes(b"x" * 3_000_000)
+    (run.dir / "checkpoints" / "last.ckpt").symlink_to("step=9.ckpt")  # counted once
+    line = disk_line(plan)
+    assert line.startswith(f"disk: {size(3_000_000)} used (pre-training {size(3_000_000)}, fine-tuning 0 B")
+    assert f"≈ {size(bill_total(*sweep_bill(plan)))} when the sweep has run" in line
