@@ -3,10 +3,12 @@ compute (--dry-run), and the end-of-sweep summary."""
 
 from __future__ import annotations
 
+import time
+
 from ..tasks import GLUE
 from .cards import Card, Grid, recipe_cards
 from .compute import pretrain_tokens
-from .cpu_rate import measured_flops, runs_on_cpu
+from .cpu_rate import cpu_rate, runs_on_cpu
 from .execute import Outcome
 from .plan import Plan
 from .spec import load_sweep
@@ -124,10 +126,12 @@ def print_plan(plan: Plan) -> None:
         parts.append(f"{n_runs} run directories (a fine-tuning node with a grid runs every setting; its FLOPs count them all)")
     cpu = next(iter(plan.pretrain_cfgs.values()), None)
     if todo and cpu is not None and runs_on_cpu(cpu):  # no stated rate fits a CPU: measure this one
-        rate = measured_flops(cpu)
+        rate, when = cpu_rate(cpu)
+        ago = time.time() - when
+        at = "now" if ago < 60 else f"{ago / 3600:.2g} h ago (kept a day)"
         parts.append(
             f"to do: {_flops(todo)} training FLOPs ≈ {_minutes(todo / rate / 60)} on this CPU (a rough "
-            f"estimate: {rate / 1e9:.3g} GFLOP/s measured over 3 training steps of {cpu.model.name} now)"
+            f"estimate: {rate / 1e9:.3g} GFLOP/s measured over 3 training steps of {cpu.model.name} {at})"
         )
     elif todo:
         hours = todo / (plan.settings.tflops * 1e12) / 3600
@@ -167,7 +171,7 @@ def bill_lines(plan: Plan, width: int) -> list[str]:
     from .disk import PREPARE_TOKENS_PER_S, bill_total, size, sweep_bill
 
     stages, data = sweep_bill(plan)
-    lines = ["bill (estimates; disk: what the runs keep when the sweep has run):"]
+    lines = ["bill (estimates; disk as the sweep leaves it):"]
     for stage, label in (("pretrain", "pre-training"), ("finetune", "fine-tuning")):
         b = stages[stage]
         if not b.runs:
