@@ -187,7 +187,8 @@ def test_dry_run_folds_to_the_terminals_width(tmp_path, monkeypatch, width):
     command = " ".join(x.strip().removesuffix("\\") for x in lines[start + 1 : start + 6] if x.startswith("  "))
     assert shlex.split(command)[:3] == ["convexp", "pretrain", "scale=smoke"] and "logger.tags=[composite]" in shlex.split(command)
     for node in ("pretrain/composite_key", "finetune/composite_key/cola/s42"):
-        assert (node in res.output) == (width == 80)  # a node's name folds only where the run ids would not fit
+        assert f"\n{node} " in res.output  # a node's name starts its row, whole; its run ids follow, folded
+    assert "\n    chang-small-composite-key-mlm-a" in res.output
 
 
 def test_dry_run_on_a_wide_terminal_prints_one_row_per_line(tmp_path, monkeypatch):

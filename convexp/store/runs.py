@@ -95,7 +95,9 @@ class Run:
         """:meth:`for_config` of a config whose :func:`run_hash` is ``digest``."""
         folder = Path(outputs) / "runs" / stage
         named = cls(folder / run_name(slug, list(tokens), digest))
-        if named.finished:  # the common case, without listing the folder
+        if not _names_by_digest(folder).get(digest):  # no run of it yet (a folder listed once: a plan asks thousands)
+            return named
+        if named.finished:  # the common case of a run that exists
             return named
         return cls(find_run(folder, digest) or named.dir)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..config import compose_cache
 from .args import split_args, sweep_settings
 from .nodes import Node, compose_cached, continuation_node, finetune_nodes, pretrain_node
 from .spec import Sweep, SweepError, Variant
@@ -51,6 +52,11 @@ class Plan:
 def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
     """Compose every node's configuration (so bad overrides fail here, before any training) and
     find every run directory."""
+    with compose_cache.one_state():  # the config files are not edited while a plan is made
+        return _build_plan(sweep, args)
+
+
+def _build_plan(sweep: Sweep, args: list[str]) -> Plan:
     own, stage_args = split_args(list(args))
     settings = sweep_settings(own)
     if settings.scale == "smoke" and sweep.smoke:  # the sweep's smoke arguments, then the user's

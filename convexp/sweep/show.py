@@ -94,30 +94,22 @@ def print_cards(cards: list[Card]) -> None:
 
 def print_plan(plan: Plan) -> None:
     """The --dry-run view: every node, what is cached, the recipe cards, and the compute still to do."""
-    from rich.table import Table
-
-    table = Table(title=f"convexp ablate {plan.sweep.name} ({plan.sweep.title}), scale={plan.settings.scale}")
-    # a narrow terminal folds the run ids (never cuts them); the node names too where the run ids
-    # would keep fewer than 20 columns (13: the borders and padding of four columns)
-    room = terminal_width() - 13 - len("state") - len("train FLOPs") - max(map(len, plan.nodes), default=0)
-    table.add_column("node", overflow="fold", no_wrap=room >= 20)
-    table.add_column("state", no_wrap=True)
-    table.add_column("run", overflow="fold")
-    table.add_column("train FLOPs", justify="right", no_wrap=True)
     states: dict[str, int] = {}
     todo, unknown = 0.0, 0
     left = []  # the nodes not cached (a node's state reads its runs' files: once)
+    rows = []
     for n in plan.order():
         state = n.state
         states[state] = states.get(state, 0) + 1
         todo += 0 if state == "cached" else n.flops
         unknown += state != "cached" and not n.flops
         left += [n] if state != "cached" else []
-        table.add_row(n.key, state, ", ".join(r.id for r in n.runs), _flops(n.flops))
+        rows.append((n.key, state, _flops(n.flops), [r.id for r in n.runs]))
     console = _console()
     if note := plan.sweep.source.get("note"):  # what the sweep reproduces (ablate --list leaves it out)
         console.print(f"{plan.sweep.title}: {note}", highlight=False)
-    console.print(table)
+    title = f"convexp ablate {plan.sweep.name} ({plan.sweep.title}), scale={plan.settings.scale}"
+    print("\n".join([*fold_items([title], console.width, indent=""), *plan_table(rows, console.width)]), flush=True)
     print_cards(recipe_cards(plan))
     counts = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))
     parts = [f"{len(plan.nodes)} runs ({counts})"]
@@ -207,6 +199,30 @@ def bill_lines(plan: Plan, width: int) -> list[str]:
     if every > total:
         tail.append(f"with every fine-tuning run's weights kept (keep_weights=all) {size(every)}")
     return lines + fold_items(tail, width, sep="; ")
+
+
+def plan_table(rows: list[tuple[str, str, str, list[str]]], width: int) -> list[str]:
+    """The plan's rows (node, state, train FLOPs, run ids) as aligned plain lines: a row's run ids
+    after its other columns where they fit ``width``, else on the lines below it, folded between
+    ids (an id wider than a line is folded, never cut). Plain text: a table of thousands of rows
+    prints at once (rich's took seconds)."""
+    head = ("node", "state", "train FLOPs", "run")
+    wn = max([len(head[0]), *(len(r[0]) for r in rows)])
+    ws = max([len(head[1]), *(len(r[1]) for r in rows)])
+    wf = max([len(head[2]), *(len(r[2]) for r in rows)])
+
+    def lead(node: str, state: str, flops: str) -> str:
+        return f"{node:<{wn}}  {state:<{ws}}  {flops:>{wf}}  "
+
+    out = [lead(*head[:3]) + head[3]]
+    for node, state, flops, runs in rows:
+        first, ids = lead(node, state, flops), ", ".join(runs)
+        if len(first) + len(ids) <= width:
+            out.append(first + ids)
+            continue
+        out.append(first.rstrip())
+        out += fold_items(runs, width, indent="    ", sep=", ", hang="    ")
+    return out
 
 
 def placement_lines(plan: Plan, width: int, todo: list | None = None) -> list[str]:

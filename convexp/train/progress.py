@@ -120,6 +120,7 @@ class PlainProgress(ProgressBar):
         self._started = self._said = 0.0  # when training started, when the last line was printed
         self._first_step = 0  # the step this attempt started at (a resume counts on from there)
         self._window = (0.0, 0, 0)  # the rate's window since the last training line: start, step, items
+        self._total: int | None = None  # optimizer steps of the whole run (None: unbounded)
         self._unit = "examples/s"
 
     def disable(self) -> None:
@@ -136,6 +137,7 @@ class PlainProgress(ProgressBar):
         self._started = self._said = time.monotonic()
         self._first_step = trainer.global_step
         self._window = (self._started, trainer.global_step, 0)
+        self._total = _total(trainer)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         start, from_step, items = self._window
@@ -148,7 +150,7 @@ class PlainProgress(ProgressBar):
         self._window = (start, from_step, items)
         if not (self._enabled and trainer.is_global_zero):
             return
-        step, total = trainer.global_step, _total(trainer)
+        step, total = trainer.global_step, self._total
         now = time.monotonic()
         tenth = total is not None and _tenths(step, total) > _tenths(from_step, total)
         if tenth or now - self._said >= LINE_EVERY_S or step == total:
