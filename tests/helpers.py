@@ -20,6 +20,16 @@ from convexp.models.ffn import GroupedLinear
 
 # --- pre-training and the command line
 
+
+def example_rows(ds) -> list[dict]:
+    """The rows of prepared (compact) pre-training examples as ``packing.py`` made them: dicts of
+    lists (input_ids, attention_mask, token_type_ids; pair_label an int)."""
+    from convexp.tasks.pretraining.chunks import expand
+
+    cols = expand(ds.with_format("numpy")[:])
+    return [{k: v[i].tolist() for k, v in cols.items()} for i in range(len(ds))]
+
+
 # A tiny, fast configuration of the smoke scale (same code paths).
 TINY = [
     "scale=smoke",

@@ -20,10 +20,11 @@ from convexp.data.errors import (
     UnknownSourceError,
 )
 from convexp.tasks.pretraining.packing import SpecialIds, pack_blocks
-from convexp.tasks.pretraining.pretraining import collate, prepare_pretraining_data
+from convexp.tasks.pretraining.pretraining import prepare_pretraining_data
 from convexp.data.synthetic import synthetic_corpus, unigram_entropy, vocabulary_words
 from convexp.data.tokenizer import SPECIAL_TOKENS, Tokenizer, build_tokenizer
 from convexp.errors import UserError
+from helpers import example_rows
 
 SYNTH = {"source": "synthetic", "num_docs": 300, "seed": 0, "val_docs": 20}
 WORDPIECE = {"kind": "wordpiece", "vocab_size": 1000}
@@ -263,19 +264,18 @@ def test_packed_rows(tmp_path, pair_format):
     data = prepare_pretraining_data(
         SYNTH, WORDPIECE, seq_len, tmp_path / "cache", seed=1, pair_format=pair_format
     )
-    tok, train = data.tokenizer, data.train
-    for row in [*train, *data.val]:
+    tok, train = data.tokenizer, example_rows(data.train)
+    for row in [*train, *example_rows(data.val)]:
         check_row(row, seq_len, pair_format, tok)
     # short blocks only at the end of a chunk (one here): the stream's remainder (nsp: with the
     # true Bs that random ones replaced, so a few)
     short = [i for i, r in enumerate(train) if sum(r["attention_mask"]) < seq_len]
     assert short == list(range(len(train) - len(short), len(train))) and len(short) <= 3
     if pair_format in ("nsp", "sop"):
-        assert 0.4 < sum(train["pair_label"]) / len(train) < 0.6
+        assert 0.4 < sum(data.train["pair_label"]) / len(train) < 0.6
     assert data.stats["num_train_blocks"] == len(train) and data.stats["vocab_size"] == tok.vocab_size
     assert 0 < data.stats["unigram_entropy"] < math.log(tok.vocab_size)
-    batch = collate([train[i] for i in range(4)])
-    assert batch["input_ids"].shape == (4, seq_len) and str(batch["input_ids"].dtype) == "torch.int64"
+    assert str(data.train.features["input_ids"].feature.dtype) == "uint16"  # 2 bytes a token on disk
 
 
 @pytest.mark.parametrize("pair_format", ["pairs", "nsp", "sop", "single"])

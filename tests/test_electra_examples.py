@@ -6,7 +6,7 @@ the ConvBERT / ELECTRA / BERT-Small rows."""
 import random
 
 import pytest
-from helpers import write_vocab
+from helpers import example_rows, write_vocab
 
 from convexp.config.compose import compose_stage
 from convexp.data.errors import DataError
@@ -106,7 +106,7 @@ def test_prepared_examples_from_files(tmp_path):
     data = prepare_pretraining_data(data_cfg, tok_cfg, seq_len=24, cache_dir=tmp_path / "cache", seed=0)
     assert data.stats["examples"] == "electra" and data.stats["num_train_docs"] == 27
     tok = data.tokenizer
-    for row in data.train:
+    for row in example_rows(data.train):
         n = sum(row["attention_mask"])
         words = tok.decode(row["input_ids"][:n]).split()
         assert len({w.split("l")[0] for w in words}) == 1  # one document

@@ -3,7 +3,7 @@ example, cut only when longer than seq_len, padded, never two documents' text in
 
 import pytest
 import torch
-from helpers import write_vocab
+from helpers import example_rows, write_vocab
 
 from convexp.data.errors import DataError
 from convexp.tasks.pretraining.packing import SpecialIds, sentence_pairs
@@ -84,17 +84,17 @@ def test_prepared_examples_pair_consecutive_sentences_of_one_document(tmp_path):
     data_cfg, tok_cfg = corpus_files(tmp_path)
     data = prepare_pretraining_data(data_cfg, tok_cfg, seq_len=16, cache_dir=tmp_path / "cache", seed=0)
     assert data.stats["examples"] == "sentence_pairs" and data.stats["num_train_docs"] == 10
-    lengths = check_pair_rows(data.train, data.tokenizer, 16)
+    lengths = check_pair_rows(example_rows(data.train), data.tokenizer, 16)
     assert min(lengths) < 16 and max(lengths) == 16  # some pairs are cut, most are not
     assert data.stats["mean_example_tokens"] == pytest.approx(sum(lengths) / len(lengths))
     assert len(lengths) == sum((3 + d % 4 + 1) // 2 for d in range(10))  # ceil(sentences / 2) per doc
 
     # the stage reads the rows as fixed-length tensors, as it reads packed blocks
-    from convexp.train.streams import PermutedStream
+    from convexp.tasks.pretraining.batches import numpy_rows, stack_rows
+    from convexp.tasks.pretraining.chunks import COMPACT_COLUMNS
 
-    stream = PermutedStream(data.train, seed=0, columns=("input_ids", "attention_mask", "token_type_ids"))
-    batch = torch.utils.data.default_collate([stream[i] for i in range(4)])
-    assert batch["input_ids"].shape == (4, 16) and batch["position"].tolist() == [0, 1, 2, 3]
+    batch = stack_rows(numpy_rows(data.train, COMPACT_COLUMNS), [0, 1, 2, 3], COMPACT_COLUMNS)
+    assert batch["input_ids"].shape == (4, 16) and batch["token_type_ids"].eq(0).all()
 
     # a streaming corpus gives the same kind of rows, lazily
     streamed = prepare_pretraining_data({**data_cfg, "streaming": True}, tok_cfg, 16, tmp_path / "cache", 0)

@@ -23,6 +23,7 @@ from convexp.tasks.pretraining.batches import Masker, PositionBatches, Prefetche
 from convexp.train.common import step_seed
 from convexp.tasks.pretraining.objectives import TokenInfo, mask_tokens, prediction_slots
 from convexp.train.streams import PermutedStream, StreamSampler
+from convexp.tasks.pretraining.chunks import COMPACT_COLUMNS
 
 # Every token mixer of the papers, at toy size.
 MIXERS = {
@@ -63,20 +64,20 @@ MASKING = dict(mask_prob=0.15, replace_mask=0.8, replace_random=0.1, whole_word=
 
 
 def rows(n: int = 50, L: int = 12) -> list[dict]:
+    """Compact rows (``chunks.py``): ids padded with 0, a real length, no segment B."""
     g = torch.Generator().manual_seed(0)
     out = []
     for _ in range(n):
-        ids = torch.randint(5, 60, (L,), generator=g)
-        am = torch.ones(L, dtype=torch.long)
-        am[L - int(torch.randint(0, 4, (), generator=g)):] = 0
-        out.append({"input_ids": ids * am, "attention_mask": am, "token_type_ids": torch.zeros(L, dtype=torch.long)})
+        length = L - int(torch.randint(0, 4, (), generator=g))
+        ids = torch.randint(5, 60, (L,), generator=g) * (torch.arange(L) < length)
+        out.append({"input_ids": ids.to(torch.int32), "length": torch.tensor(length), "b_start": torch.tensor(L)})
     return out
 
 
 def test_pipeline_batches_equal_the_stream_masked_in_the_step():
     """Batch k of the pipeline = the stream's rows at its positions, masked by the generator the
     step used to seed (step_seed of the first position): a resumed run sees the same batches."""
-    data, cols, B, seed = rows(), ("input_ids", "attention_mask", "token_type_ids"), 8, 7
+    data, cols, B, seed = rows(), COMPACT_COLUMNS, 8, 7
     masker = Masker(INFO, **MASKING)
     stream = PermutedStream(data, seed, cols)
     batches = StreamBatches(stream, masker, seed)
@@ -85,8 +86,9 @@ def test_pipeline_batches_equal_the_stream_masked_in_the_step():
     for k, batch in enumerate(got):
         start = 16 + k * B
         expect = [stream[p] for p in range(start, start + B)]
-        ids = torch.stack([e["input_ids"] for e in expect])
+        ids = torch.stack([e["input_ids"] for e in expect]).long()
         assert torch.equal(batch["input_ids"], ids)
+        assert batch["attention_mask"].sum(1).tolist() == [int(e["length"]) for e in expect]
         assert batch["position"].tolist() == list(range(start, start + B))
         g = torch.Generator().manual_seed(step_seed(seed, start))
         masked, labels = mask_tokens(ids, INFO, g, 0.15, 0.8, 0.1, attention_mask=batch["attention_mask"])
@@ -99,7 +101,7 @@ def test_pipeline_batches_equal_the_stream_masked_in_the_step():
 
 
 def test_validation_batches_have_fixed_masks():
-    data, cols = rows(20), ("input_ids", "attention_mask", "token_type_ids")
+    data, cols = rows(20), COMPACT_COLUMNS
     val = ValBatches(data, cols, 8, Masker(INFO, **MASKING), seed=3)
     assert len(val) == 3 and val[2]["input_ids"].shape == (4, 12)
     g = torch.Generator().manual_seed(step_seed(3, -1 - 1))

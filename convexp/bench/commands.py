@@ -235,3 +235,32 @@ def bench_pretrain_cmd(
     if steps < 1:
         _refuse(f"--steps must be a positive integer, got {steps}")
     print_record(bench_pretrain(ctx.args, steps, profile=profile, bare=bare))
+
+
+@bench_app.command("data")
+def bench_data_cmd(
+    size: int = typer.Option(20_000_000, help="Bytes of text of the generated OpenWebText-like corpus."),
+    vocab: Optional[str] = typer.Option(None, help="A WordPiece vocab.txt (default: 30,522 tokens trained on the corpus)."),
+    seq_len: int = typer.Option(128, help="Example length in tokens."),
+    examples: str = typer.Option("packed", help="data.examples of convexp's build: packed | sentence_pairs | electra."),
+    processes: Optional[int] = typer.Option(None, help="Processes of the parallel rows [the cores this process may use]."),
+    repeats: int = typer.Option(2, help="Interleaved rounds of the timed rows; each row's best is kept."),
+    out: Optional[str] = typer.Option(None, "--out", help="Write the JSON record here (default: print it)."),
+    workdir: Optional[str] = typer.Option(None, help="Where the corpus and the builds go, kept (default: a temporary folder)."),
+    skip_hf: bool = typer.Option(False, help="Skip Hugging Face run_mlm's way."),
+) -> None:
+    """Pre-training data preparation on one generated corpus: the tokenizer alone, convexp's prepared
+    build on 1 process and on all cores, Hugging Face run_mlm's map + group_texts at the same
+    process count, the whole stream against one shard of four, and the first block after resuming
+    at two depths; the CPU named."""
+    from ..tasks.pretraining.packing import EXAMPLES
+    from .data import bench_data
+
+    for flag, value in (("--size", size), ("--seq-len", seq_len), ("--processes", processes), ("--repeats", repeats)):
+        if value is not None and value < 1:
+            _refuse(f"{flag} must be a positive integer, got {value}")
+    if seq_len < 5:
+        _refuse(f"--seq-len must be at least 5 ([CLS] A [SEP] B [SEP]), got {seq_len}")
+    if examples not in EXAMPLES:
+        _refuse(f"--examples {examples!r}: use one of {', '.join(EXAMPLES)}")
+    bench_data(size, vocab, seq_len, examples, processes, repeats, out, workdir, hf=not skip_hf)

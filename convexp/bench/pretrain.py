@@ -75,7 +75,9 @@ def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
     from ..train.accel import fused_adamw, on_cuda, prepare_encoders, set_tf32
     from ..train.captured import WARMUP_STEPS, WholeStep
     from ..train.common import adamw_with_linear_schedule, per_device_batch
-    from ..tasks.pretraining.stage import COLUMNS, PretrainModule, token_info
+    from ..tasks.pretraining.batches import numpy_rows, stack_rows
+    from ..tasks.pretraining.chunks import compact_columns
+    from ..tasks.pretraining.stage import PretrainModule, token_info
     from ..train.streams import PermutedStream
 
     tok = data.tokenizer
@@ -86,10 +88,10 @@ def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
     set_tf32(cfg.trainer, device.type == "cuda")
     torch.manual_seed(cfg.seed)
     module = PretrainModule(model_cfg, cfg, token_info(tok), cfg.trainer.max_steps)
-    columns = COLUMNS + (("pair_label",) if cfg.objective.pair_format in ("nsp", "sop") else ())
+    columns = compact_columns(cfg.objective.pair_format in ("nsp", "sop"))
     stream = PermutedStream(data.train, cfg.seed, columns)
     size = per_device_batch(cfg.trainer.batch_size, cfg.trainer)
-    batch = torch.utils.data.default_collate([stream[i] for i in range(size)])
+    batch = stack_rows(numpy_rows(data.train, columns), [stream.row_index(i) for i in range(size)], columns)
     batch = module.mask(batch, cfg.seed)
     batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     prepare_encoders(module.objective, cfg.trainer)
@@ -147,12 +149,12 @@ def bare_step(cfg, data, steps: int, profile: bool = False) -> dict:
 def _batch_tokens(cfg, data) -> float:
     """The real tokens of the stage's first batch (what :func:`bare_step` times on)."""
     from ..train.common import per_device_batch
-    from ..tasks.pretraining.stage import COLUMNS
+    from ..tasks.pretraining.chunks import COMPACT_COLUMNS
     from ..train.streams import PermutedStream
 
-    stream = PermutedStream(data.train, cfg.seed, COLUMNS)
+    stream = PermutedStream(data.train, cfg.seed, COMPACT_COLUMNS)
     size = per_device_batch(cfg.trainer.batch_size, cfg.trainer)
-    return float(sum(int(torch.as_tensor(stream[i]["attention_mask"]).sum()) for i in range(size)))
+    return float(sum(int(stream[i]["length"]) for i in range(size)))  # real tokens of each row
 
 
 def _resident_mib() -> float:

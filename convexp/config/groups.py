@@ -27,6 +27,7 @@ class DataSchema:
     line_by_line: bool = False
     examples: str = "packed"
     cache: bool = True
+    num_proc: Any = "auto"  # a positive number of processes or auto (checked here)
     val_fraction: Optional[float] = None
     val_docs: Optional[int] = None
     val_split: Optional[str] = None
@@ -39,6 +40,8 @@ class DataSchema:
         choose("data.source", self.source, SOURCES, "wikitext103 (a preset: data=wikitext103)")
         choose("data.examples", self.examples, EXAMPLES, "sentence_pairs")
         count("data.num_docs", self.num_docs, none_means="every document")
+        if self.num_proc != "auto" and (type(self.num_proc) is not int or self.num_proc < 1):
+            raise ValueError(f"data.num_proc={self.num_proc}: must be a whole number >= 1, or auto (the cores the run may use)")
         count("data.max_docs", self.max_docs, none_means="every document")
         count("data.val_docs", self.val_docs, none_means="val_fraction or val_split")
         in_range("data.val_fraction", self.val_fraction, 0, 1, low_open=True, high_open=True,

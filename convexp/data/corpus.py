@@ -21,6 +21,8 @@ Data config keys (``conf/data/*.yaml``; missing keys take the values of ``DATA_D
                 consecutive rows (newline-separated) into one document, for a dataset of one
                 sentence per row and no document boundaries (BookCorpus); null: a row is a document
   cache, val_fraction, val_docs, val_split   used by ``pretraining.py`` (see there)
+  num_proc      processes of the prepared (cached) build: a positive number or ``auto`` (the cores
+                the run may use); the rows do not depend on it (``tasks/pretraining/build.py``)
 
 Files: ``path`` is one file or a folder, searched recursively (hidden files skipped) for one
 format: .txt (builder "text"), .jsonl/.json ("json") or .parquet ("parquet"), all read with
@@ -58,6 +60,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "examples": "packed",
     "parts": None,
     "cache": True,
+    "num_proc": "auto",
     "val_fraction": 0.01,
     "val_docs": None,
     "val_split": None,
@@ -175,9 +178,11 @@ def find_data_files(path) -> tuple[str, list[str]]:
 
 def corpus_fingerprint(cfg) -> dict:
     """What identifies a corpus for caching: the settings, plus size and mtime of local files
-    (not ``examples``: the same corpus and tokenizer make either kind of example)."""
+    (not ``examples``: the same corpus and tokenizer make either kind of example; nor
+    ``num_proc``: how many processes read it)."""
     s = data_settings(cfg)
     s.pop("examples")
+    s.pop("num_proc")
     if s["source"] == "files":
         _, files = find_data_files(s["path"])
         s["files"] = [(f, Path(f).stat().st_size, Path(f).stat().st_mtime_ns) for f in files]

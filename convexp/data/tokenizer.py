@@ -87,8 +87,10 @@ class Tokenizer:
         return type(self.backend.model).__name__.lower()
 
     def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
-        """Token ids of each text, without special tokens."""
-        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+        """Token ids of each text, without special tokens (``encode_batch_fast``: no character
+        offsets, ~15% faster, where ``tokenizers`` has it)."""
+        encode = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -43,6 +43,7 @@ EXECUTION_KEYS = (
     "trainer.pin_memory",
     "trainer.compile",
     "trainer.gradient_checkpointing",
+    "data.num_proc",  # processes of the prepared build: the rows do not depend on it
     "choices",
     "invocation",
 )

@@ -5,6 +5,7 @@
                         [CLS] A [SEP] B [SEP] blocks, or Chang et al.'s one sentence pair per example
   chunks.py             examples made per chunk of documents (the unit of a parallel build, a streaming
                         reader's share and a resume), stored compactly (uint16 ids, length, B's start)
+  build.py              the prepared build: chunks made on every core, written compactly to Arrow
   pretraining.py        prepare_pretraining_data: corpus -> tokenizer -> cached train/val examples
   objectives.py         MLM and ELECTRA as plain torch (no Lightning)
   batches.py            batches fetched, stacked and masked off the training thread

@@ -28,10 +28,12 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
 from ...train.common import step_seed
+from .chunks import expand
 from .objectives import TokenInfo, mask_tokens, prediction_slots
 
 PREFETCH = 4  # batches the background thread keeps ready
@@ -90,13 +92,13 @@ def numpy_rows(rows, columns: tuple[str, ...]):
 
 
 def stack_rows(rows, indices: list[int], columns: tuple[str, ...]) -> dict:
-    """Rows ``indices`` of :func:`numpy_rows` (a Dataset: one Arrow take) as int64 tensors:
-    [B, L] per column (pair_label [B])."""
+    """Compact rows ``indices`` (``chunks.CompactExamples``' ``columns``) of :func:`numpy_rows` (a
+    Dataset: one Arrow take) expanded to the int64 tensors ``input_ids``, ``attention_mask``,
+    ``token_type_ids`` [B, L] (``pair_label`` [B]), as ``packing.py`` made the rows."""
     if hasattr(rows, "with_format"):
-        got = rows[indices]
-        return {c: torch.from_numpy(got[c]).long() for c in columns}
+        return expand(rows[indices])
     picked = [rows[i] for i in indices]
-    return {c: torch.stack([torch.as_tensor(r[c]) for r in picked]).long() for c in columns}
+    return expand({c: np.stack([np.asarray(r[c]) for r in picked]) for c in columns})
 
 
 class StreamBatches(Dataset):

@@ -49,6 +49,11 @@ CHUNK_DOCS = 1024  # documents per chunk: part of what the examples are (in the 
 COMPACT_COLUMNS = ("input_ids", "length", "b_start")
 
 
+def compact_columns(labelled: bool) -> tuple[str, ...]:
+    """The columns of compact rows (``pair_label`` with nsp / sop labels)."""
+    return COMPACT_COLUMNS + (("pair_label",) if labelled else ())
+
+
 def id_dtype(vocab_size: int) -> np.dtype:
     """The smallest unsigned type holding every token id."""
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)

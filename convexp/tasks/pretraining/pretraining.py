@@ -4,10 +4,11 @@
 returns a :class:`PretrainingData` with
 
   tokenizer  the Tokenizer (pretrained, or trained on the training documents)
-  train      a ``datasets.Dataset`` of examples ("blocks": columns input_ids, token_type_ids,
-             attention_mask, and pair_label for nsp/sop; see ``packing.py``), in corpus
-             order; when streaming, a :class:`StreamingBlocks` that yields the same rows lazily
-  val        a small ``datasets.Dataset`` of examples
+  train      a memory-mapped ``datasets.Dataset`` of compact examples ("blocks": columns
+             input_ids (uint16), length, b_start, and pair_label for nsp/sop; ``chunks.py``),
+             in corpus order, built on ``data.num_proc`` processes (``build.py``); when
+             streaming, a :class:`StreamingBlocks` that yields ``packing.py``'s rows lazily
+  val        a small ``datasets.Dataset`` of compact examples
   stats      num_train_blocks, num_val_blocks (examples), num_train_docs, num_val_docs,
              num_tokens (document tokens of the training split, specials and padding excluded),
              unigram_entropy (nats/token, same tokens), mean_example_tokens (non-padding
@@ -21,8 +22,8 @@ as ELECTRA's builder reads its files; padded to seq_len); the last two need
 ``pair_format="pairs"``: no NSP/SOP label. All give the same columns and row length, so the stage
 reads them the same way.
 
-Column types: input_ids int32, token_type_ids/attention_mask/pair_label int8, each a
-fixed-length list; ``collate`` stacks rows into int64 tensors.
+Compact rows expand (``chunks.expand``) to the int64 input_ids, attention_mask, token_type_ids
+(and pair_label) that ``packing.py`` made: what the stage's batches hold (``batches.py``).
 
 Validation split: ``data.val_split`` (a separate hub split, e.g. wikitext's "validation"),
 else the last ``val_docs`` documents (or ``val_fraction`` of them, at least 1) of the corpus;
@@ -31,9 +32,10 @@ with a fixed seed, so every training seed sees the same validation set.
 
 Cache (``data.cache``, default true; not for streaming training blocks):
   <cache_dir>/tokenizer-<hash>/   trained tokenizer; hash of (corpus, tokenizer config)
-  <cache_dir>/<hash>/             train/ and val/ (``save_to_disk``) and stats.json; hash of
-                                  (corpus, tokenizer JSON, seq_len, pair_format, seed)
-"corpus" is the data config with defaults filled in, plus size and mtime of local files.
+  <cache_dir>/<hash>/             train.arrow and val.arrow (``build.py``) and stats.json; hash
+                                  of (corpus, tokenizer JSON, seq_len, pair_format, seed)
+"corpus" is the data config with defaults filled in, plus size and mtime of local files
+(not ``data.num_proc``: the rows do not depend on it).
 Entries are written to a temporary directory and renamed into place. A second call with the
 same inputs loads both from disk without reading or tokenising the corpus
 (``stats["cached"] is True``).
@@ -52,7 +54,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -63,6 +64,7 @@ import numpy as np
 from ...atomic import atomic_dir, config_hash
 from ...data.corpus import corpus_fingerprint, data_settings, load_corpus
 from ...data.errors import DataError, EmptyCorpusError
+from .build import build_processes, build_split
 from .chunks import TokenCounts, chunk_rng, chunked, example_rows, token_docs
 from .packing import EXAMPLES, PAIR_FORMATS, min_seq_len
 from ...data.synthetic import entropy_from_counts
@@ -70,7 +72,7 @@ from ...data.tokenizer import Tokenizer, build_tokenizer, tokenizer_settings
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # part of the examples' cache key: bump when packing changes (2: made per chunk)
+FORMAT_VERSION = 3  # part of the examples' cache key: bump when packing changes (2: made per chunk; 3: compact)
 TOKENIZER_VERSION = 1  # part of a trained tokenizer's cache key
 STREAMING_VAL_DOCS = 1000
 STREAMING_TOKENIZER_DOCS = 100_000
@@ -121,13 +123,14 @@ def prepare_pretraining_data(
         return _load_packed(cache_dir / key, tokenizer)
 
     train_texts, val_texts = split.train, split.val
+    processes = build_processes(d["num_proc"])
     if cache_dir is None:
         with tempfile.TemporaryDirectory() as tmp:
             return _pack_splits(
-                Path(tmp), train_texts, val_texts, tokenizer, seq_len, layout, seed, in_memory=True
+                Path(tmp), train_texts, val_texts, tokenizer, seq_len, layout, seed, True, processes
             )
     with atomic_dir(cache_dir / key) as tmp:
-        data = _pack_splits(tmp, train_texts, val_texts, tokenizer, seq_len, layout, seed, in_memory=False)
+        data = _pack_splits(tmp, train_texts, val_texts, tokenizer, seq_len, layout, seed, False, processes)
         data.stats["cache_path"] = str(cache_dir / key)
         (tmp / "stats.json").write_text(json.dumps(data.stats, indent=1))
     log.info("packed %d training blocks into %s", data.stats["num_train_blocks"], cache_dir / key)
@@ -231,58 +234,34 @@ def _get_tokenizer(
     return tokenizer
 
 
-# ---------------------------------------------------------------------------- packing to disk
+# ---------------------------------------------------------------------------- building to disk
 
 
-def _features(seq_len: int, pair_format: str):
-    from datasets import Features, List, Value
-
-    f = {
-        "input_ids": List(Value("int32"), length=seq_len),
-        "token_type_ids": List(Value("int8"), length=seq_len),
-        "attention_mask": List(Value("int8"), length=seq_len),
-    }
-    if pair_format in ("nsp", "sop"):
-        f["pair_label"] = Value("int8")
-    return Features(f)
-
-
-def _blocks_dataset(texts, tokenizer, seq_len, layout, seed, workdir: Path, name: str, in_memory: bool):
-    """(Dataset of the examples of a text Dataset, token counts, mean non-padding tokens per example)."""
+def _blocks_dataset(texts, tokenizer, seq_len, layout, seed, workdir: Path, name: str, in_memory: bool,
+                    processes: int = 1):  # fmt: skip
+    """(Dataset of the compact examples of a text Dataset (``build.py``), token counts, mean
+    non-padding tokens per example); the Arrow file stays in ``workdir`` unless ``in_memory``."""
     import datasets
 
-    counts = TokenCounts(tokenizer.vocab_size)
-    length = [0, 0]  # non-padding tokens, examples
-
-    def rows():
-        for row in _examples(texts, tokenizer, seq_len, layout, seed, counts):
-            length[0] += sum(row["attention_mask"])
-            length[1] += 1
-            yield row
-
-    ds = datasets.Dataset.from_generator(
-        rows,
-        features=_features(seq_len, layout[0]),
-        cache_dir=str(workdir / f"_build_{name}"),
-        keep_in_memory=in_memory,
-        fingerprint=f"{name}-{config_hash(str(workdir), name, seed)}",
-        split=name,
-    )
-    if len(ds) == 0:
+    built = build_split(texts, tokenizer, seq_len, layout, seed, workdir / f"{name}.arrow", processes)
+    if built.rows == 0:
         raise EmptyCorpusError(
             f"the {name} split gives no block of length {seq_len}; add documents "
             f"(or raise data.val_docs for the validation split)"
         )
-    return ds, counts, length[0] / max(1, length[1])
+    ds = datasets.Dataset.from_file(str(workdir / f"{name}.arrow"), in_memory=in_memory)
+    return ds, built.counts, built.example_tokens / built.rows
 
 
-def _pack_splits(workdir: Path, train_texts, val_texts, tokenizer, seq_len, layout, seed, in_memory: bool):
-    """Make both splits' examples; unless in_memory, save them under workdir/{train,val} with save_to_disk."""
+def _pack_splits(workdir: Path, train_texts, val_texts, tokenizer, seq_len, layout, seed, in_memory: bool,
+                 processes: int = 1):  # fmt: skip
+    """Make both splits' examples (``workdir``/{train,val}.arrow, read back memory-mapped unless
+    ``in_memory``)."""
     train, counts, mean = _blocks_dataset(
-        train_texts, tokenizer, seq_len, layout, seed, workdir, "train", in_memory
+        train_texts, tokenizer, seq_len, layout, seed, workdir, "train", in_memory, processes
     )
     val, val_counts, _ = _blocks_dataset(
-        val_texts, tokenizer, seq_len, layout, VAL_SEED, workdir, "validation", in_memory
+        val_texts, tokenizer, seq_len, layout, VAL_SEED, workdir, "val", in_memory, processes
     )
     stats = {
         "num_train_blocks": len(train),
@@ -300,13 +279,6 @@ def _pack_splits(workdir: Path, train_texts, val_texts, tokenizer, seq_len, layo
         "cached": False,
         "cache_path": None,
     }
-    if not in_memory:
-        train.save_to_disk(str(workdir / "train"))
-        val.save_to_disk(str(workdir / "val"))
-        del train, val
-        for build in workdir.glob("_build_*"):
-            shutil.rmtree(build, ignore_errors=True)
-        return PretrainingData(tokenizer, None, None, stats)
     return PretrainingData(tokenizer, train, val, stats)
 
 
@@ -321,8 +293,8 @@ def _load_packed(path: Path, tokenizer: Tokenizer, cached: bool = True) -> Pretr
             path,
             stats["num_train_blocks"],
         )
-    train = datasets.load_from_disk(str(path / "train"))
-    val = datasets.load_from_disk(str(path / "val"))
+    train = datasets.Dataset.from_file(str(path / "train.arrow"))
+    val = datasets.Dataset.from_file(str(path / "val.arrow"))
     return PretrainingData(tokenizer, train, val, stats)
 
 

@@ -36,6 +36,7 @@ from ...train.captured import WholeStep, whole_step_applies
 from ...train.health import Health, fit
 from ...train.progress import refresh_every, step_progress
 from .objectives import ElectraObjective, MLMObjective, TokenInfo
+from .chunks import compact_columns
 from .batches import Masker, MaskingCollate, PositionBatches, Prefetched, StreamBatches, ValBatches
 from ...train.accel import compile_objective, fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32, set_threads
 from ...train.streams import BlockStream, PermutedStream, StreamSampler
@@ -166,6 +167,7 @@ class PretrainData(pl.LightningDataModule):
         self.train, self.val, self.seed, self.masker = train, val, seed, masker
         self.batch_size, self.num_workers, self.columns = batch_size, num_workers, columns
         self.pin_memory, self.background = pin_memory, background
+        self.compact = compact_columns("pair_label" in columns)  # what the prepared rows hold
         self._prefetchers: list[Prefetched] = []
 
     def _prefetched(self, loader):
@@ -191,7 +193,7 @@ class PretrainData(pl.LightningDataModule):
                 DataLoader(stream, batch_size=self.batch_size, collate_fn=collate, pin_memory=self.pin_memory)
             )
         loader = DataLoader(
-            StreamBatches(PermutedStream(self.train, self.seed, self.columns), self.masker, self.seed),
+            StreamBatches(PermutedStream(self.train, self.seed, self.compact), self.masker, self.seed),
             batch_size=None,  # the sampler yields whole batches of positions
             sampler=PositionBatches(StreamSampler(start, t.global_rank, t.world_size), self.batch_size),
             num_workers=self.num_workers,
@@ -201,7 +203,7 @@ class PretrainData(pl.LightningDataModule):
         return loader if self.num_workers else self._prefetched(loader)
 
     def val_dataloader(self):
-        batches = ValBatches(self.val, self.columns, self.batch_size, self.masker, self.seed)
+        batches = ValBatches(self.val, self.compact, self.batch_size, self.masker, self.seed)
         return DataLoader(batches, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
 
 
