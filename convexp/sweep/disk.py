@@ -57,14 +57,6 @@ CORPORA = {
 SYNTHETIC_TOKENS_A_DOCUMENT = 121  # measured: scale=smoke's 20,000 documents are 2,419,513 WordPiece tokens
 # of its 2,000-token vocabulary (data stats.json, 2026-11-28)
 
-# Preparing a corpus's examples (tokenising, building them, writing them): tokens a second of one
-# process. Measured: scale=smoke's synthetic corpus (2.42M tokens) into ELECTRA's examples, its
-# tokenizer cached, in 29 s on a 2-core AMD EPYC shared with other work (2026-11-28): 83k. A
-# placeholder for the rate the data pipeline measures of itself (parallel preparation is faster).
-PREPARE_TOKENS_PER_S = 83_000
-
-ROW_BYTES = 4  # a prepared example's length and B's start (uint16 each), beside its ids
-
 # Rows of the dev and test splits of each task (GLUE's published sizes; MNLI: matched, mismatched
 # and the diagnostic AX), for the predictions and submissions a fine-tuning run keeps
 GLUE_EVAL = {
@@ -99,19 +91,34 @@ def corpus_of(cfg) -> Corpus | None:
     return corpus
 
 
-def prepared_bytes(cfg, corpus: Corpus) -> float:
-    """The prepared examples of a corpus (tasks/pretraining/chunks.py's compact rows): seq_len ids
-    of 2 bytes (4 where the vocabulary has more than 65,536 tokens) and ROW_BYTES a row; nothing
-    for a streamed corpus."""
-    if cfg.data.get("streaming"):
-        return 0.0
-    vocab = cfg.tokenizer.get("vocab_size") or cfg.model.get("vocab_size") or 0
-    per_row = int(cfg.seq_len) * (2 if vocab <= 1 << 16 else 4) + ROW_BYTES
-    if cfg.data.get("examples") == "sentence_pairs":
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A corpus's prepared examples as a pre-training config would have them."""
+
+    rows: float
+    bytes: float  # tasks/pretraining/build.prepared_bytes: 2 bytes a position (4 over 65,536 tokens), 4 a row
+    seconds: float  # build.prepare_seconds at the measured rate, on ``processes`` cores
+    processes: int  # data.num_proc; auto (the cores of the machine that prepares them): one, said so
+    streamed: bool  # data.streaming: nothing is prepared (what preparing would take, beside)
+
+
+def prepared(cfg, corpus: Corpus) -> Prepared:
+    """The rows of a corpus as examples (its sentence pairs, or its tokens over an example's) and
+    what building them takes, by the data pipeline's own measures (tasks/pretraining/build.py)."""
+    from ..tasks.pretraining.build import prepare_seconds, prepared_bytes
+
+    examples = cfg.data.get("examples") or "packed"
+    if examples == "sentence_pairs":
         rows = corpus.pairs or corpus.tokens / SENTENCE_PAIR_TOKENS.get(cfg.choices.data, SENTENCE_PAIR_TOKENS["wikitext103"])
     else:
         rows = corpus.tokens / example_tokens(cfg)
-    return rows * per_row
+    vocab = int(cfg.tokenizer.get("vocab_size") or cfg.model.get("vocab_size") or 0)
+    labelled = cfg.objective.get("pair_format") in ("nsp", "sop")
+    num_proc = cfg.data.get("num_proc", "auto")
+    processes = num_proc if isinstance(num_proc, int) and not isinstance(num_proc, bool) and num_proc > 0 else 1
+    return Prepared(rows, float(prepared_bytes(int(rows), int(cfg.seq_len), vocab, labelled)),
+                    prepare_seconds(int(corpus.tokens), processes, examples), processes,
+                    bool(cfg.data.get("streaming")))  # fmt: skip
 
 
 def data_key(cfg) -> tuple:
@@ -121,10 +128,10 @@ def data_key(cfg) -> tuple:
             d.get("max_docs"), d.get("num_docs"), d.get("streaming"))  # fmt: skip
 
 
-def pretraining_data(cfg) -> tuple[tuple, Corpus | None, float]:
-    """(what its prepared examples are cached by, its corpus, their bytes) of a pre-training config."""
-    corpus = corpus_of(cfg)
-    return data_key(cfg), corpus, prepared_bytes(cfg, corpus) if corpus is not None else 0.0
+def pretraining_data(cfg) -> tuple[tuple, Corpus | None, object]:
+    """(what its prepared examples are cached by, its corpus, the config: ``prepared`` reads it
+    when a bill is asked for) of a pre-training config."""
+    return data_key(cfg), corpus_of(cfg), cfg
 
 
 def pretrain_bytes(cfg, model_cfg) -> tuple[float, float]:
@@ -205,7 +212,12 @@ class DataBill:
     name: str
     corpus: Corpus | None
     cache_bytes: float  # the datasets cache of the corpus (once, whatever reads it)
-    prepared_bytes: float  # its prepared examples (once per length, tokenizer, layout)
+    examples: Prepared | None  # its prepared examples (once per length, tokenizer, layout)
+
+    @property
+    def prepared_bytes(self) -> float:
+        """On disk when the sweep has run: nothing for a streamed corpus."""
+        return self.examples.bytes if self.examples is not None and not self.examples.streamed else 0.0
 
 
 def sweep_bill(plan) -> tuple[dict[str, StageBill], list[DataBill]]:
@@ -233,11 +245,11 @@ def sweep_bill(plan) -> tuple[dict[str, StageBill], list[DataBill]]:
             elif node.key in starts:
                 bill.read_weights += weights
         if node.data is not None and node.data[0] not in data:
-            key, corpus, prepared = node.data
+            key, corpus, cfg = node.data
             new_corpus = key[0] not in cached
             cached.add(key[0])
             cache = corpus.cache_bytes if corpus is not None and new_corpus and corpus.cache_bytes else 0.0
-            data[key] = DataBill(key[0], corpus, cache, prepared)
+            data[key] = DataBill(key[0], corpus, cache, prepared(cfg, corpus) if corpus is not None else None)
     return stages, list(data.values())
 
 

@@ -47,7 +47,7 @@ class Node:
     keep_weights: str | None = None
     disk: float = 0.0  # bytes each run keeps (disk.py): results, or a checkpoint and the final model
     weights: float = 0.0  # fine-tuning: the bytes of the weights each run keeps where it keeps them
-    data: tuple | None = None  # pre-training: disk.pretraining_data (the corpus, its prepared examples)
+    data: tuple | None = None  # pre-training: disk.pretraining_data (its corpus, for the bill)
 
     @property
     def reads(self) -> list[str]:

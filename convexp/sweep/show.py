@@ -160,7 +160,7 @@ def bill_lines(plan: Plan, width: int) -> list[str]:
     job's estimated peak GPU memory, and the disk the runs keep when the sweep has run; the
     pre-training data (tokens, documents, its cache, prepared examples and the time to prepare
     them); the total, and what it would be with every fine-tuning run's weights kept."""
-    from .disk import PREPARE_TOKENS_PER_S, bill_total, size, sweep_bill
+    from .disk import bill_total, size, sweep_bill
 
     stages, data = sweep_bill(plan)
     lines = ["bill (estimates; disk as the sweep leaves it):"]
@@ -180,19 +180,16 @@ def bill_lines(plan: Plan, width: int) -> list[str]:
                 parts.append(f"the weights of {b.unknown:,} runs not counted (their model is not on disk)")
         lines += fold_items(parts, width, sep=", ")
     for d in data:
-        c = d.corpus
+        c, x = d.corpus, d.examples
         parts = [f"data {d.name}: " + (f"{c.tokens:.3g} tokens" if c else "size unknown")]
         if c is not None and c.documents:
             parts.append(f"{c.documents:,.0f} documents")
-        if c is not None and c.cache_bytes is None:
-            parts.append("streamed: nothing stored or prepared")
-        else:
-            parts += [f"datasets cache {size(d.cache_bytes)}"] if d.cache_bytes else []
-            parts.append(f"prepared examples {size(d.prepared_bytes)}")
-            if c is not None:
-                seconds = c.tokens / PREPARE_TOKENS_PER_S
-                took = f"{seconds:.0f} s" if seconds < 120 else _minutes(seconds / 60)
-                parts.append(f"preparing ~{took} at {PREPARE_TOKENS_PER_S:,} tokens/s (disk.PREPARE_TOKENS_PER_S)")
+        parts += [f"datasets cache {size(d.cache_bytes)}"] if d.cache_bytes else []
+        if x is not None:
+            took = f"{x.seconds:.0f} s" if x.seconds < 120 else _minutes(x.seconds / 60)
+            how = "streamed, nothing stored; prepared instead (data.streaming=false)" if x.streamed else "prepared"
+            cores = f"on {x.processes} cores (data.num_proc)" if x.processes > 1 else "on one core (data.num_proc cores divide it)"
+            parts += [f"{how}: {x.rows:.3g} examples, {size(x.bytes)}", f"~{took} {cores}"]
         lines += fold_items(parts, width, sep=", ")
     total, every = bill_total(stages, data), bill_total(stages, data, every_weight=True)
     tail = [f"disk in total {size(total)}"]
