@@ -24,11 +24,11 @@ PIECES_A_WORD = 1.3  # WordPiece tokens per word of English text: an assumption 
 @dataclasses.dataclass(frozen=True)
 class Corpus:
     """A corpus as the dry run counts it: documents as convexp reads them, WordPiece tokens, the
-    bytes of its datasets cache (None: streamed, nothing stored), sentence pairs where known."""
+    bytes of its datasets cache (a hub corpus not streamed), sentence pairs where known."""
 
     documents: float | None
     tokens: float
-    cache_bytes: float | None
+    cache_bytes: float
     pairs: float | None
     source: str
 
@@ -36,9 +36,9 @@ class Corpus:
 _WIKITEXT_WORDS, _BOOK_WORDS = 103_227_021, 984_846_357
 CORPORA = {
     "openwebtext": Corpus(
-        8_013_769, 9_035_582_198, None, None,
-        "Hugging Face's dataset info of Skylion007/openwebtext (8,013,769 documents, 39.8 GB of text; "
-        "streamed by conf/data/openwebtext.yaml); tokens: nanoGPT's count of the same corpus in GPT-2's "
+        8_013_769, 9_035_582_198, 39_769_494_896, None,
+        "Hugging Face's dataset info of Skylion007/openwebtext (8,013,769 documents, 39.8 GB of text: "
+        "its datasets cache where it is not streamed); tokens: nanoGPT's count of the same corpus in GPT-2's "
         "BPE (9,035,582,198), which a WordPiece count is close to",
     ),
     "wikitext103": Corpus(
@@ -248,8 +248,10 @@ def sweep_bill(plan) -> tuple[dict[str, StageBill], list[DataBill]]:
             key, corpus, cfg = node.data
             new_corpus = key[0] not in cached
             cached.add(key[0])
-            cache = corpus.cache_bytes if corpus is not None and new_corpus and corpus.cache_bytes else 0.0
-            data[key] = DataBill(key[0], corpus, cache, prepared(cfg, corpus) if corpus is not None else None)
+            examples = prepared(cfg, corpus) if corpus is not None else None
+            stored = examples is not None and not examples.streamed  # a streamed corpus is read as it trains
+            cache = corpus.cache_bytes if stored and new_corpus else 0.0
+            data[key] = DataBill(key[0], corpus, cache, examples)
     return stages, list(data.values())
 
 

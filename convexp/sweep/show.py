@@ -190,6 +190,7 @@ def bill_lines(plan: Plan, width: int) -> list[str]:
             how = "streamed, nothing stored; prepared instead (data.streaming=false)" if x.streamed else "prepared"
             cores = f"on {x.processes} cores (data.num_proc)" if x.processes > 1 else "on one core (data.num_proc cores divide it)"
             parts += [f"{how}: {x.rows:.3g} examples, {size(x.bytes)}", f"~{took} {cores}"]
+            parts += [f"and its datasets cache {size(c.cache_bytes)}"] if x.streamed and c.cache_bytes else []
         lines += fold_items(parts, width, sep=", ")
     total, every = bill_total(stages, data), bill_total(stages, data, every_weight=True)
     tail = [f"disk in total {size(total)}"]
