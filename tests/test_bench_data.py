@@ -46,5 +46,8 @@ def test_bench_data_writes_its_record(tmp_path):
     s = r["streaming"]
     assert s["resume_depths"][1] == 10 * s["resume_depths"][0] and 0 < s["shard_blocks"] < s["blocks"]
     assert set(r["ratios"]) == set(r["met"]) == {"convexp/tokenizer", "convexp/run_mlm", "shard/whole",
-                                                 "deep/shallow resume", "deep resume s"}  # fmt: skip
+                                                 "deep/shallow resume", "deep resume s",
+                                                 "deep/shallow resume, stored", "deep resume s, stored"}  # fmt: skip
+    assert s["store_pass_s"] < s["store_fill_s"]  # a later pass reads the store: no tokenising
+    assert max(s["first_block_after_resume_stored_s"]) < min(s["first_block_after_resume_s"])
     assert "convexp x2" in res.stdout and r["cpu"] in res.stdout

@@ -357,7 +357,9 @@ def test_cache(tmp_path, monkeypatch, caplog):
 
 
 def test_streaming(tmp_path):
-    data = prepare_pretraining_data(
+    from convexp.tasks.pretraining.streaming import prepare_streaming
+
+    data = prepare_streaming(
         {**SYNTH, "streaming": True}, WORDPIECE, 32, tmp_path / "cache", seed=0, pair_format="nsp"
     )
     assert data.stats["streaming"] is True and data.stats["unigram_entropy"] > 0
@@ -366,10 +368,7 @@ def test_streaming(tmp_path):
     assert rows == list(data.train)  # re-iterating gives the same stream
     for row in rows:
         check_row(row, 32, "nsp", data.tokenizer)
-    assert list(data.train.skip_blocks(7)) == rows[7:]
-    shards = [list(data.train.shard(i, 2)) for i in range(2)]
-    assert shards[0] == rows[0::2] and shards[1] == rows[1::2]
-    assert list(data.train.shard(1, 2).skip_blocks(3)) == rows[7::2]
+    # readers, their shares and positions: tests/test_streaming.py
 
 
 # ---------------------------------------------------------------------------- user errors

@@ -175,6 +175,7 @@ OPTIONAL_NULLS = {
     "classifier",  # null: the init model's head (by family, known only from the checkpoint)
     "name",
     "glue.path",  # glue.source=local|disk only
+    "glue.revision",  # the hub dataset's default branch
     "distill.teacher",  # distillation off
     "task.max_train_samples",  # all rows
     "task.max_eval_samples",

@@ -215,3 +215,34 @@ def test_smoke_scale_learns_well_below_the_unigram_baseline(tmp_path):
     m = metrics(run)
     assert m["steps"] == 600
     assert m["val_mlm_loss"] < m["unigram_entropy"] - 1.0, m
+
+
+def test_mlm_without_pair_head_freezes_its_unused_pooler_and_resumes_older_checkpoints():
+    """DDP refuses parameters without a gradient (Chang et al.'s MLM on two ranks failed): the pooler,
+    which nothing reads without a pair head, is frozen - AdamW left it as it was anyway - and a
+    checkpoint written while it was still in AdamW's groups resumes."""
+    import dataclasses
+
+    import torch
+
+    from convexp.config.compose import compose_stage, to_model_config
+    from convexp.tasks.pretraining.objectives import TokenInfo
+    from convexp.tasks.pretraining.stage import PretrainModule
+
+    cfg = compose_stage("pretrain", [*TINY, "model=chang_small", "objective=mlm"])
+    model_cfg = dataclasses.replace(to_model_config(cfg.model), vocab_size=400)
+    module = PretrainModule(model_cfg, cfg, TokenInfo(400, 4, (0, 1, 2, 3, 4), None), total_steps=10)
+    pooler = module.objective.model.encoder.pooler
+    assert not any(p.requires_grad for p in pooler.parameters())
+    pooler.requires_grad_(True)  # as older convexp versions built the optimizer
+    old = module.configure_optimizers()["optimizer"]
+    for p in module.objective.parameters():
+        p.grad = None if any(p is q for q in pooler.parameters()) else torch.ones_like(p)
+    old.step()
+    checkpoint = {"optimizer_states": [old.state_dict()]}
+    pooler.requires_grad_(False)
+    module.on_load_checkpoint(checkpoint)
+    new = module.configure_optimizers()["optimizer"]
+    new.load_state_dict(checkpoint["optimizer_states"][0])  # the groups match
+    first = next(p for p in module.objective.parameters() if p.requires_grad and p.ndim >= 2)
+    assert torch.equal(new.state[first]["exp_avg"], old.state[first]["exp_avg"])

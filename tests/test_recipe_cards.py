@@ -161,6 +161,7 @@ NULLABLE = {
     "init",  # no start checkpoint: random initialisation
     "name",  # no label
     "data.path", "data.name", "data.max_docs", "data.val_docs", "data.val_split",  # synthetic data: no files, no limits
+    "data.revision",  # no hub dataset (a hub one: its default branch)
     "tokenizer.path", "tokenizer.train_docs",  # the tokenizer is trained (on all documents), not loaded
     "logger.entity", "logger.group",  # W&B: the default entity, no group
 }

@@ -97,7 +97,9 @@ def test_prepared_examples_pair_consecutive_sentences_of_one_document(tmp_path):
     assert batch["input_ids"].shape == (4, 16) and batch["token_type_ids"].eq(0).all()
 
     # a streaming corpus gives the same kind of rows, lazily
-    streamed = prepare_pretraining_data({**data_cfg, "streaming": True}, tok_cfg, 16, tmp_path / "cache", 0)
+    from convexp.tasks.pretraining.streaming import prepare_streaming
+
+    streamed = prepare_streaming({**data_cfg, "streaming": True}, tok_cfg, 16, tmp_path / "cache", 0)
     assert check_pair_rows(streamed.train, streamed.tokenizer, 16)
 
 

@@ -18,6 +18,7 @@ class DataSchema:
     source: str = "synthetic"
     path: Optional[str] = None
     name: Optional[str] = None
+    revision: Optional[str] = None  # hub: branch, tag or commit (data/hub.py)
     split: str = "train"
     text_field: str = "text"
     streaming: bool = False
@@ -28,13 +29,14 @@ class DataSchema:
     examples: str = "packed"
     cache: bool = True
     num_proc: Any = "auto"  # a positive number of processes or auto (checked here)
+    store_chunks: Any = True  # true or false: 0 or an empty value is refused (checked here)
     val_fraction: Optional[float] = None
     val_docs: Optional[int] = None
     val_split: Optional[str] = None
     parts: Optional[List[Any]] = None  # hub datasets read in turn (checked by data/corpus.py's _check_parts)
 
     def __post_init__(self) -> None:
-        from ..data.corpus import SOURCES
+        from ..data.corpus import SOURCES, check_store_chunks
         from ..tasks.pretraining.packing import EXAMPLES
 
         choose("data.source", self.source, SOURCES, "wikitext103 (a preset: data=wikitext103)")
@@ -42,6 +44,7 @@ class DataSchema:
         count("data.num_docs", self.num_docs, none_means="every document")
         if self.num_proc != "auto" and (type(self.num_proc) is not int or self.num_proc < 1):
             raise ValueError(f"data.num_proc={self.num_proc}: must be a whole number >= 1, or auto (the cores the run may use)")
+        check_store_chunks(self.store_chunks)
         count("data.max_docs", self.max_docs, none_means="every document")
         count("data.val_docs", self.val_docs, none_means="val_fraction or val_split")
         in_range("data.val_fraction", self.val_fraction, 0, 1, low_open=True, high_open=True,
@@ -164,6 +167,7 @@ class GlueSourceSchema:
 
     source: str = "hub"
     path: Optional[str] = None
+    revision: Optional[str] = None  # hub: branch, tag or commit (data/hub.py)
     seed: int = 0
     synthetic_size: int = 2000
 
@@ -180,6 +184,7 @@ class SquadSourceSchema:
 
     source: str = "hub"
     path: Optional[str] = None
+    revision: Optional[str] = None  # hub: branch, tag or commit (data/hub.py)
     seed: int = 0
     synthetic_size: int = 2000
     max_len: Optional[int] = None

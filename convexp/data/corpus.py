@@ -5,6 +5,9 @@ Data config keys (``conf/data/*.yaml``; missing keys take the values of ``DATA_D
   source        synthetic | hub | files
   path          hub dataset name (hub), or a file or folder (files)
   name          hub config name, or null
+  revision      hub: the dataset repository's branch, tag or commit (null: its default branch;
+                ``data/hub.py``: a script repository is read from its parquet export); set, part of
+                the run id and the cache key
   split         split to read (hub; files always have one split, "train")
   text_field    the column holding the text (hub, .jsonl/.json, .parquet); renamed to `text`
   streaming     return an IterableDataset that reads lazily (hub datasets too big for the disk)
@@ -16,13 +19,17 @@ Data config keys (``conf/data/*.yaml``; missing keys take the values of ``DATA_D
   examples      packed | sentence_pairs | electra: how pre-training examples are made (``packing.py``)
   parts         hub only, instead of path: a list of hub datasets read in turn and concatenated
                 into one corpus (``datasets.concatenate_datasets``; Chang et al.'s BookCorpus +
-                WikiText-103). Each part is {path, name, split, text_field, rows_per_doc}; a key
-                it leaves out takes the top-level value. ``rows_per_doc: N`` joins every N
+                WikiText-103). Each part is {path, name, split, text_field, rows_per_doc,
+                revision}; a key it leaves out takes the top-level value (revision: null, each
+                repository has its own). ``rows_per_doc: N`` joins every N
                 consecutive rows (newline-separated) into one document, for a dataset of one
                 sentence per row and no document boundaries (BookCorpus); null: a row is a document
   cache, val_fraction, val_docs, val_split   used by ``pretraining.py`` (see there)
   num_proc      processes of the prepared (cached) build: a positive number or ``auto`` (the cores
                 the run may use); the rows do not depend on it (``tasks/pretraining/build.py``)
+  store_chunks  streaming: keep each chunk's examples on disk as they are made, so later passes and
+                resumed runs read them instead of the source (``tasks/pretraining/chunk_store.py``;
+                true or false, default true); where the rows are kept, not what they are
 
 Files: ``path`` is one file or a folder, searched recursively (hidden files skipped) for one
 format: .txt (builder "text"), .jsonl/.json ("json") or .parquet ("parquet"), all read with
@@ -36,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .datasets_cache import local_read
+from .hub import load_hub
 from .errors import (
     DataError,
     DataPathError,
@@ -50,6 +58,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "source": "synthetic",
     "path": None,
     "name": None,
+    "revision": None,
     "split": "train",
     "text_field": "text",
     "streaming": False,
@@ -61,6 +70,7 @@ DATA_DEFAULTS: dict[str, Any] = {
     "parts": None,
     "cache": True,
     "num_proc": "auto",
+    "store_chunks": True,
     "val_fraction": 0.01,
     "val_docs": None,
     "val_split": None,
@@ -107,6 +117,13 @@ def data_settings(cfg) -> dict:
         raise DataError(
             f"data.num_docs must be a positive number for the synthetic corpus, not {s['num_docs']!r}"
         )
+    if s["revision"] is not None and (s["source"] != "hub" or s["parts"] is not None):
+        raise DataError(
+            f"data.revision={s['revision']} names a revision of one hub dataset; "
+            + ("give each part its own: data.parts.N.revision" if s["parts"] is not None
+               else f"data.source={s['source']} has none: remove it")
+        )  # fmt: skip
+    check_store_chunks(s["store_chunks"])
     if s["parts"] is not None:
         _check_parts(s)
     elif s["source"] in ("hub", "files") and not s["path"]:
@@ -117,7 +134,16 @@ def data_settings(cfg) -> dict:
     return s
 
 
-PART_KEYS = ("path", "name", "split", "text_field", "rows_per_doc")
+def check_store_chunks(value) -> None:
+    """``data.store_chunks`` is true or false (one-line DataError: 0 or an empty value says nothing)."""
+    if not isinstance(value, bool):
+        raise DataError(
+            f"data.store_chunks={value!r}: use true (keep a streaming corpus's examples on disk, ~2 bytes a token) "
+            "or false (a corpus larger than the disk)"
+        )
+
+
+PART_KEYS = ("path", "name", "split", "text_field", "rows_per_doc", "revision")
 
 
 def _check_parts(s: dict) -> None:
@@ -179,10 +205,15 @@ def find_data_files(path) -> tuple[str, list[str]]:
 def corpus_fingerprint(cfg) -> dict:
     """What identifies a corpus for caching: the settings, plus size and mtime of local files
     (not ``examples``: the same corpus and tokenizer make either kind of example; nor
-    ``num_proc``: how many processes read it)."""
+    ``num_proc`` and ``store_chunks``: how it is read and kept)."""
     s = data_settings(cfg)
-    s.pop("examples")
-    s.pop("num_proc")
+    for key in ("examples", "num_proc", "store_chunks"):
+        s.pop(key)
+    if s["parts"] is not None:
+        s["parts"] = [dict(part) for part in s["parts"]]
+    for settings in (s, *(s["parts"] or [])):  # a revision left null: the keys made before it existed
+        if settings.get("revision", "") is None:
+            settings.pop("revision")
     if s["source"] == "files":
         _, files = find_data_files(s["path"])
         s["files"] = [(f, Path(f).stat().st_size, Path(f).stat().st_mtime_ns) for f in files]
@@ -214,9 +245,7 @@ def _corpus(s: dict):
     else:
         ds, field = _load_files(s)
     ds = _text_column(ds, field, s["path"] or s["source"])
-    ds = ds.filter(
-        lambda batch: [isinstance(t, str) and bool(t.strip()) for t in batch["text"]], batched=True
-    )
+    ds = ds.filter(_non_blank, batched=True)
     if s["max_docs"] is not None:
         n = int(s["max_docs"])
         ds = ds.take(n) if isinstance(ds, datasets.IterableDataset) else ds.select(range(min(n, len(ds))))
@@ -228,11 +257,11 @@ def _corpus(s: dict):
     return ds
 
 
-def _load_hub(s: dict):
-    import datasets
-
+def _load_hub(s: dict, setting: str = "data.revision"):
     try:
-        return datasets.load_dataset(s["path"], s["name"], split=s["split"], streaming=bool(s["streaming"]))
+        return load_hub(s["path"], s["name"], s["revision"], setting, split=s["split"], streaming=bool(s["streaming"]))
+    except HubDatasetError:
+        raise
     except Exception as e:  # offline, unknown name/config/split, missing credentials: all fixable by the user
         cause = " ".join(str(e).split())[:200]
         raise HubDatasetError(
@@ -248,15 +277,27 @@ def _load_parts(s: dict):
     import datasets
 
     loaded = []
-    for part in s["parts"]:
-        p = {**s, **part}
-        ds = _text_column(_load_hub(p), p["text_field"], p["path"])
-        ds = ds.filter(lambda batch: [isinstance(t, str) and bool(t.strip()) for t in batch["text"]], batched=True)
+    for i, part in enumerate(s["parts"]):
+        p = {**s, "revision": None, **part}
+        ds = _text_column(_load_hub(p, f"data.parts.{i}.revision"), p["text_field"], p["path"])
+        ds = ds.filter(_non_blank, batched=True)
         n = part.get("rows_per_doc")
         if n is not None:
-            ds = ds.map(lambda batch: {"text": ["\n".join(batch["text"])]}, batched=True, batch_size=int(n))
+            ds = ds.map(_joined, batched=True, batch_size=int(n))
         loaded.append(ds)
     return datasets.concatenate_datasets(loaded)
+
+
+# functions of the module, not lambdas: a streaming corpus is pickled to DDP processes and loader workers
+
+
+def _non_blank(batch: dict) -> list[bool]:
+    return [isinstance(t, str) and bool(t.strip()) for t in batch["text"]]
+
+
+def _joined(batch: dict) -> dict:
+    """A batch of rows as one document (``rows_per_doc``)."""
+    return {"text": ["\n".join(batch["text"])]}
 
 
 def _load_files(s: dict):

@@ -5,7 +5,9 @@ Every run directory holds ``record.json``::
     {"created": {...}, "resumed": [{...}, ...]}
 
 each entry being :func:`invocation_record` at the time (command, overrides, convexp version and
-git commit when run from a checkout, Python / torch / Lightning versions, device, host, time). A
+git commit when run from a checkout, Python / torch / Lightning versions, device, host, time, and
+the hub datasets read: each hub source's ``revision`` setting (null: the default branch) and
+what this process read, with the commit when the hub could be asked: ``data/hub.py``). A
 finished run reused by another convexp version says so in one line (:func:`warn_if_other_version`):
 results are never reused silently across versions, and never retrained without being asked.
 """
@@ -24,6 +26,9 @@ from importlib import metadata
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+
+from ..data.hub import hub_reads
+from .runs import secondary_rank
 
 RECORD = "record.json"
 
@@ -101,11 +106,39 @@ def invocation_record(cfg: DictConfig | None = None) -> dict:
     commit = git_commit()
     if commit:
         record["git_commit"] = commit
+    revisions = hub_revisions(cfg) if cfg is not None else {}
+    if revisions:
+        record["hub_revisions"] = revisions
+    read = hub_reads()
+    if read:
+        record["hub_read"] = read
     return record
 
 
+def hub_revisions(cfg: DictConfig) -> dict:
+    """The ``revision`` setting of each hub source a config names: ``data``, ``data.parts.N``,
+    ``glue``, ``squad`` (null: the repository's default branch)."""
+    out = {}
+    data = cfg.get("data") or {}
+    if data.get("source") == "hub":
+        parts = data.get("parts") or []
+        for i, part in enumerate(parts):
+            out[f"data.parts.{i}"] = {"path": part.get("path"), "revision": part.get("revision")}
+        if not parts:
+            out["data"] = {"path": data.get("path"), "revision": data.get("revision")}
+    if cfg.get("stage") == "finetune":  # SQuAD's tasks have a version; GLUE's and probing's read glue:
+        key = "squad" if (cfg.get("task") or {}).get("version") else "glue"
+        source = cfg.get(key) or {}
+        if source.get("source") == "hub":
+            out[key] = {"path": source.get("path"), "revision": source.get("revision")}
+    return out
+
+
 def write_record(run, cfg: DictConfig | None = None) -> None:
-    """Add this invocation to ``run``'s record: ``created`` the first time, ``resumed`` after."""
+    """Add this invocation to ``run``'s record: ``created`` the first time, ``resumed`` after (by
+    the main process of a multi-process job only: the other ranks re-run the same command)."""
+    if secondary_rank():
+        return
     record = run.read_json(RECORD) or {}
     entry = invocation_record(cfg)
     if "created" not in record:

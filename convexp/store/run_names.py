@@ -44,6 +44,7 @@ EXECUTION_KEYS = (
     "trainer.compile",
     "trainer.gradient_checkpointing",
     "data.num_proc",  # processes of the prepared build: the rows do not depend on it
+    "data.store_chunks",  # where a streaming corpus's rows are kept, not what they are
     "choices",
     "invocation",
 )

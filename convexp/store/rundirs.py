@@ -117,8 +117,13 @@ def pretrain_run(cfg: DictConfig, tokens: list[str] | None = None) -> Run:
     named = {"data.path": cfg.data.get("path"), "tokenizer.path": cfg.tokenizer.get("path")}
     named.update({f"data.parts.{i}.path": part.get("path") for i, part in enumerate(cfg.data.get("parts") or [])})
     inputs = input_digests(named)
+    hashed = OmegaConf.to_container(hashed, resolve=True)
     if inputs:  # local corpus or tokenizer files: their contents, not only their paths
-        hashed = OmegaConf.create({**OmegaConf.to_container(hashed, resolve=True), "inputs": inputs})
+        hashed["inputs"] = inputs
+    data = hashed.get("data") or {}
+    for source in (data, *(data.get("parts") or [])):  # a revision left null: the ids made before revisions
+        if isinstance(source, dict) and source.get("revision", "") is None:
+            source.pop("revision")
     tokens = command_tokens(cfg) if tokens is None else tokens
     return Run.for_config(cfg.outputs, "pretrain", slug, hashed, tokens)
 

@@ -84,7 +84,7 @@ class Run:
 
     @classmethod
     def for_config(
-        cls, outputs: str | Path, stage: str, slug: str, cfg: DictConfig, tokens: list[str] = ()
+        cls, outputs: str | Path, stage: str, slug: str, cfg: DictConfig | dict, tokens: list[str] = ()
     ) -> "Run":
         """The run of ``cfg``: the store's run with its hash when there is one (whatever its name),
         else a new directory named :func:`run_name`."""
@@ -180,7 +180,7 @@ class Run:
         or ``failed`` with the error's one-line summary. Yields False, changing nothing, when the
         run finished while this process waited for the lock. Secondary ranks of a multi-process
         job (which re-run the command) neither lock nor record."""
-        if _secondary_rank():
+        if secondary_rank():
             yield True
             return
         with self.exclusive(wait):
@@ -449,7 +449,7 @@ def _holder(fd: int) -> str:
         return "another process"
 
 
-def _secondary_rank() -> bool:
+def secondary_rank() -> bool:
     """True in the non-zero ranks of a multi-process job (torchrun, SLURM, Lightning's ddp)."""
     ranks = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "NODE_RANK")
     return any(os.environ.get(k, "0") not in ("", "0") for k in ranks)

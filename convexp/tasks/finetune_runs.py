@@ -269,8 +269,11 @@ def _task_identity(cfg: DictConfig) -> dict:
 
 
 def _identity_of(cfg: DictConfig) -> dict:
+    glue = OmegaConf.to_container(cfg.glue) if "glue" in cfg else None
+    if glue and glue.get("revision", "") is None:  # left null: the ids runs had before revisions existed
+        glue.pop("revision")
     d = {
-        "glue": OmegaConf.to_container(cfg.glue) if "glue" in cfg else None,
+        "glue": glue,
         "max_len": cfg.task.max_len,
         "protocol": cfg.protocol,
         "precision": cfg.trainer.precision,

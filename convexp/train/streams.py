@@ -13,10 +13,9 @@ from __future__ import annotations
 from typing import Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ..data.length_batches import grouped_permutation, row_lengths
-from ..errors import UserError
 
 
 class PermutedStream(Dataset):
@@ -100,32 +99,3 @@ class StreamSampler(Sampler[int]):
         while True:
             yield p
             p += self.world_size
-
-
-class BlockStream(IterableDataset):
-    """A streaming corpus (``convexp.tasks.pretraining.pretraining.StreamingBlocks``) as an endless stream of
-    examples: pass after pass over this rank's shard, skipping the first ``start`` positions.
-
-    Position p (global) is the p // world_size-th block of shard p mod world_size, so resuming
-    at a step reproduces the uninterrupted stream; skipping re-reads the skipped blocks.
-    """
-
-    def __init__(self, blocks, start: int, rank: int, world_size: int, columns: tuple[str, ...]):
-        self.shard = blocks.shard(rank, world_size) if world_size > 1 else blocks
-        self.skip, self.rank, self.world_size, self.columns = start // world_size, rank, world_size, columns
-
-    def __iter__(self) -> Iterator[dict]:
-        seen = 0
-        while True:
-            empty = True
-            for row in self.shard:
-                empty = False
-                if seen >= self.skip:
-                    out = {c: torch.as_tensor(row[c]) for c in self.columns}
-                    out["position"] = torch.tensor(seen * self.world_size + self.rank)
-                    yield out
-                seen += 1
-            if empty:
-                raise UserError(
-                    "the streaming corpus yielded no training blocks; check data.path / data.split"
-                )

@@ -1,6 +1,7 @@
 """GLUE's sources: the hub (``nyu-mll/glue``), a classic TSV folder, a ``save_to_disk`` folder.
 
-  load_hub(task, name)      {split: Dataset} of a hub dataset (needs the network or HF's cache)
+  load_hub(task, name, revision)  {split: Dataset} of a hub dataset at a revision (null: its default
+                            branch; needs the network or HF's cache)
   load_disk(task, path)     {split: Dataset} of a ``DatasetDict.save_to_disk`` folder (the task's
                             own, or one holding one such folder per task name)
   read_classic(task, root)  {split: columns} of the classic GLUE layout: root holds CoLA/, SST-2/,
@@ -20,18 +21,19 @@ import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ...data.errors import TaskError, TaskFileError
+from ...data.errors import HubDatasetError, TaskError, TaskFileError
+from ...data.hub import load_hub as load_hub_dataset
 from ...data.text_files import quoted, read_lines
 from .registry import PAIR, Task
 
 log = logging.getLogger(__name__)
 
 
-def load_hub(t: Task, name: str) -> dict:
-    import datasets
-
+def load_hub(t: Task, name: str, revision: str | None = None) -> dict:
     try:
-        dd = datasets.load_dataset(name, t.name)
+        dd = load_hub_dataset(name, t.name, revision, "glue.revision")
+    except HubDatasetError:
+        raise
     except Exception as e:  # offline, unknown name: the user can fix it
         raise TaskError(
             f"cannot load GLUE task {t.name!r} from hub dataset {name!r}: {type(e).__name__}: "
@@ -40,7 +42,7 @@ def load_hub(t: Task, name: str) -> dict:
     splits = dict(dd)
     if "test_ax" in t.test_splits:
         try:
-            splits["test_ax"] = datasets.load_dataset(name, "ax", split="test")
+            splits["test_ax"] = load_hub_dataset(name, "ax", revision, "glue.revision", split="test")
         except Exception as e:  # the diagnostic set is optional
             log.warning("no diagnostic (ax) split from %s: %s", name, e)
     return _checked_splits(t, splits, f"hub dataset {name!r}")

@@ -19,6 +19,8 @@ Source config keys (the fine-tuning config's ``glue:`` node; missing keys take
                   (``glue_files.py``) or, for a probing task, SentEval's data/probing folder
                   (``senteval.py``); disk: a ``DatasetDict.save_to_disk`` folder, either the
                   task's own or one holding one such folder per task name
+  revision        hub: the dataset repository's branch, tag or commit (null: its default branch;
+                  ``data/hub.py``); set, part of the run id
   seed            synthetic tasks: the data seed
   synthetic_size  synthetic tasks: training rows per task (dev and test: a quarter, at least 50)
 """
@@ -41,6 +43,7 @@ SOURCES = ("synthetic", "hub", "local", "disk")
 SOURCE_DEFAULTS: dict = {
     "source": "synthetic",
     "path": None,
+    "revision": None,
     "seed": 0,
     "synthetic_size": 2000,
 }
@@ -171,7 +174,7 @@ def load_task(task: str | Task, source_cfg=None) -> dict:
     elif s["source"] == "local":
         rows = read_classic(t, Path(s["path"]).expanduser())
     elif s["source"] == "hub":
-        return load_hub(t, s["path"] or HUB_NAME)
+        return load_hub(t, s["path"] or HUB_NAME, s["revision"])
     else:
         return load_disk(t, Path(s["path"]).expanduser())
     return {split: to_dataset(t, r) for split, r in rows.items()}

@@ -7,6 +7,9 @@
                         reader's share and a resume), stored compactly (uint16 ids, length, B's start)
   build.py              the prepared build: chunks made on every core, written compactly to Arrow
   pretraining.py        prepare_pretraining_data: corpus -> tokenizer -> cached train/val examples
+  streaming.py          prepare_streaming: a streaming corpus's examples, made as it is read
+  readers.py            streaming readers: each rank and loader worker tokenises its own share;
+                        their positions, kept in checkpoints (resume at once)
   objectives.py         MLM and ELECTRA as plain torch (no Lightning)
   batches.py            batches fetched, stacked and masked off the training thread
   stage.py              `convexp pretrain`

@@ -151,18 +151,6 @@ class ValBatches(Dataset):
         return self.masker(batch, step_seed(self.seed, -1 - k))
 
 
-class MaskingCollate:
-    """``collate_fn`` of a streaming corpus's loader: stack the rows, then mask (seeded by the
-    batch's first position)."""
-
-    def __init__(self, masker: Masker, seed: int):
-        self.masker, self.seed = masker, seed
-
-    def __call__(self, rows: list[dict]) -> dict:
-        batch = {k: torch.stack([r[k] for r in rows]).long() for k in rows[0]}
-        return self.masker(batch, step_seed(self.seed, int(batch["position"][0])))
-
-
 class Prefetched:
     """Iterate ``loader`` in a background thread, ``depth`` batches ahead, in order. Errors in the
     thread are raised in the consumer; the thread stops when the consumer stops iterating, or at

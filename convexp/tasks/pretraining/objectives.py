@@ -158,6 +158,11 @@ class MLMObjective(nn.Module):
         super().__init__()
         self.model = MaskedLM(cfg)
         self.pair_head = nn.Linear(cfg.hidden_size, 2) if pair_head else None
+        pooler = getattr(self.model.encoder, "pooler", None)
+        if not pair_head and pooler is not None:
+            # nothing reads the pooled output: its weights get no gradient (HF's BertForMaskedLM has
+            # no pooler) and AdamW leaves them as they are; frozen, DDP does not wait for them
+            pooler.requires_grad_(False)
 
     @property
     def encoder(self):

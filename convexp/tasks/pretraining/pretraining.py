@@ -6,14 +6,15 @@ returns a :class:`PretrainingData` with
   tokenizer  the Tokenizer (pretrained, or trained on the training documents)
   train      a memory-mapped ``datasets.Dataset`` of compact examples ("blocks": columns
              input_ids (uint16), length, b_start, and pair_label for nsp/sop; ``chunks.py``),
-             in corpus order, built on ``data.num_proc`` processes (``build.py``); when
-             streaming, a :class:`StreamingBlocks` that yields ``packing.py``'s rows lazily
+             in corpus order, built on ``data.num_proc`` processes (``build.py``)
   val        a small ``datasets.Dataset`` of compact examples
   stats      num_train_blocks, num_val_blocks (examples), num_train_docs, num_val_docs,
              num_tokens (document tokens of the training split, specials and padding excluded),
              unigram_entropy (nats/token, same tokens), mean_example_tokens (non-padding
-             tokens per training example, specials included; streaming: of the validation
-             examples), vocab_size, seq_len, pair_format, examples, cached, cache_path, streaming
+             tokens per training example, specials included), vocab_size, seq_len,
+             pair_format, examples, cached, cache_path, streaming (false)
+
+A streaming corpus (``data.streaming=true``) is not prepared: ``streaming.py`` reads it.
 
 ``data.examples`` (``packing.EXAMPLES``): ``packed`` blocks that fill seq_len, Chang et al.'s
 ``sentence_pairs`` (documents split into sentences by ``sentences.py``, one pair per example,
@@ -26,32 +27,30 @@ Compact rows expand (``chunks.expand``) to the int64 input_ids, attention_mask, 
 (and pair_label) that ``packing.py`` made: what the stage's batches hold (``batches.py``).
 
 Validation split: ``data.val_split`` (a separate hub split, e.g. wikitext's "validation"),
-else the last ``val_docs`` documents (or ``val_fraction`` of them, at least 1) of the corpus;
-when streaming, the first ``val_docs`` (default 1000) documents. Validation blocks are packed
+else the last ``val_docs`` documents (or ``val_fraction`` of them, at least 1) of the corpus.
+Validation blocks are packed
 with a fixed seed, so every training seed sees the same validation set.
 
-Cache (``data.cache``, default true; not for streaming training blocks):
+Cache (``data.cache``, default true):
   <cache_dir>/tokenizer-<hash>/   trained tokenizer; hash of (corpus, tokenizer config)
   <cache_dir>/<hash>/             train.arrow and val.arrow (``build.py``) and stats.json; hash
                                   of (corpus, tokenizer JSON, seq_len, pair_format, seed)
 "corpus" is the data config with defaults filled in, plus size and mtime of local files
 (not ``data.num_proc``: the rows do not depend on it).
-Entries are written to a temporary directory and renamed into place. A second call with the
-same inputs loads both from disk without reading or tokenising the corpus
-(``stats["cached"] is True``).
+Entries are written to a temporary directory and renamed into place, by one process: the others
+that ask for the same entry meanwhile (every DDP rank, when torchrun or SLURM starts them together)
+wait on its lock and then load it (``atomic.building``). A second call with the same inputs loads
+both from disk without reading or tokenising the corpus (``stats["cached"] is True``).
 
 Resuming (the stage's job): the train Dataset is in corpus order. For epoch e the stage draws
 a permutation of its indices from a generator seeded with (seed, e) and, on resume, skips the
 batches of that permutation already consumed (global step x batch size), so a resumed run sees
-exactly the batches it would have seen. Streaming data cannot be permuted: it is consumed in
-order and ``train.skip_blocks(n)`` returns the same stream without its first n blocks (it
-re-reads and re-tokenises them: cost proportional to n, result exact). MLM masking is done
+exactly the batches it would have seen. MLM masking is done
 by the stage on the fly, so it needs no cache.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import tempfile
@@ -59,31 +58,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
-from ...atomic import atomic_dir, config_hash
+from ...atomic import building, config_hash
 from ...data.corpus import corpus_fingerprint, data_settings, load_corpus
 from ...data.errors import DataError, EmptyCorpusError
 from .build import build_processes, build_split
-from .chunks import TokenCounts, chunk_rng, chunked, example_rows, token_docs
 from .packing import EXAMPLES, PAIR_FORMATS, min_seq_len
-from ...data.synthetic import entropy_from_counts
 from ...data.tokenizer import Tokenizer, build_tokenizer, tokenizer_settings
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 3  # part of the examples' cache key: bump when packing changes (2: made per chunk; 3: compact)
 TOKENIZER_VERSION = 1  # part of a trained tokenizer's cache key
-STREAMING_VAL_DOCS = 1000
-STREAMING_TOKENIZER_DOCS = 100_000
-ENTROPY_SAMPLE_DOCS = 10_000  # streaming: unigram entropy estimated on the first documents
 VAL_SEED = 0
 
 
 @dataclass
 class PretrainingData:
     tokenizer: Tokenizer
-    train: object  # datasets.Dataset, or StreamingBlocks when streaming
+    train: object  # datasets.Dataset, or streaming.StreamingExamples when streaming
     val: object  # datasets.Dataset
     stats: dict = field(default_factory=dict)
 
@@ -93,6 +86,38 @@ def prepare_pretraining_data(
 ) -> PretrainingData:
     """Load the corpus, get the tokenizer and pack train/val blocks (see the module docstring)."""
     d, t = data_settings(data_cfg), tokenizer_settings(tokenizer_cfg)
+    pair_format, examples = layout = example_layout(d, seq_len, pair_format)
+    if d["streaming"]:
+        raise DataError("a streaming corpus is not prepared: read it with streaming.prepare_streaming")
+    cache_dir = Path(cache_dir) if d["cache"] else None
+
+    corpus = corpus_fingerprint(d)
+    split = _LazySplit(d)
+    tokenizer = _get_tokenizer(t, corpus, lambda: split.train, cache_dir)
+    # packed blocks keep the cache keys they had before data.examples existed
+    fmt = pair_format if examples == "packed" else f"{examples}/{pair_format}"
+    key = config_hash("packed", FORMAT_VERSION, corpus, tokenizer.to_json(), seq_len, fmt, seed)
+    if cache_dir is not None and (cache_dir / key).is_dir():
+        return _load_packed(cache_dir / key, tokenizer)
+    train_texts, val_texts = split.train, split.val
+    processes = build_processes(d["num_proc"])
+    if cache_dir is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return _pack_splits(
+                Path(tmp), train_texts, val_texts, tokenizer, seq_len, layout, seed, True, processes
+            )
+    with building(cache_dir / key) as tmp:  # one process builds; the others (ranks) wait, then load it
+        if tmp is None:
+            return _load_packed(cache_dir / key, tokenizer)
+        data = _pack_splits(tmp, train_texts, val_texts, tokenizer, seq_len, layout, seed, False, processes)
+        data.stats["cache_path"] = str(cache_dir / key)
+        (tmp / "stats.json").write_text(json.dumps(data.stats, indent=1))
+    log.info("packed %d training blocks into %s", data.stats["num_train_blocks"], cache_dir / key)
+    return _load_packed(cache_dir / key, tokenizer, cached=False)
+
+
+def example_layout(d: dict, seq_len: int, pair_format: str) -> tuple[str, str]:
+    """(pair_format, data.examples) of data settings ``d``, checked against ``seq_len`` (one-line DataError)."""
     if pair_format not in PAIR_FORMATS:
         raise DataError(f"unknown pair_format {pair_format!r}; choose one of: {', '.join(PAIR_FORMATS)}")
     if seq_len < min_seq_len(pair_format):
@@ -108,33 +133,7 @@ def prepare_pretraining_data(
             f"data.examples={examples} has no {pair_format} label (Chang et al.'s and ELECTRA's "
             "examples: none); use objective.pair_format=pairs or data.examples=packed"
         )
-    layout = (pair_format, examples)
-    cache_dir = Path(cache_dir) if d["cache"] else None
-    if d["streaming"]:
-        return _prepare_streaming(d, t, seq_len, cache_dir, seed, layout)
-
-    corpus = corpus_fingerprint(d)
-    split = _LazySplit(d)
-    tokenizer = _get_tokenizer(t, corpus, lambda: split.train, cache_dir)
-    # packed blocks keep the cache keys they had before data.examples existed
-    fmt = pair_format if examples == "packed" else f"{examples}/{pair_format}"
-    key = config_hash("packed", FORMAT_VERSION, corpus, tokenizer.to_json(), seq_len, fmt, seed)
-    if cache_dir is not None and (cache_dir / key).is_dir():
-        return _load_packed(cache_dir / key, tokenizer)
-
-    train_texts, val_texts = split.train, split.val
-    processes = build_processes(d["num_proc"])
-    if cache_dir is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            return _pack_splits(
-                Path(tmp), train_texts, val_texts, tokenizer, seq_len, layout, seed, True, processes
-            )
-    with atomic_dir(cache_dir / key) as tmp:
-        data = _pack_splits(tmp, train_texts, val_texts, tokenizer, seq_len, layout, seed, False, processes)
-        data.stats["cache_path"] = str(cache_dir / key)
-        (tmp / "stats.json").write_text(json.dumps(data.stats, indent=1))
-    log.info("packed %d training blocks into %s", data.stats["num_train_blocks"], cache_dir / key)
-    return _load_packed(cache_dir / key, tokenizer, cached=False)
+    return pair_format, d["examples"]
 
 
 # ---------------------------------------------------------------------------- splits and texts
@@ -193,19 +192,6 @@ def _text_batches(ds, limit: int | None = None, batch_size: int = 1000) -> Itera
         yield batch
 
 
-def _texts(ds) -> Iterator[str]:
-    """The documents of a text Dataset or IterableDataset, in order."""
-    for batch in _text_batches(ds):
-        yield from batch
-
-
-def _examples(texts, tokenizer: Tokenizer, seq_len: int, layout: tuple[str, str], seed: int, counts=None):
-    """The rows of a text Dataset/IterableDataset, chunk after chunk (``chunks.py``): packed
-    blocks, sentence pairs or ELECTRA's examples."""
-    for key, docs in enumerate(chunked(_texts(texts))):
-        yield from example_rows(docs, tokenizer, seq_len, layout, chunk_rng(seed, key), counts)
-
-
 # ---------------------------------------------------------------------------- tokenizer
 
 
@@ -219,18 +205,22 @@ def _get_tokenizer(
     if t["kind"] == "pretrained":
         return build_tokenizer(t, lambda: iter(()))
     limit = t["train_docs"] if t["train_docs"] is not None else default_docs
-    entry = (
-        cache_dir / f"tokenizer-{config_hash('tokenizer', TOKENIZER_VERSION, corpus, t)}" if cache_dir else None
-    )
-    if entry is not None and (entry / "tokenizer.json").is_file():
-        log.info("tokenizer loaded from cache %s", entry)
-        return Tokenizer.load(entry / "tokenizer.json")
-    texts = train_texts()
-    tokenizer = build_tokenizer(t, lambda: _text_batches(texts, limit))
-    log.info("trained a %s tokenizer (vocabulary %d)", t["kind"], tokenizer.vocab_size)
-    if entry is not None:
-        with atomic_dir(entry) as tmp:
-            tokenizer.save(tmp)
+
+    def train():
+        texts = train_texts()
+        tokenizer = build_tokenizer(t, lambda: _text_batches(texts, limit))
+        log.info("trained a %s tokenizer (vocabulary %d)", t["kind"], tokenizer.vocab_size)
+        return tokenizer
+
+    if cache_dir is None:
+        return train()
+    entry = cache_dir / f"tokenizer-{config_hash('tokenizer', TOKENIZER_VERSION, corpus, t)}"
+    with building(entry) as tmp:  # one process trains; the others wait, then load it
+        if tmp is None:
+            log.info("tokenizer loaded from cache %s", entry)
+            return Tokenizer.load(entry / "tokenizer.json")
+        tokenizer = train()
+        tokenizer.save(tmp)
     return tokenizer
 
 
@@ -295,110 +285,6 @@ def _load_packed(path: Path, tokenizer: Tokenizer, cached: bool = True) -> Pretr
         )
     train = datasets.Dataset.from_file(str(path / "train.arrow"))
     val = datasets.Dataset.from_file(str(path / "val.arrow"))
-    return PretrainingData(tokenizer, train, val, stats)
-
-
-# ---------------------------------------------------------------------------- streaming
-
-
-class StreamingBlocks:
-    """The examples (packed blocks or sentence pairs) of a streaming corpus, produced lazily.
-    Iterating starts again from the first example (after the skipped ones): same seed, same rows."""
-
-    def __init__(
-        self,
-        texts,
-        tokenizer: Tokenizer,
-        seq_len: int,
-        pair_format: str,
-        seed: int,
-        skip: int = 0,
-        shard: tuple[int, int] = (0, 1),
-        examples: str = "packed",
-    ):
-        self.texts, self.tokenizer, self.seq_len = texts, tokenizer, seq_len
-        self.pair_format, self.seed, self.skip, self.shard_spec = pair_format, seed, skip, shard
-        self.examples = examples
-
-    def __iter__(self) -> Iterator[dict]:
-        layout = (self.pair_format, self.examples)
-        blocks = _examples(self.texts, self.tokenizer, self.seq_len, layout, self.seed)
-        index, count = self.shard_spec
-        return itertools.islice(blocks, self.skip + index, None, count)
-
-    def skip_blocks(self, n: int) -> StreamingBlocks:
-        """The same stream without its first n blocks (of this shard), for resuming."""
-        count = self.shard_spec[1]
-        return StreamingBlocks(
-            self.texts,
-            self.tokenizer,
-            self.seq_len,
-            self.pair_format,
-            self.seed,
-            self.skip + n * count,
-            self.shard_spec,
-            self.examples,
-        )
-
-    def shard(self, index: int, count: int) -> StreamingBlocks:
-        """Every count-th block starting at index (one shard per DDP rank or loader worker)."""
-        if self.shard_spec != (0, 1):
-            raise ValueError("shard() of a sharded stream")
-        return StreamingBlocks(
-            self.texts,
-            self.tokenizer,
-            self.seq_len,
-            self.pair_format,
-            self.seed,
-            self.skip,
-            (index, count),
-            self.examples,
-        )
-
-
-def _prepare_streaming(d, t, seq_len, cache_dir, seed, layout) -> PretrainingData:
-    import datasets
-
-    corpus = load_corpus(d)
-    n_val = int(d["val_docs"]) if d["val_docs"] is not None else STREAMING_VAL_DOCS
-    if d["val_split"]:
-        val_texts, train_texts = load_corpus({**d, "split": d["val_split"]}).take(n_val), corpus
-    else:
-        val_texts, train_texts = corpus.take(n_val), corpus.skip(n_val)
-    val_texts = datasets.Dataset.from_dict({"text": [t for b in _text_batches(val_texts) for t in b]})
-    if next(iter(train_texts), None) is None:
-        raise EmptyCorpusError(
-            f"the streaming corpus has no documents left for training after the {n_val} validation documents; "
-            "set data.val_docs lower (or data.val_split) or use data.streaming=false for a small corpus"
-        )
-    tokenizer = _get_tokenizer(
-        t, corpus_fingerprint(d), lambda: train_texts, cache_dir, default_docs=STREAMING_TOKENIZER_DOCS
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        val, val_counts, val_mean = _blocks_dataset(
-            val_texts, tokenizer, seq_len, layout, VAL_SEED, Path(tmp), "validation", in_memory=True
-        )
-    sample = TokenCounts(tokenizer.vocab_size)
-    for texts in _text_batches(train_texts, ENTROPY_SAMPLE_DOCS):
-        token_docs(texts, tokenizer, sample)
-    stats = {
-        "num_train_blocks": None,
-        "num_val_blocks": len(val),
-        "num_train_docs": None,
-        "num_val_docs": val_counts.docs,
-        "num_tokens": None,
-        "unigram_entropy": sample.entropy(),
-        "unigram_entropy_docs": sample.docs,
-        "mean_example_tokens": val_mean,
-        "vocab_size": tokenizer.vocab_size,
-        "seq_len": seq_len,
-        "pair_format": layout[0],
-        "examples": layout[1],
-        "streaming": True,
-        "cached": False,
-        "cache_path": None,
-    }
-    train = StreamingBlocks(train_texts, tokenizer, seq_len, layout[0], seed, examples=layout[1])
     return PretrainingData(tokenizer, train, val, stats)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +17,9 @@ from torch.utils.data import DataLoader
 
 from ...store.checkpoint import Checkpoint, open_checkpoint
 from ...config.compose import to_model_config
-from .pretraining import StreamingBlocks, prepare_pretraining_data
+from .pretraining import prepare_pretraining_data
+from .readers import Layout, ReaderBatches, check_shares, gather_positions, resume_positions, share_note
+from .streaming import StreamingExamples, prepare_streaming
 from ...errors import UserError
 from ...models import ModelConfig, ReplacedTokenDetector
 from ...models.io import save_model_dir
@@ -37,9 +40,9 @@ from ...train.health import Health, fit
 from ...train.progress import refresh_every, step_progress
 from .objectives import ElectraObjective, MLMObjective, TokenInfo
 from .chunks import compact_columns
-from .batches import Masker, MaskingCollate, PositionBatches, Prefetched, StreamBatches, ValBatches
+from .batches import Masker, PositionBatches, Prefetched, StreamBatches, ValBatches
 from ...train.accel import compile_objective, fused_adamw, on_cuda, pin_memory, prepare_encoders, set_tf32, set_threads
-from ...train.streams import BlockStream, PermutedStream, StreamSampler
+from ...train.streams import PermutedStream, StreamSampler
 
 COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -130,6 +133,24 @@ class PretrainModule(OptimizerStep, pl.LightningModule):
         self.log("val/loss", out.loss, sync_dist=True, batch_size=n)
         self.log_dict({f"val/{k}": v for k, v in out.metrics.items()}, sync_dist=True, batch_size=n)
 
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A checkpoint from before the MLM objective froze its unused pooler (``objectives.py``)
+        lists the pooler in AdamW's groups (with no state: it never had a gradient): drop it from
+        them, so that such runs resume."""
+        params = list(self.objective.parameters())
+        states = checkpoint.get("optimizer_states") or []
+        order = [p for p in params if p.ndim >= 2] + [p for p in params if p.ndim < 2]  # the groups, nothing frozen
+        if all(p.requires_grad for p in params) or len(states) != 1:
+            return
+        saved = states[0]
+        if sum(len(g["params"]) for g in saved["param_groups"]) != len(order):
+            return  # written with the pooler frozen
+        kept = [i for i, p in enumerate(order) if p.requires_grad]
+        index = {old: new for new, old in enumerate(kept)}
+        for group in saved["param_groups"]:
+            group["params"] = [index[i] for i in group["params"] if i in index]
+        saved["state"] = {index[i]: v for i, v in saved["state"].items() if i in index}
+
     def configure_optimizers(self):
         o = self.cfg.optim
         return adamw_with_linear_schedule(
@@ -149,7 +170,10 @@ class PretrainData(pl.LightningDataModule):
     processes, or with none, in a background thread when ``background`` (a GPU run: the step
     waits for the device, the thread fills that wait) and inline on a CPU run (the step keeps every
     core busy; a thread only takes cycles from it — stage/bare-step 0.84 with it, 0.96 without on 2
-    cores). The train stream starts where the restored global step says (see streams.py)."""
+    cores). A prepared corpus's stream starts where the restored global step says (see
+    streams.py); a streaming corpus's readers (``readers.py``, one per rank and loader worker) where
+    the checkpoint's data position says: the positions after the last batches the training loop
+    took, recorded as it takes them and kept by :meth:`state_dict`."""
 
     def __init__(
         self,
@@ -169,6 +193,8 @@ class PretrainData(pl.LightningDataModule):
         self.pin_memory, self.background = pin_memory, background
         self.compact = compact_columns("pair_label" in columns)  # what the prepared rows hold
         self._prefetchers: list[Prefetched] = []
+        self.positions: dict[int, dict] = {}  # streaming: reader -> its position after its last batch taken
+        self._saved: dict | None = None  # streaming: the restored checkpoint's data position
 
     def _prefetched(self, loader):
         """``loader`` read ahead in a background thread (when ``background``), else as it is."""
@@ -185,13 +211,9 @@ class PretrainData(pl.LightningDataModule):
 
     def train_dataloader(self):
         t = self.trainer
+        if isinstance(self.train, StreamingExamples):
+            return self._streaming_loader()
         start = t.global_step * t.accumulate_grad_batches * self.batch_size * t.world_size
-        if isinstance(self.train, StreamingBlocks):  # a streaming corpus: read in order, in one thread
-            stream = BlockStream(self.train, start, t.global_rank, t.world_size, self.columns)
-            collate = MaskingCollate(self.masker, self.seed)
-            return self._prefetched(
-                DataLoader(stream, batch_size=self.batch_size, collate_fn=collate, pin_memory=self.pin_memory)
-            )
         loader = DataLoader(
             StreamBatches(PermutedStream(self.train, self.seed, self.compact), self.masker, self.seed),
             batch_size=None,  # the sampler yields whole batches of positions
@@ -201,6 +223,40 @@ class PretrainData(pl.LightningDataModule):
             pin_memory=self.pin_memory,
         )
         return loader if self.num_workers else self._prefetched(loader)
+
+    def _streaming_loader(self):
+        """This rank's readers' batches, from the restored positions (``readers.py``)."""
+        t = self.trainer
+        layout = Layout(t.world_size, max(1, self.num_workers))
+        check_shares(self.train, layout, t.global_rank)
+        consumed = t.global_step * t.accumulate_grad_batches
+        positions, offset, line = resume_positions(self._saved, layout, t.global_rank, consumed)
+        for note in (share_note(self.train.num_shards, layout), line):
+            if note and t.is_global_zero:
+                print(f"note: {note}", file=sys.stderr)
+        self.layout, self.positions = layout, dict(positions)
+        batches = ReaderBatches(
+            self.train, layout, t.global_rank, positions, offset, self.batch_size, self.masker, self.seed
+        )
+        loader = DataLoader(batches, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
+        return loader if self.num_workers else self._prefetched(loader)
+
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        """A training batch the loop takes now: its reader's position after it is the one to keep."""
+        taken = batch.pop("data_position", None) if isinstance(batch, dict) else None
+        if taken is not None:
+            self.positions[taken["reader"]] = taken["position"]
+        return batch
+
+    def state_dict(self) -> dict:
+        """The data position of a streaming corpus (every rank's readers), kept in the checkpoint."""
+        if not isinstance(self.train, StreamingExamples) or not hasattr(self, "layout"):
+            return {}
+        layout = self.layout
+        return {"layout": [layout.world, layout.workers], "positions": gather_positions(self.positions)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._saved = state or None
 
     def val_dataloader(self):
         batches = ValBatches(self.val, self.compact, self.batch_size, self.masker, self.seed)
@@ -227,7 +283,8 @@ def run_pretrain(cfg: DictConfig, callbacks: tuple = ()) -> Run:
             f"seq_len={cfg.seq_len} exceeds model.max_position_embeddings={model_cfg.max_position_embeddings}"
         )
     datasets.disable_progress_bars()
-    data = prepare_pretraining_data(
+    prepare = prepare_streaming if cfg.data.get("streaming") else prepare_pretraining_data
+    data = prepare(
         cfg.data, cfg.tokenizer, cfg.seq_len, Path(cfg.outputs) / "cache", cfg.seed, cfg.objective.pair_format
     )
     tok = data.tokenizer

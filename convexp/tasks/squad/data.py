@@ -17,6 +17,8 @@ Source config keys (missing keys take ``SQUAD_SOURCE_DEFAULTS``):
   source          synthetic | hub | local
   path            hub: dataset name (null: rajpurkar/squad or rajpurkar/squad_v2);
                   local: a folder holding train-v1.1.json and dev-v1.1.json (or the v2.0 pair)
+  revision        hub: the dataset repository's branch, tag or commit (null: its default branch;
+                  ``data/hub.py``); set, part of the run id
   seed            synthetic: the data seed
   synthetic_size  synthetic: training questions (dev: a quarter, at least 50)
 
@@ -36,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from ...data.corpus import with_defaults
-from ...data.errors import DataError
+from ...data.errors import DataError, HubDatasetError
+from ...data.hub import load_hub
 from ...data.text_files import quoted
 
 # The synthetic language's phrase builders; one import site, so moving the grammar touches one line.
@@ -50,6 +53,7 @@ SQUAD_SOURCE_DEFAULTS: dict[str, Any] = {
     "version": "v1.1",
     "source": "synthetic",
     "path": None,
+    "revision": None,
     "seed": 0,
     "synthetic_size": 2000,
 }
@@ -100,7 +104,7 @@ def load_squad(source_cfg=None) -> dict[str, list[dict]]:
     if s["source"] == "synthetic":
         return synthetic_squad(int(s["synthetic_size"]), int(s["seed"]), s["version"])
     if s["source"] == "hub":
-        return _load_hub(s["path"] or HUB_NAMES[s["version"]], s["version"])
+        return _load_hub(s["path"] or HUB_NAMES[s["version"]], s["version"], s["revision"])
     root = Path(s["path"]).expanduser()
     return {split: read_squad_json(root / official_file(s["version"], split)) for split in SPLITS}
 
@@ -174,11 +178,11 @@ def check_records(records: list[dict], where: str) -> list[dict]:
     return records
 
 
-def _load_hub(name: str, version: str) -> dict[str, list[dict]]:
-    import datasets
-
+def _load_hub(name: str, version: str, revision: str | None = None) -> dict[str, list[dict]]:
     try:
-        dd = datasets.load_dataset(name)
+        dd = load_hub(name, None, revision, "squad.revision")
+    except HubDatasetError:
+        raise
     except Exception as e:  # offline, unknown name: the user can fix it
         raise SquadError(
             f"cannot load SQuAD {version} from hub dataset {name!r}: {type(e).__name__}: "

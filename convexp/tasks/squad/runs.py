@@ -63,6 +63,8 @@ def squad_source(cfg: DictConfig) -> dict:
         s["path"] = str(Path(s["path"]).expanduser().resolve())
     if s["source"] != "synthetic":  # the synthetic task's settings are not part of other sources' runs
         s.pop("seed"), s.pop("synthetic_size")
+    if s["revision"] is None:  # left null: the ids runs had before revisions existed
+        s.pop("revision")
     return s
 
 
