@@ -26,7 +26,24 @@ def test_a_paper_sweep_keeps_a_small_part_of_what_every_weight_would_take(output
     assert all(len(line) <= 100 for line in lines)
     assert any(line.startswith("  disk in total ") and "(keep_weights=all)" in line for line in lines), lines
     text = " ".join(line.strip() for line in lines)
-    assert "data openwebtext: 9.04e+09 tokens, 8,013,769 documents" in text and "streamed, nothing stored;" in text, text
+    assert "data openwebtext: 9.04e+09 tokens, 8,013,769 documents" in text, text
+    # streamed with the chunk store (the default): the store keeps every training example once, as
+    # the prepared build would (build.prepared_bytes), and the total counts it
+    [store] = data
+    assert "streamed into its chunk store (data.store_chunks): 7.06e+07 examples, 18.4 GB" in text and store.examples.streamed
+    assert store.prepared_bytes == store.examples.bytes == pytest.approx(7.06e7 * (128 * 2 + 4), rel=0.01)
+    assert default >= store.prepared_bytes + stages["pretrain"].disk + ft.disk
+
+
+def test_a_streamed_corpus_without_its_chunk_store_keeps_nothing(outputs):
+    args = ["scale=paper", "variants=[base]", "tasks=[rte]"]
+    stored = sweep_bill(build_plan(load_sweep("convbert-sizes"), args))
+    plan = build_plan(load_sweep("convbert-sizes"), [*args, "data.store_chunks=false"])
+    stages, [data] = sweep_bill(plan)
+    assert data.prepared_bytes == 0 and data.examples.bytes == stored[1][0].prepared_bytes
+    assert bill_total(stages, [data]) == pytest.approx(bill_total(*stored) - data.examples.bytes)
+    text = " ".join(line.strip() for line in bill_lines(plan, 100))
+    assert "streamed, nothing stored (data.store_chunks=false) prepared instead (data.streaming=false): 7.06e+07 examples" in text
 
 
 def test_prepared_examples_take_two_bytes_a_position_and_four_a_row(outputs):

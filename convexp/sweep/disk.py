@@ -1,7 +1,8 @@
 """The disk a sweep takes (``--dry-run``'s bill) and uses so far (``--status``).
 
 What a sweep leaves on disk, per stage: the pre-training corpus (the datasets cache of a hub corpus
-that is not streamed) and its prepared examples; each pre-training run's last resumable checkpoint
+that is not streamed) and its prepared examples, or a streamed corpus's chunk store (the same
+examples, kept as the first pass makes them: ``data.store_chunks``); each pre-training run's last resumable checkpoint
 (weights and AdamW's two moments, fp32: 12 bytes a parameter, the generator's too) and its final
 model (``model/`` and ``hf/``, 4 bytes a parameter each); each fine-tuning run's results (metrics,
 predictions, the GLUE server's files, its record) and the weights of the runs that keep them
@@ -100,12 +101,14 @@ class Prepared:
     seconds: float  # build.prepare_seconds at the measured rate, on ``processes`` cores
     processes: int  # data.num_proc; auto (the cores of the machine that prepares them): one, said so
     streamed: bool  # data.streaming: nothing is prepared (what preparing would take, beside)
+    kept: bool  # on disk when the sweep has run: prepared, or a streamed corpus's chunk store
+    # (data.store_chunks: the same rows, at the same bytes); neither with data.cache=false
 
 
 def prepared(cfg, corpus: Corpus) -> Prepared:
     """The rows of a corpus as examples (its sentence pairs, or its tokens over an example's) and
     what building them takes, by the data pipeline's own measures (tasks/pretraining/build.py)."""
-    from ..tasks.pretraining.build import prepare_seconds, prepared_bytes
+    from ..tasks.pretraining.build import build_processes, prepare_seconds, prepared_bytes
 
     examples = cfg.data.get("examples") or "packed"
     if examples == "sentence_pairs":
@@ -115,17 +118,18 @@ def prepared(cfg, corpus: Corpus) -> Prepared:
     vocab = int(cfg.tokenizer.get("vocab_size") or cfg.model.get("vocab_size") or 0)
     labelled = cfg.objective.get("pair_format") in ("nsp", "sop")
     num_proc = cfg.data.get("num_proc", "auto")
-    processes = num_proc if isinstance(num_proc, int) and not isinstance(num_proc, bool) and num_proc > 0 else 1
+    processes = 1 if num_proc in (None, "auto") else build_processes(num_proc)  # auto: this machine's cores, not the one preparing
+    streamed = bool(cfg.data.get("streaming"))
+    kept = bool(cfg.data.get("cache", True)) and (not streamed or bool(cfg.data.get("store_chunks", True)))
     return Prepared(rows, float(prepared_bytes(int(rows), int(cfg.seq_len), vocab, labelled)),
-                    prepare_seconds(int(corpus.tokens), processes, examples), processes,
-                    bool(cfg.data.get("streaming")))  # fmt: skip
+                    prepare_seconds(int(corpus.tokens), processes, examples), processes, streamed, kept)  # fmt: skip
 
 
 def data_key(cfg) -> tuple:
     """What a prepared corpus is cached by: runs that agree on it share one."""
     d = cfg.data
     return (cfg.choices.get("data"), str(cfg.choices.get("tokenizer")), int(cfg.seq_len), d.get("examples"),
-            d.get("max_docs"), d.get("num_docs"), d.get("streaming"))  # fmt: skip
+            d.get("max_docs"), d.get("num_docs"), d.get("streaming"), d.get("store_chunks"), d.get("cache"))  # fmt: skip
 
 
 def pretraining_data(cfg) -> tuple[tuple, Corpus | None, object]:
@@ -212,12 +216,12 @@ class DataBill:
     name: str
     corpus: Corpus | None
     cache_bytes: float  # the datasets cache of the corpus (once, whatever reads it)
-    examples: Prepared | None  # its prepared examples (once per length, tokenizer, layout)
+    examples: Prepared | None  # its prepared examples or chunk store (once per length, tokenizer, layout)
 
     @property
     def prepared_bytes(self) -> float:
-        """On disk when the sweep has run: nothing for a streamed corpus."""
-        return self.examples.bytes if self.examples is not None and not self.examples.streamed else 0.0
+        """On disk when the sweep has run: the prepared examples, or a streamed corpus's chunk store."""
+        return self.examples.bytes if self.examples is not None and self.examples.kept else 0.0
 
 
 def sweep_bill(plan) -> tuple[dict[str, StageBill], list[DataBill]]:
@@ -249,8 +253,8 @@ def sweep_bill(plan) -> tuple[dict[str, StageBill], list[DataBill]]:
             new_corpus = key[0] not in cached
             cached.add(key[0])
             examples = prepared(cfg, corpus) if corpus is not None else None
-            stored = examples is not None and not examples.streamed  # a streamed corpus is read as it trains
-            cache = corpus.cache_bytes if stored and new_corpus else 0.0
+            downloaded = examples is not None and not examples.streamed  # streamed: no datasets cache
+            cache = corpus.cache_bytes if downloaded and new_corpus else 0.0
             data[key] = DataBill(key[0], corpus, cache, examples)
     return stages, list(data.values())
 

@@ -187,9 +187,16 @@ def bill_lines(plan: Plan, width: int) -> list[str]:
         parts += [f"datasets cache {size(d.cache_bytes)}"] if d.cache_bytes else []
         if x is not None:
             took = f"{x.seconds:.0f} s" if x.seconds < 120 else _minutes(x.seconds / 60)
-            how = "streamed, nothing stored; prepared instead (data.streaming=false)" if x.streamed else "prepared"
             cores = f"on {x.processes} cores (data.num_proc)" if x.processes > 1 else "on one core (data.num_proc cores divide it)"
-            parts += [f"{how}: {x.rows:.3g} examples, {size(x.bytes)}", f"~{took} {cores}"]
+            rows = f"{x.rows:.3g} examples, {size(x.bytes)}"
+            if not x.streamed:
+                parts += [f"prepared{'' if x.kept else ' (not kept: data.cache=false)'}: {rows}", f"~{took} {cores}"]
+            elif x.kept:  # the chunk store: the prepared rows, made as the first pass reads the corpus
+                parts += [f"streamed into its chunk store (data.store_chunks): {rows}",
+                          f"prepared instead (data.streaming=false): ~{took} {cores}"]  # fmt: skip
+            else:
+                parts += ["streamed, nothing stored (data.store_chunks=false)",
+                          f"prepared instead (data.streaming=false): {rows}", f"~{took} {cores}"]  # fmt: skip
             parts += [f"and its datasets cache {size(c.cache_bytes)}"] if x.streamed and c.cache_bytes else []
         lines += fold_items(parts, width, sep=", ")
     total, every = bill_total(stages, data), bill_total(stages, data, every_weight=True)
