@@ -27,13 +27,13 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write a text file via a temporary sibling and a rename."""
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Write a text (or binary) file via a temporary sibling and a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_file_prefix(path.name))
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

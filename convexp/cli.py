@@ -353,7 +353,9 @@ def export(
 ) -> None:
     """Export a fine-pruned run: cut dead heads and FFN units, check and time it, save a loadable model."""
     from .export import export_model, print_export
+    from .sweep.execute import weights_again
 
+    weights_again(run)  # a finished fine-tune that did not keep its weights is trained again for them
     print_export(export_model(run, out, not no_structured, batch, seq_len, tokenizer))
 
 

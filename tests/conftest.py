@@ -17,6 +17,14 @@ os.environ.setdefault("CONVEXP_CACHE", __import__("tempfile").mkdtemp(prefix="co
 import pytest  # noqa: E402
 
 
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    """A run store of the test's own (CONVEXP_OUTPUTS), W&B off: what a plan built in-process sees."""
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    return tmp_path
+
+
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     """A tiny pre-trained model (4 steps): the init of the fine-tuning and probing tests."""

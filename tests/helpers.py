@@ -73,6 +73,67 @@ def kill_when(args: list[str], outputs: Path, pattern: str, env: dict | None = N
     proc.wait()
 
 
+# Loaded into a child `convexp pretrain` by `held_at_second_checkpoint` (on its PYTHONPATH): when
+# Lightning is about to write the run's second periodic checkpoint, the process says so (a file
+# ``held`` in the folder CONVEXP_TEST_HOLD names) and waits until the test writes ``release`` there (a
+# signal raised while it waits ends it at once). Then the first checkpoint is whole and linked as
+# last.ckpt, the steps after it have run and logged, and the run cannot finish: a test signals a run
+# in a known state, however fast or slow the machine, never racing its speed.
+HOLD_HOOK = """
+import os, time
+from pathlib import Path
+
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+
+_folder = Path(os.environ["CONVEXP_TEST_HOLD"])
+_save = TorchCheckpointIO.save_checkpoint
+_saved = []
+
+
+def _held_save(self, checkpoint, path, *args, **kwargs):
+    if Path(path).name.startswith("step="):
+        _saved.append(path)
+        if len(_saved) == 2 and not (_folder / "held").exists():
+            (_folder / "held").write_text(str(path))
+            deadline = time.monotonic() + 600
+            while not (_folder / "release").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+    return _save(self, checkpoint, path, *args, **kwargs)
+
+
+TorchCheckpointIO.save_checkpoint = _held_save
+"""
+
+
+def held_at_second_checkpoint(args: list[str], outputs: Path, folder: Path, env: dict | None = None,
+                              **popen) -> subprocess.Popen:  # fmt: skip
+    """Start `convexp ARGS` (pre-training, or a sweep whose job pre-trains) and return once it is
+    held before its second periodic checkpoint (HOLD_HOOK); ``release(folder)`` lets it go on."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(HOLD_HOOK)
+    path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "WANDB_MODE": "offline", **(env or {}),
+           "PYTHONPATH": path, "CONVEXP_TEST_HOLD": str(folder)}  # fmt: skip
+    popen = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen}
+    proc = subprocess.Popen([sys.executable, "-m", "convexp.cli", *args], env=env, **popen)
+    while not (folder / "held").exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"convexp {' '.join(args)} ended (exit {proc.returncode}) before its second checkpoint")
+        time.sleep(0.02)
+    return proc
+
+
+def release(folder: Path) -> None:
+    (folder / "release").write_text("")
+
+
+def kill_between_checkpoints(args: list[str], outputs: Path, folder: Path, env: dict | None = None) -> None:
+    """Run `convexp ARGS` (pre-training) and SIGKILL it after its first checkpoint, before its second."""
+    proc = held_at_second_checkpoint(args, outputs, folder, env)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 def run_dirs(outputs: Path) -> list[Path]:
     return sorted((outputs / "runs" / "pretrain").glob("*"))
 

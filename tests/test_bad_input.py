@@ -208,6 +208,7 @@ CASES = [
     ("scalar_mix not a bool", [*FT, "scalar_mix=maybe"], ["scalar_mix"]),
     ("scalar_mix_norm unknown", [*FT, "scalar_mix_norm=nope"], ["scalar_mix_norm", "per_layer"]),
     ("retry_diverged not a bool", [*FT, "retry_diverged=perhaps"], ["retry_diverged"]),
+    ("keep_weights unknown", [*FT, "keep_weights=some"], ["keep_weights='some'", "auto, all, none"]),
     ("warmup_fraction text", [*FT, "warmup_fraction=abc"], ["warmup_fraction"]),
     ("task max_len text", [*FT, "task.max_len=abc"], ["task.max_len"]),
     ("glue source unknown", [*FT, "glue.source=nope"], ["glue.source", "local"]),

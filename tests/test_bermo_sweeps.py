@@ -300,6 +300,8 @@ def test_distill_and_convergence_sweeps_end_to_end(tmp_path):
     [student] = nodes["finetune/bermo/mnli/s42"]["runs"]
     config = (Path(student) / "config.yaml").read_text()
     assert Path(nodes["finetune/teacher/mnli/s42"]["runs"][0]).name in config  # distilled from it
+    kept = {d.name for d in (tmp_path / "runs" / "finetune").iterdir() if (d / "model").is_dir()}
+    assert kept == {Path(nodes["finetune/teacher/mnli/s42"]["runs"][0]).name}  # exactly its teacher's weights
     res = convexp("report", "bermo-distill", outputs=tmp_path, env=QUIET)
     assert res.returncode == 0, res.stderr[-2000:]
 

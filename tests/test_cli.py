@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -152,7 +154,7 @@ def test_dry_run_on_a_cpu_estimates_time_from_a_measured_step(tmp_path, monkeypa
     from convexp.cli import app
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(show, "measured_flops", lambda cfg: 2e10)  # what the step would measure
+    monkeypatch.setattr(show, "cpu_rate", lambda cfg: (2e10, time.time()))  # what the step would measure
     res = CliRunner().invoke(app, ["ablate", "key-based-conv", "scale=smoke", f"outputs={tmp_path}", "--dry-run"])
     assert res.exit_code == 0, res.output
     assert "on this CPU (a rough estimate: 20 GFLOP/s measured" in " ".join(res.output.split())
@@ -171,7 +173,7 @@ def test_dry_run_folds_to_the_terminals_width(tmp_path, monkeypatch, width):
     from convexp.cli import app
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(show, "measured_flops", lambda cfg: 2e10)
+    monkeypatch.setattr(show, "cpu_rate", lambda cfg: (2e10, time.time()))
     args = ["ablate", "key-based-conv", "scale=smoke", f"outputs={tmp_path}", "--dry-run"]
     res = CliRunner().invoke(app, args, env={"COLUMNS": str(width)}, terminal_width=width)
     assert res.exit_code == 0, res.output
@@ -185,7 +187,8 @@ def test_dry_run_folds_to_the_terminals_width(tmp_path, monkeypatch, width):
     command = " ".join(x.strip().removesuffix("\\") for x in lines[start + 1 : start + 6] if x.startswith("  "))
     assert shlex.split(command)[:3] == ["convexp", "pretrain", "scale=smoke"] and "logger.tags=[composite]" in shlex.split(command)
     for node in ("pretrain/composite_key", "finetune/composite_key/cola/s42"):
-        assert (node in res.output) == (width == 80)  # a node's name folds only where the run ids would not fit
+        assert f"\n{node} " in res.output  # a node's name starts its row, whole; its run ids follow, folded
+    assert "\n    chang-small-composite-key-mlm-a" in res.output
 
 
 def test_dry_run_on_a_wide_terminal_prints_one_row_per_line(tmp_path, monkeypatch):
@@ -196,7 +199,7 @@ def test_dry_run_on_a_wide_terminal_prints_one_row_per_line(tmp_path, monkeypatc
     from convexp.cli import app
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(show, "measured_flops", lambda cfg: 2e10)
+    monkeypatch.setattr(show, "cpu_rate", lambda cfg: (2e10, time.time()))
     args = ["ablate", "key-based-conv", "scale=smoke", f"outputs={tmp_path}", "--dry-run"]
     res = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
@@ -229,3 +232,22 @@ def test_measured_cpu_rate_is_a_plausible_flop_rate():
     cfg = compose_stage("pretrain", ["scale=smoke", "model.num_layers=1", "trainer.batch_size=4", "seq_len=16"])
     assert runs_on_cpu(cfg)
     assert 1e7 < measured_flops(cfg, steps=1) < 1e13  # a CPU: more than 10 MFLOP/s, less than 10 TFLOP/s
+
+
+def test_a_measured_cpu_rate_is_kept_for_a_day(tmp_path, monkeypatch):
+    """The next dry run (or --status) of the same model on this machine answers without measuring
+    (nor importing torch); another model, or a day later, is measured again."""
+    from convexp.config.compose import compose_stage
+    from convexp.sweep import cpu_rate as rates
+
+    monkeypatch.setenv("CONVEXP_CACHE", str(tmp_path))
+    measured = []
+    monkeypatch.setattr(rates, "measured_flops", lambda cfg: measured.append(cfg.seq_len) or 1e10 * len(measured))
+    small, longer = (compose_stage("pretrain", ["scale=smoke", f"seq_len={n}"]) for n in (32, 64))
+    assert rates.cpu_rate(small)[0] == rates.cpu_rate(small)[0] == 1e10 and measured == [32]
+    assert rates.cpu_rate(longer)[0] == 2e10 and measured == [32, 64]
+    kept = json.loads((tmp_path / "cpu_rate.json").read_text())
+    for entry in kept.values():
+        entry["time"] -= rates.KEPT_S + 1
+    (tmp_path / "cpu_rate.json").write_text(json.dumps(kept))
+    assert rates.cpu_rate(small)[0] == 3e10 and measured == [32, 64, 32]

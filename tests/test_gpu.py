@@ -15,7 +15,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import TINY, convexp, kill_when, run_dirs
+from helpers import TINY, convexp, kill_between_checkpoints, run_dirs
 
 pytestmark = [
     pytest.mark.gpu,
@@ -95,7 +95,7 @@ def test_a_killed_gpu_run_resumes_to_the_same_metrics(tmp_path):
     steps = [*TINY, *GPU, "trainer.max_steps=600", "trainer.checkpoint_every_n_steps=20", "trainer.val_every_n_steps=300"]
     ref = convexp("pretrain", *steps, outputs=tmp_path / "ref", env=QUIET)
     _, a = finished(ref, tmp_path / "ref")
-    kill_when(["pretrain", *steps], tmp_path / "killed", "runs/pretrain/*/checkpoints/step=20.ckpt")
+    kill_between_checkpoints(["pretrain", *steps], tmp_path / "killed", tmp_path / "hold")
     [run] = run_dirs(tmp_path / "killed")
     assert not (run / "metrics.json").exists(), "the run finished before it could be killed"
     res = convexp("pretrain", *steps, outputs=tmp_path / "killed", env=QUIET)

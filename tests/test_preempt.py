@@ -8,13 +8,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, convexp, run_dirs
+from helpers import TINY, convexp, held_at_second_checkpoint, release, run_dirs
 
 QUIET = {"WANDB_MODE": "disabled"}
 STEPS = [
@@ -44,18 +42,10 @@ def test_time_limit_signal_checkpoints_requeues_and_the_same_command_resumes(tmp
     [reference] = run_dirs(ref_out)
 
     out = tmp_path / "out"
-    env = {**os.environ, "CONVEXP_OUTPUTS": str(out), **fake_slurm(tmp_path)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "convexp.cli", "pretrain", *STEPS],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(out.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
-        time.sleep(0.02)
+    hold = tmp_path / "hold"  # held after its first checkpoint (20), before its second (40), until signalled
+    proc = held_at_second_checkpoint(["pretrain", *STEPS], out, hold, fake_slurm(tmp_path), stderr=subprocess.PIPE, text=True)
     proc.send_signal(signal.SIGUSR1)  # SLURM's warning before the time limit (sbatch --signal=USR1@...)
+    release(hold)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode != 0, err[-3000:]
     [run] = run_dirs(out)
@@ -122,20 +112,13 @@ def test_submitit_job_warned_of_its_time_limit_checkpoints_and_is_requeued(tmp_p
         "launcher.timeout_min=30",
     ]
     out = tmp_path / "out"
-    env = {**os.environ, "CONVEXP_OUTPUTS": str(out), **QUIET}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "convexp.cli", "ablate", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(out.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
-        time.sleep(0.02)
+    hold = tmp_path / "hold"  # the job held between its first and second checkpoints until signalled
+    proc = held_at_second_checkpoint(["ablate", *args], out, hold, QUIET, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)  # fmt: skip
     [run] = run_dirs(out)
     job_pid = json.loads((run / "lock").read_text())["pid"]  # the job's process holds the run's lock
     os.kill(job_pid, signal.SIGUSR2)  # submitit's time-limit warning
+    release(hold)
     stdout, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, stdout[-3000:]
     assert statuses(out, "sub") == {"pretrain/a": "done"}

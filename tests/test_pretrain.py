@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY, convexp, kill_when, run_dirs
+from helpers import TINY, convexp, kill_between_checkpoints, run_dirs
 from wandb_records import config_and_history
 
 def metrics(run: Path) -> dict:
@@ -94,7 +94,7 @@ def test_killed_run_resumes_to_the_same_result(tmp_path, parent_wandb_service):
     assert ref.returncode == 0, ref.stderr[-3000:]
 
     out = tmp_path / "killed"
-    kill_when(["pretrain", *args], out, "runs/pretrain/*/checkpoints/step=40.ckpt", env=env)
+    kill_between_checkpoints(["pretrain", *args], out, tmp_path / "hold", env=env)
     [run] = run_dirs(out)
     assert not (run / "metrics.json").exists(), "the run finished before it could be killed"
 

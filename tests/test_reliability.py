@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, convexp, run_dirs
+from helpers import TINY, convexp, held_at_second_checkpoint, kill_between_checkpoints, release, run_dirs
 
 from convexp.store.runs import Run, RunDiverged, RunLocked
 
@@ -269,24 +269,13 @@ def reference(tmp_path_factory):
 
 @pytest.mark.slow
 def test_killed_run_with_truncated_last_ckpt_resumes_and_logs_every_step_once(tmp_path, reference):
-    env = {**os.environ, "CONVEXP_OUTPUTS": str(tmp_path), **QUIET}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "convexp.cli", "pretrain", *STEPS],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 300
-    # killed after the first checkpoint: 40 steps before the end, so a fast machine cannot finish first
-    while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
-        time.sleep(0.02)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_between_checkpoints(["pretrain", *STEPS], tmp_path, tmp_path / "hold", env=QUIET)  # after step 20
     [run] = run_dirs(tmp_path)
-    assert not (run / "metrics.json").exists(), "the run finished before it could be killed"
-    last = run / "checkpoints" / "last.ckpt"
-    last.write_bytes(last.read_bytes()[:1000])
+    assert not (run / "metrics.json").exists()
+    last = run / "checkpoints" / "last.ckpt"  # a link to step=20.ckpt: made a truncated file of its own
+    whole = last.read_bytes()
+    last.unlink()
+    last.write_bytes(whole[:1000])
 
     res = convexp("pretrain", *STEPS, outputs=tmp_path, env=QUIET)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -497,19 +486,11 @@ def test_ctrl_c_or_sigterm_is_interrupted_and_the_resume_clears_it(tmp_path, sig
         "trainer.checkpoint_every_n_steps=20",
         "trainer.val_every_n_steps=200",
     ]
-    env = {**os.environ, "CONVEXP_OUTPUTS": str(tmp_path), **QUIET}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "convexp.cli", "pretrain", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
-        time.sleep(0.02)
-    time.sleep(0.3)  # last.ckpt is written right after step=20.ckpt
+    # held after its first checkpoint (step 20), before its second, until signalled: it cannot finish first
+    hold = tmp_path / "hold"
+    proc = held_at_second_checkpoint(["pretrain", *args], tmp_path, hold, QUIET, stderr=subprocess.PIPE, text=True)
     proc.send_signal(sig)
+    release(hold)  # SIGTERM stops at the end of the step (SIGINT already has)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err[-2000:]
     assert "Traceback" not in err and "interrupted:" in err
@@ -625,19 +606,10 @@ def test_a_diverged_run_in_a_sweep_is_reported_and_never_reused(tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_checkpoints_the_step_it_stopped_at_and_the_resume_matches(tmp_path, reference):
-    env = {**os.environ, "CONVEXP_OUTPUTS": str(tmp_path), **QUIET}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "convexp.cli", "pretrain", *STEPS],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(tmp_path.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
-        time.sleep(0.02)
-    time.sleep(0.3)
+    hold = tmp_path / "hold"
+    proc = held_at_second_checkpoint(["pretrain", *STEPS], tmp_path, hold, QUIET, stderr=subprocess.PIPE, text=True)
     proc.send_signal(signal.SIGTERM)
+    release(hold)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-2000:]
     [run] = run_dirs(tmp_path)
@@ -645,7 +617,7 @@ def test_sigterm_checkpoints_the_step_it_stopped_at_and_the_resume_matches(tmp_p
     assert s["status"] == "interrupted" and "SIGTERM after step" in s["error"], s
     step = int(s["error"].split("after step ")[1].split()[0])
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
-    assert ckpt["global_step"] == step and 20 <= step < 60  # the step it stopped at, not step 20
+    assert ckpt["global_step"] == step == 40  # the step the signal came in (held before its checkpoint)
     assert not (run / "checkpoints" / "last.ckpt.partial").exists()
 
     res = convexp("pretrain", *STEPS, outputs=tmp_path, env=QUIET)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 
 from convexp.config.compose import compose_stage
 from convexp.store.run_names import NAME_MAX, VARIED_MAX, SharedHash, name_token, run_hash, run_key, run_name
@@ -18,13 +17,6 @@ from convexp.sweep.nodes import pretrain_node
 from convexp.sweep.spec import load_sweep
 
 SAFE = re.compile(r"[A-Za-z0-9_.+-]+")
-
-
-@pytest.fixture
-def outputs(tmp_path, monkeypatch):
-    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path))
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    return tmp_path
 
 
 def finished(run_dir):

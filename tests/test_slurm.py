@@ -260,7 +260,7 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
 
     # pre-empt pretrain/a (an array task) once it has a checkpoint: submitit's USR2 to the job's step
     deadline = time.time() + 300
-    while time.time() < deadline and not list(out.glob("runs/pretrain/*/checkpoints/step=20.ckpt")):
+    while time.time() < deadline and not list(out.glob("runs/pretrain/*/checkpoints/last.ckpt")):
         time.sleep(0.05)
     subprocess.run(["scancel", "--signal=USR2", jobs["pretrain/a"]], env={**__import__("os").environ, **slurm}, check=True)
     while time.time() < deadline:

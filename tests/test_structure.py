@@ -102,7 +102,7 @@ def test_no_module_over_500_lines():
 # convexp/sweep: data flows one way (spec -> plan -> launcher -> execute -> run store); a module
 # imports only modules before it here (show and wandb_sweep sit on top, nothing imports them)
 SWEEP_ORDER = [
-    *("spec", "args", "start", "compute", "memory", "cpu_rate", "cards", "gpus", "nodes", "plan", "schedule"),
+    *("spec", "args", "start", "compute", "disk", "memory", "gpus", "cpu_rate", "cards", "nodes", "plan", "schedule"),
     *("execute", "slurm", "node_job", "launchers", "status", "wandb_sweep", "show"),
 ]
 

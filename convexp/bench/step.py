@@ -82,18 +82,38 @@ def hf_convbert_config(cfg):
     )
 
 
+PHASE_EVERY_S = 10.0  # outside a terminal, a line at least this often while timing
+
+
+def phase(text: str) -> None:
+    """Outside a terminal (a pipe, a log), where no spinner shows what is being timed: one plain
+    line as each phase starts."""
+    if not sys.stdout.isatty():
+        print(f"  ... {text}", flush=True)
+
+
 def _time_interleaved(steps: dict[str, Callable[[], None]], rounds: int, warmup: int = 2) -> dict[str, float]:
     """Median wall time of one call of each step, the steps taking turns every round (so a
     machine that speeds up or slows down during the benchmark affects them alike)."""
-    for step in steps.values():
-        for _ in range(warmup):
+    phase(f"warm-up: {', '.join(steps)}, {warmup} calls each, then {rounds} timed rounds")
+    said = [time.monotonic()]
+
+    def tick(where: str) -> None:  # a line at least every PHASE_EVERY_S (a slow or busy machine)
+        if time.monotonic() - said[0] >= PHASE_EVERY_S:
+            phase(where)
+            said[0] = time.monotonic()
+
+    for name, step in steps.items():
+        for i in range(warmup):
             step()
+            tick(f"warm-up: {name} {i + 1} of {warmup}")
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(rounds):
+    for i in range(rounds):
         for name, step in steps.items():
             t = time.perf_counter()
             step()
             times[name].append(time.perf_counter() - t)
+            tick(f"round {i + 1} of {rounds}: {name}")
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
@@ -168,8 +188,11 @@ def print_rows(title: str, rows: Iterable[dict], fmt: dict[str, str], out: Conso
     """Print each row as it is measured (with what is being timed while it runs), then the table."""
     done: list[dict] = []
     rows = iter(rows)
+    if not out.is_terminal:
+        out.print(f"timing {what} ...", highlight=False)
     while True:
-        with out.status(f"timing {what} ({len(done) + 1}) ...", spinner="line"):
+        # outside a terminal no spinner shows: the title line above and each phase's (``phase``)
+        with out.status(f"timing {what} ({len(done) + 1}) ...", spinner="line") if out.is_terminal else nullcontext():
             row = next(rows, None)
         if row is None:
             break

@@ -25,6 +25,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..errors import ConfigError
+from . import compose_cache
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the built-in configs (package data)
 CONFIG_PATH_ENV = "CONVEXP_CONFIG_PATH"
@@ -250,11 +251,11 @@ def compose(config_name: str | None, overrides: list[str] = (), choices: bool = 
 
 def hydra_config(stage: str, overrides: list[str]) -> DictConfig:
     """Hydra's own configuration of a stage command (``--cfg hydra``): search path, the option
-    picked in every config group, the overrides as Hydra parsed them."""
-    return _hydra_compose(stage, stage_overrides(stage, overrides), True).hydra
+    picked in every config group, the overrides as Hydra parsed them (composed here and now)."""
+    return _hydra_compose(stage, stage_overrides(stage, overrides), True, kept=False).hydra
 
 
-def _hydra_compose(config_name: str | None, overrides: list[str], hydra_node: bool) -> DictConfig:
+def _hydra_compose(config_name: str | None, overrides: list[str], hydra_node: bool, kept: bool = True) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -267,9 +268,14 @@ def _hydra_compose(config_name: str | None, overrides: list[str], hydra_node: bo
                 f"for a list write {o.key_or_group}=[a,b], for text with commas quote it, "
                 "for a sweep write a sweep file (`convexp ablate`)"
             )
+    dirs = config_dirs()
+    if kept and (cfg := compose_cache.kept(dirs, config_name, overrides, hydra_node)) is not None:
+        return cfg  # composed by an earlier process from the same files (compose_cache.py)
     try:
         _initialize_hydra(tuple(user_config_dirs()))
-        return hydra_compose(config_name=config_name, overrides=list(overrides), return_hydra_config=hydra_node)
+        cfg = hydra_compose(config_name=config_name, overrides=list(overrides), return_hydra_config=hydra_node)
+        compose_cache.keep(dirs, config_name, overrides, hydra_node, cfg)
+        return cfg
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(one_line(str(e))) from e
     except yaml.YAMLError as e:

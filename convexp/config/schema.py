@@ -186,10 +186,12 @@ class FinetuneSchema:
     classifier: Optional[str] = None
     resume: bool = True
     retry_diverged: bool = False
+    keep_weights: str = "auto"  # auto | all | none: which runs keep model/ (train/weights.py)
 
     def __post_init__(self) -> None:
         from ..models.config import CLASSIFIERS, NORMS
 
+        choose("keep_weights", self.keep_weights, ("auto", "all", "none"), "none")
         choose("scalar_mix_norm", self.scalar_mix_norm, NORMS, "layers")
         choose("classifier", self.classifier, (None, *CLASSIFIERS), "pooler")
         m = self.malloc_mmap_threshold_mib

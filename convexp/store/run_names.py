@@ -86,6 +86,7 @@ class SharedHash:
 
     def __init__(self, shared: dict, ignore: tuple[str, ...] = EXECUTION_KEYS):
         self.ignore = ignore
+        self.tops = {key.split(".")[0] for key in ignore}  # the top-level keys ``ignore`` reaches into
         self.parts = self._parts(shared)
 
     def _parts(self, d: dict) -> dict[str, str]:
@@ -94,7 +95,10 @@ class SharedHash:
         return {k: _ENCODE(v) for k, v in plain.items()}
 
     def digest(self, own: dict) -> str:
-        parts = {**self._parts(own), **self.parts}
+        # own plain values with no ignored key (a run's task, seed, hp...): encoded as they are, as
+        # the JSON round trip of _parts would give them (once per run of a sweep: thousands)
+        mine = self._parts(own) if own.keys() & self.tops else {k: _ENCODE(v) for k, v in own.items()}
+        parts = {**mine, **self.parts}
         # config_hash((d,)) of the merged dict: a one-item list of the dict, its keys sorted
         blob = "[{" + ",".join(f"{_ENCODE(k)}:{parts[k]}" for k in sorted(parts)) + "}]"
         return hashlib.sha256(blob.encode()).hexdigest()[:HASH_LENGTH]

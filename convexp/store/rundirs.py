@@ -34,7 +34,7 @@ from .runs import Run
 UNNAMED = (
     *("model", "init_model", "objective", "name", "task", "seeds", "scalar_mix"),
     *("init", "scale", "finetune_scale", "protocol"),
-    *("checkpoint_every_s", "malloc_mmap_threshold_mib"),
+    *("checkpoint_every_s", "malloc_mmap_threshold_mib", "keep_weights"),
 )
 # Nor does a name show where the data comes from, only what the model and recipe are: a name with a
 # path is long and true on one machine only (`+path_home_me_data`), and the hash already tells such
@@ -140,6 +140,7 @@ class FinetuneRun:
     run: Run
     run_cfg: dict  # what the run id hashes (tasks/finetune_runs.finetune_run)
     start: "FinetuneRun | None" = None
+    read_later: bool = False  # another run of the same command starts from its weights
 
 
 def checkpoint_identity(path: str) -> str:

@@ -6,7 +6,7 @@
                          current status and the history of attempts (start, end, status, host, pid)
         lock             held (flock) by the one process writing the run; names its host and pid
         metrics.json     final metrics (finite numbers only; then status finished)
-        checkpoints/     last.ckpt and periodic checkpoints (resume)
+        checkpoints/     the newest periodic checkpoint and last.ckpt (a link to it, or an interrupt's)
         csv/             Lightning CSV logs;  wandb/  W&B files (offline runs: `wandb sync`)
         model/           the exported model (weights, model config, tokenizer)
 
@@ -95,7 +95,9 @@ class Run:
         """:meth:`for_config` of a config whose :func:`run_hash` is ``digest``."""
         folder = Path(outputs) / "runs" / stage
         named = cls(folder / run_name(slug, list(tokens), digest))
-        if named.finished:  # the common case, without listing the folder
+        if not _names_by_digest(folder).get(digest):  # no run of it yet (a folder listed once: a plan asks thousands)
+            return named
+        if named.finished:  # the common case of a run that exists
             return named
         return cls(find_run(folder, digest) or named.dir)
 
@@ -312,6 +314,17 @@ class Run:
                 file=sys.stderr,
             )
         return None
+
+    def keep_last_checkpoint(self) -> None:
+        """Delete every checkpoint but the newest intact one (and ``last.ckpt`` when it links to
+        it): what a finished pre-training keeps to be resumed or continued, one file's disk."""
+        newest = self.last_checkpoint()
+        if newest is None:
+            return
+        last = self.checkpoints / "last.ckpt"
+        for path in [*self._checkpoints_newest_first(), *([last] if last.is_symlink() else [])]:
+            if path.resolve() != newest.resolve():  # last.ckpt linking to the newest resolves to it
+                path.unlink(missing_ok=True)
 
     def _checkpoints_newest_first(self) -> list[Path]:
         if not self.checkpoints.is_dir():

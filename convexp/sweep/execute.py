@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from ..config.compose import compose_stage, override_key, parse_overrides
+from ..errors import UserError
 from ..tasks import is_squad
 from ..store.record import invocation_record
 from ..store.runs import Run
@@ -38,6 +39,30 @@ def _run_stage(stage: str, overrides: list[str]) -> None:
         from ..tasks.finetune_runs import compose_finetune
 
         run_classification(*compose_finetune(overrides), summary=False)
+
+
+def weights_again(path: str | Path) -> None:
+    """A finished fine-tuning run that did not keep its weights (keep_weights), which a command
+    reads now (``convexp export``): say so in one line and run its recorded command again for its
+    task and seed with ``keep_weights=all``, which trains the run again for its weights only
+    (train/weights.py). Anything else is left to the reader's own checks."""
+    from ..train.weights import has_weights
+
+    run = Run(Path(path).expanduser())
+    record = run.read_json("record.json")
+    if not record or not run.finished or has_weights(run) or not (run.dir / "config.yaml").is_file():
+        return
+    config = run.read_config()  # a fine-tuning run's: what its id hashes (task, seed, ...)
+    if config.get("stage") != "finetune":
+        return
+    overrides = list((record.get("created") or {}).get("overrides") or [])
+    print(f"{run.id} did not keep its weights (keep_weights); training it again for them", flush=True)
+    run_node("finetune", [*overrides, f"task={config.task}", f"seeds=[{config.seed}]", "keep_weights=all"])
+    if not has_weights(run):
+        raise UserError(
+            f"{run.dir}: its command, run again, made another run (this convexp names it otherwise); "
+            "fine-tune it again with keep_weights=all and export that run"
+        )
 
 
 @dataclasses.dataclass

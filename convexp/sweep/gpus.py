@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+from pathlib import Path
 
 from .spec import SweepError
 
@@ -55,9 +56,18 @@ def machine_gpus() -> list[int]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and not visible.strip():
         return []  # CUDA_VISIBLE_DEVICES="": no GPU
+    if not gpu_driver():
+        return []  # no GPU driver on this machine: torch (seconds to import) would find none
     import torch
 
     return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
+def gpu_driver() -> bool:
+    """Whether this machine may have a GPU torch can use, from the driver's files alone (no torch):
+    NVIDIA's device nodes or /proc entry, or ROCm's /dev/kfd. False: certainly none."""
+    nvidia = Path("/proc/driver/nvidia/gpus")
+    return any(Path("/dev").glob("nvidia[0-9]*")) or (nvidia.is_dir() and any(nvidia.iterdir())) or Path("/dev/kfd").exists()
 
 
 def card_mib() -> int:

@@ -24,7 +24,7 @@ from . import slurm
 from .execute import Ledger, Outcome, blocked_by, failure, ready, run_node, settled
 from .gpus import GpuPool, check_placeable, pool_from_settings, workers_for
 from .nodes import Node
-from .plan import Plan
+from .plan import Plan, drop_spent_weights
 from .spec import SweepError
 
 
@@ -65,11 +65,13 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
     elif launcher.name == "local":
         run_pool(plan, ledger, workers, pool)
     elif launcher.name == "submitit" and on_slurm(launcher):
-        submit_plan(plan, ledger, launcher)
+        submit_plan(plan, ledger, launcher)  # returns at once: the next invocation drops spent weights
     elif launcher.name == "submitit":
         run_submitit(plan, ledger, launcher)
     else:
         raise SweepError(f"unknown launcher {launcher.name!r}; use launcher=local, submitit or node")
+    for key in drop_spent_weights(plan):
+        print(f"weights deleted: {key} (the intermediate tasks that start from it have finished)", flush=True)
     return ledger.outcomes
 
 
@@ -106,7 +108,7 @@ def run_sequential(plan: Plan, ledger: Ledger) -> None:
         _announce(node, i, len(todo))
         started = time.time()
         try:
-            run_node(node.stage, node.overrides)
+            run_node(node.stage, node.stage_args)
             ledger.record(node.key, Outcome("done", time.time() - started))
         except Exception as e:  # one run failing does not stop the sweep; Ctrl-C does
             log = _log_path(plan, node)
@@ -154,7 +156,7 @@ def run_one(plan: Plan, key: str | None, wait_s: float, poll_s: float = 10.0) ->
     _announce(node, 1, 1)
     started = time.time()
     try:
-        run_node(node.stage, node.overrides)
+        run_node(node.stage, node.stage_args)
     except Exception as e:
         outcome = failure(node, time.time() - started, error_line(e), None)
         print(f"{outcome.status}: {key}: {outcome.error}", flush=True)
@@ -265,7 +267,7 @@ def run_pool(plan: Plan, ledger: Ledger, workers: int, pool: GpuPool | None = No
                     print(f"  on {'GPU ' + ','.join(map(str, ids)) if ids else 'the CPU'}", flush=True)
                 log = _log_path(plan, node)
                 devices = cuda_devices(ids) if pool.ids else None
-                future = pool_.submit(pool_job, node.stage, node.overrides, str(log), threads, verbosity(), devices)
+                future = pool_.submit(pool_job, node.stage, node.stage_args, str(log), threads, verbosity(), devices)
                 running[future] = (node, time.time(), log, ids, node.key in alone)
                 ledger.record(node.key, Outcome("running", log=str(log), gpus=ids if pool.ids else None))
             if not running:
@@ -379,7 +381,7 @@ def submit_plan(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
                 extra |= {"dependency": "afterok:" + ":".join(after), "kill-on-invalid-dep": "yes"}
             executor.update_parameters(slurm_additional_parameters=extra)
             node_job = NodeJob(verbosity())
-            jobs = executor.map_array(node_job, [n.stage for n in nodes], [n.overrides for n in nodes])
+            jobs = executor.map_array(node_job, [n.stage for n in nodes], [n.stage_args for n in nodes])
             for node, job in zip(nodes, jobs):
                 ids[node.key] = job.job_id
                 ledger.outcomes[node.key] = Outcome("submitted", log=str(job.paths.stderr), job=job.job_id)
@@ -412,7 +414,7 @@ def run_submitit(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
         if not wave:
             break
         started = time.time()
-        jobs = executor.map_array(NodeJob(verbosity()), [n.stage for n in wave], [n.overrides for n in wave])
+        jobs = executor.map_array(NodeJob(verbosity()), [n.stage for n in wave], [n.stage_args for n in wave])
         print(
             f"submitted {len(jobs)} jobs (array {jobs[0].job_id.split('_')[0]}): "
             + ", ".join(n.key for n in wave),

@@ -13,8 +13,10 @@ from omegaconf import DictConfig, OmegaConf
 from ..config.compose import CONF_DIR, compose_stage, to_model_config
 from ..errors import ConfigError, UserError
 from ..store.runs import Run
+from ..train.weights import has_weights
 from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
+from .disk import pretrain_bytes, pretraining_data, results_bytes, weights_bytes
 from ..tasks import is_squad
 from ..tasks import kind as task_kind
 from .gpus import job_gpus
@@ -39,15 +41,46 @@ class Node:
     hparams: dict = dataclasses.field(default_factory=dict)  # fine-tuning: run id -> cards.finetune_settings
     gpus: int = 0  # GPUs its job trains on (gpus.job_gpus: 0 on the CPU, -1 every GPU)
     memory_mib: int = 0  # its job's estimated peak memory on one GPU (memory.py; 0: unknown)
+    starts_from: list[str] = dataclasses.field(default_factory=list)  # an intermediate task's MNLI node
+    distils_from: list[str] = dataclasses.field(default_factory=list)  # its distillation teacher's node
+    # fine-tuning: all (asked for) | read (a node that has yet to run loads them) | none (plan.py)
+    keep_weights: str | None = None
+    disk: float = 0.0  # bytes each run keeps (disk.py): results, or a checkpoint and the final model
+    weights: float = 0.0  # fine-tuning: the bytes of the weights each run keeps where it keeps them
+    data: tuple | None = None  # pre-training: disk.pretraining_data (its corpus, for the bill)
+
+    @property
+    def reads(self) -> list[str]:
+        """The nodes whose fine-tuned weights it loads."""
+        return [*self.starts_from, *self.distils_from]
+
+    @property
+    def finished(self) -> bool:
+        return all(r.finished for r in self.runs)
 
     @property
     def done(self) -> bool:
-        return all(r.finished for r in self.runs)
+        """Finished, with the weights it must keep (a finished run that did not keep weights a
+        later node reads is trained again for them)."""
+        return self.finished and not self.weights_missing
+
+    @property
+    def weights_missing(self) -> bool:
+        return self.keep_weights in ("all", "read") and not all(has_weights(r) for r in self.runs)
+
+    @property
+    def stage_args(self) -> list[str]:
+        """Its stage command's arguments: the overrides, then the weights it keeps (not part of
+        what the run computes: neither its id nor the plan's record of overrides hold it)."""
+        keep = {"read": "all"}.get(self.keep_weights, self.keep_weights)
+        return [*self.overrides, *([f"keep_weights={keep}"] if keep else [])]
 
     @property
     def state(self) -> str:
         if self.done:
             return "cached"
+        if self.finished:  # its weights were not kept, and a node that has yet to run reads them
+            return "weights"
         if any(r.status == "diverged" for r in self.runs):
             return "diverged"
         if any(r.last_checkpoint() for r in self.runs):
@@ -58,7 +91,7 @@ class Node:
     def command(self) -> str:
         kind = task_kind(self.task)
         head = "convexp pretrain" if self.stage == "pretrain" else f"convexp finetune {kind}"
-        return " ".join([head, *(_quote(o) for o in self.overrides)])
+        return " ".join([head, *(_quote(o) for o in self.stage_args)])
 
 
 def _quote(o: str) -> str:
@@ -85,7 +118,8 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
         f"outputs={Path(cfg.outputs).resolve()}"
     )  # absolute: workers and cluster jobs start elsewhere
     node = Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops, gpus=job_gpus(cfg),
-                memory_mib=pretrain_mib(cfg, model_cfg))  # fmt: skip
+                memory_mib=pretrain_mib(cfg, model_cfg), disk=sum(pretrain_bytes(cfg, model_cfg)),
+                data=pretraining_data(cfg))  # fmt: skip
     return node, cfg, model_cfg
 
 
@@ -137,7 +171,8 @@ def continuation_node(
         raise SweepError(f"{where}: {e}") from e
     run = pretrain_run(cfg, variant_tokens(v.pretrain))
     node = Node(f"continue/{v.name}", "pretrain", v.name, over, [run], deps=[pre.key], flops=flops,
-                gpus=job_gpus(cfg), memory_mib=pretrain_mib(cfg, model_cfg))  # fmt: skip
+                gpus=job_gpus(cfg), memory_mib=pretrain_mib(cfg, model_cfg), disk=sum(pretrain_bytes(cfg, model_cfg)),
+                data=pretraining_data(cfg))  # fmt: skip
     start = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, node.key, model_cfg)
     return node, start
 
@@ -210,10 +245,11 @@ def finetune_nodes(
             key = f"finetune/{v.name}/{p.task}/s{p.seed}"
             if key not in nodes:
                 deps = [start.node] if start.node else []
-                deps += [f"finetune/{v.name}/{p.start.task}/s{p.start.seed}"] if p.start else []
-                deps += [teachers[p.task].key] if p.task in teachers else []
+                starts = [f"finetune/{v.name}/{p.start.task}/s{p.start.seed}"] if p.start else []
+                distils = [teachers[p.task].key] if p.task in teachers else []
                 over = [*base, f"task={p.task}", f"seeds=[{p.seed}]", *task_overrides(p.task)]
-                nodes[key] = Node(key, "finetune", v.name, over, [], deps, p.task, p.seed)
+                nodes[key] = Node(key, "finetune", v.name, over, [], [*deps, *starts, *distils], p.task, p.seed,
+                                  starts_from=starts, distils_from=distils, keep_weights=str(tcfg.keep_weights))  # fmt: skip
             if p.run.dir not in known.setdefault(key, set()):
                 known[key].add(p.run.dir)
                 nodes[key].runs.append(p.run)
@@ -222,7 +258,8 @@ def finetune_nodes(
                 if hit is None or hit[0] is not p.hp:
                     hit = settings_of[(p.task, id(p.hp))] = (p.hp, finetune_settings(p.hp, p.run_cfg))
                 nodes[key].hparams[p.run.id] = dict(hit[1])
-    sized: dict[tuple, tuple] = {}  # (task, batch) -> (flops, gpus, memory): the same for every seed
+    sized: dict[tuple, tuple] = {}  # (task, batch) -> (flops, gpus, memory, disk): the same for every seed
+    weights = weights_bytes(start.model_cfg) if start.model_cfg is not None else 0.0
     for node in nodes.values():
         batch = max(int(hp["batch_size"]) for hp in node.hparams.values())  # its largest setting's
         if (node.task, batch) not in sized:
@@ -232,8 +269,10 @@ def finetune_nodes(
                 flops(tcfg, start.model_cfg, node.task),
                 job_gpus(tcfg),
                 finetune_mib(tcfg, start.model_cfg, node.task, batch),
+                results_bytes(tcfg, node.task),
             )
-        node.flops, node.gpus, node.memory_mib = sized[(node.task, batch)]
+        node.flops, node.gpus, node.memory_mib, node.disk = sized[(node.task, batch)]
+        node.weights = weights
     return list(nodes.values())
 
 

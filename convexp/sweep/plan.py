@@ -5,14 +5,17 @@ training. ``convexp ablate`` runs it; ``convexp report`` rebuilds it to find the
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..config import compose_cache
 from .args import split_args, sweep_settings
 from .nodes import Node, compose_cached, continuation_node, finetune_nodes, pretrain_node
 from .spec import Sweep, SweepError, Variant
 from .start import Start, checkpoint_for, checkpoint_start
+from ..train.weights import has_weights
 
 
 @dataclasses.dataclass
@@ -49,6 +52,11 @@ class Plan:
 def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
     """Compose every node's configuration (so bad overrides fail here, before any training) and
     find every run directory."""
+    with compose_cache.one_state():  # the config files are not edited while a plan is made
+        return _build_plan(sweep, args)
+
+
+def _build_plan(sweep: Sweep, args: list[str]) -> Plan:
     own, stage_args = split_args(list(args))
     settings = sweep_settings(own)
     if settings.scale == "smoke" and sweep.smoke:  # the sweep's smoke arguments, then the user's
@@ -91,6 +99,8 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
                     else:
                         nodes[node.key] = node
                     _after_twin(nodes[node.key], tuned_by)
+    nodes = _dependency_order(nodes)
+    keep_read_weights(nodes)
     if pretrain_cfgs:
         first = next(iter(pretrain_cfgs.values()))
     else:
@@ -99,12 +109,46 @@ def build_plan(sweep: Sweep, args: list[str] = ()) -> Plan:
         sweep,
         settings,
         list(args),
-        _dependency_order(nodes),
+        nodes,
         starts,
         pretrain_cfgs,
         Path(first.outputs),
         first.logger,
     )
+
+
+def keep_read_weights(nodes: dict[str, Node]) -> None:
+    """Each fine-tuning node's ``keep_weights`` (train/weights.py): ``all`` where the sweep was
+    given ``keep_weights=all``; ``read`` where a node that has yet to run loads its weights (a
+    distillation teacher, the MNLI run an intermediate task starts from); else ``none``: nothing
+    reads them (the report reads metrics and predictions). Read in reverse dependency order, so
+    that a node trained again for its weights counts as one that has yet to run."""
+    read: set[str] = set()
+    for node in reversed(list(nodes.values())):
+        if node.stage != "finetune":
+            continue
+        node.keep_weights = "all" if node.keep_weights == "all" else "read" if node.key in read else "none"
+        if not node.done:
+            read.update(node.reads)
+
+
+def drop_spent_weights(plan: Plan) -> list[str]:
+    """Delete the weights of the MNLI runs that intermediate tasks start from once every such task
+    of the plan has finished (a step of Chang et al.'s protocol, not a result: its metrics and
+    predictions stay); a distillation teacher keeps its weights (a fine-tuned model students distil
+    from: more students, seeds or sweeps reuse it), as does every run under keep_weights=all.
+    Returns the nodes whose weights were deleted."""
+    keep_read_weights(plan.nodes)
+    starts = {key for node in plan.nodes.values() for key in node.starts_from}
+    teachers = {key for node in plan.nodes.values() for key in node.distils_from}
+    dropped = []
+    for key in sorted(starts - teachers, key=list(plan.nodes).index):
+        node = plan.nodes[key]
+        if node.keep_weights == "none" and any(has_weights(r) for r in node.runs):
+            for run in node.runs:
+                shutil.rmtree(run.model_dir, ignore_errors=True)
+            dropped.append(key)
+    return dropped
 
 
 def _after_twin(node: Node, tuned_by: dict[str, str]) -> None:

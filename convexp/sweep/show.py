@@ -3,10 +3,12 @@ compute (--dry-run), and the end-of-sweep summary."""
 
 from __future__ import annotations
 
+import time
+
 from ..tasks import GLUE
 from .cards import Card, Grid, recipe_cards
 from .compute import pretrain_tokens
-from .cpu_rate import measured_flops, runs_on_cpu
+from .cpu_rate import cpu_rate, runs_on_cpu
 from .execute import Outcome
 from .plan import Plan
 from .spec import load_sweep
@@ -92,30 +94,22 @@ def print_cards(cards: list[Card]) -> None:
 
 def print_plan(plan: Plan) -> None:
     """The --dry-run view: every node, what is cached, the recipe cards, and the compute still to do."""
-    from rich.table import Table
-
-    table = Table(title=f"convexp ablate {plan.sweep.name} ({plan.sweep.title}), scale={plan.settings.scale}")
-    # a narrow terminal folds the run ids (never cuts them); the node names too where the run ids
-    # would keep fewer than 20 columns (13: the borders and padding of four columns)
-    room = terminal_width() - 13 - len("state") - len("train FLOPs") - max(map(len, plan.nodes), default=0)
-    table.add_column("node", overflow="fold", no_wrap=room >= 20)
-    table.add_column("state", no_wrap=True)
-    table.add_column("run", overflow="fold")
-    table.add_column("train FLOPs", justify="right", no_wrap=True)
     states: dict[str, int] = {}
     todo, unknown = 0.0, 0
     left = []  # the nodes not cached (a node's state reads its runs' files: once)
+    rows = []
     for n in plan.order():
         state = n.state
         states[state] = states.get(state, 0) + 1
         todo += 0 if state == "cached" else n.flops
         unknown += state != "cached" and not n.flops
         left += [n] if state != "cached" else []
-        table.add_row(n.key, state, ", ".join(r.id for r in n.runs), _flops(n.flops))
+        rows.append((n.key, state, _flops(n.flops), [r.id for r in n.runs]))
     console = _console()
     if note := plan.sweep.source.get("note"):  # what the sweep reproduces (ablate --list leaves it out)
         console.print(f"{plan.sweep.title}: {note}", highlight=False)
-    console.print(table)
+    title = f"convexp ablate {plan.sweep.name} ({plan.sweep.title}), scale={plan.settings.scale}"
+    print("\n".join([*fold_items([title], console.width, indent=""), *plan_table(rows, console.width)]), flush=True)
     print_cards(recipe_cards(plan))
     counts = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))
     parts = [f"{len(plan.nodes)} runs ({counts})"]
@@ -124,10 +118,12 @@ def print_plan(plan: Plan) -> None:
         parts.append(f"{n_runs} run directories (a fine-tuning node with a grid runs every setting; its FLOPs count them all)")
     cpu = next(iter(plan.pretrain_cfgs.values()), None)
     if todo and cpu is not None and runs_on_cpu(cpu):  # no stated rate fits a CPU: measure this one
-        rate = measured_flops(cpu)
+        rate, when = cpu_rate(cpu)
+        ago = time.time() - when
+        at = "now" if ago < 60 else f"{ago / 3600:.2g} h ago (kept a day)"
         parts.append(
             f"to do: {_flops(todo)} training FLOPs ≈ {_minutes(todo / rate / 60)} on this CPU (a rough "
-            f"estimate: {rate / 1e9:.3g} GFLOP/s measured over 3 training steps of {cpu.model.name} now)"
+            f"estimate: {rate / 1e9:.3g} GFLOP/s measured over 3 training steps of {cpu.model.name} {at})"
         )
     elif todo:
         hours = todo / (plan.settings.tflops * 1e12) / 3600
@@ -143,6 +139,8 @@ def print_plan(plan: Plan) -> None:
     elif not todo:
         parts.append("nothing to do")
     console.print("; ".join(parts))
+    for line in bill_lines(plan, console.width):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if plan.settings.launcher.name == "submitit" or plan.settings.launcher.get("gpus"):
         print_makespan(plan, left)
     launcher = f"launcher: {plan.settings.launcher.name}; first command:"
@@ -155,6 +153,81 @@ def print_plan(plan: Plan) -> None:
     if plan.settings.launcher.name == "local":
         for line in placement_lines(plan, console.width, left):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def bill_lines(plan: Plan, width: int) -> list[str]:
+    """The sweep's bill per stage and in total (sweep/disk.py): runs, training FLOPs, the largest
+    job's estimated peak GPU memory, and the disk the runs keep when the sweep has run; the
+    pre-training data (tokens, documents, its cache, prepared examples and the time to prepare
+    them); the total, and what it would be with every fine-tuning run's weights kept."""
+    from .disk import bill_total, size, sweep_bill
+
+    stages, data = sweep_bill(plan)
+    lines = ["bill (estimates; disk as the sweep leaves it):"]
+    for stage, label in (("pretrain", "pre-training"), ("finetune", "fine-tuning")):
+        b = stages[stage]
+        if not b.runs:
+            continue
+        parts = [f"{label}: {b.runs:,} run{'s' if b.runs > 1 else ''}", f"{_flops(b.flops)} training FLOPs"]
+        parts += [f"peak ~{_gib(b.memory_mib)} a job (GPU)"] if b.memory_mib else []
+        if stage == "pretrain":
+            parts.append(f"disk {size(b.disk)} (each run's last resumable checkpoint and final model)")
+        else:
+            parts.append(f"disk {size(b.disk)}: results, and the weights of {b.kept_runs:,} run{'s' if b.kept_runs != 1 else ''} (keep_weights)")
+            if b.read_weights:
+                parts.append(f"{size(b.read_weights)} more while intermediate tasks read them")
+            if b.unknown:
+                parts.append(f"the weights of {b.unknown:,} runs not counted (their model is not on disk)")
+        lines += fold_items(parts, width, sep=", ")
+    for d in data:
+        c, x = d.corpus, d.examples
+        parts = [f"data {d.name}: " + (f"{c.tokens:.3g} tokens" if c else "size unknown")]
+        if c is not None and c.documents:
+            parts.append(f"{c.documents:,.0f} documents")
+        parts += [f"datasets cache {size(d.cache_bytes)}"] if d.cache_bytes else []
+        if x is not None:
+            took = f"{x.seconds:.0f} s" if x.seconds < 120 else _minutes(x.seconds / 60)
+            cores = f"on {x.processes} cores (data.num_proc)" if x.processes > 1 else "on one core (data.num_proc cores divide it)"
+            rows = f"{x.rows:.3g} examples, {size(x.bytes)}"
+            if not x.streamed:
+                parts += [f"prepared{'' if x.kept else ' (not kept: data.cache=false)'}: {rows}", f"~{took} {cores}"]
+            elif x.kept:  # the chunk store: the prepared rows, made as the first pass reads the corpus
+                parts += [f"streamed into its chunk store (data.store_chunks): {rows}",
+                          f"prepared instead (data.streaming=false): ~{took} {cores}"]  # fmt: skip
+            else:
+                parts += ["streamed, nothing stored (data.store_chunks=false)",
+                          f"prepared instead (data.streaming=false): {rows}", f"~{took} {cores}"]  # fmt: skip
+            parts += [f"and its datasets cache {size(c.cache_bytes)}"] if x.streamed and c.cache_bytes else []
+        lines += fold_items(parts, width, sep=", ")
+    total, every = bill_total(stages, data), bill_total(stages, data, every_weight=True)
+    tail = [f"disk in total {size(total)}"]
+    if every > total:
+        tail.append(f"with every fine-tuning run's weights kept (keep_weights=all) {size(every)}")
+    return lines + fold_items(tail, width, sep="; ")
+
+
+def plan_table(rows: list[tuple[str, str, str, list[str]]], width: int) -> list[str]:
+    """The plan's rows (node, state, train FLOPs, run ids) as aligned plain lines: a row's run ids
+    after its other columns where they fit ``width``, else on the lines below it, folded between
+    ids (an id wider than a line is folded, never cut). Plain text: a table of thousands of rows
+    prints at once (rich's took seconds)."""
+    head = ("node", "state", "train FLOPs", "run")
+    wn = max([len(head[0]), *(len(r[0]) for r in rows)])
+    ws = max([len(head[1]), *(len(r[1]) for r in rows)])
+    wf = max([len(head[2]), *(len(r[2]) for r in rows)])
+
+    def lead(node: str, state: str, flops: str) -> str:
+        return f"{node:<{wn}}  {state:<{ws}}  {flops:>{wf}}  "
+
+    out = [lead(*head[:3]) + head[3]]
+    for node, state, flops, runs in rows:
+        first, ids = lead(node, state, flops), ", ".join(runs)
+        if len(first) + len(ids) <= width:
+            out.append(first + ids)
+            continue
+        out.append(first.rstrip())
+        out += fold_items(runs, width, indent="    ", sep=", ", hang="    ")
+    return out
 
 
 def placement_lines(plan: Plan, width: int, todo: list | None = None) -> list[str]:
@@ -281,6 +354,25 @@ def print_status(plan: Plan) -> None:
     else:
         line += "; nothing left to run"
     console.print(line, markup=False, soft_wrap=True)
+    console.print(disk_line(plan), markup=False, soft_wrap=True)
+
+
+def disk_line(plan: Plan) -> str:
+    """``--status``: the disk the sweep's runs and the run store's cache use now, beside the bill."""
+    from .disk import bill_total, size, sweep_bill, used_bytes
+
+    used: dict[str, int] = {}
+    seen: set = set()
+    for node in plan.order():
+        for run in node.runs:
+            if run.dir not in seen:
+                seen.add(run.dir)
+                used[node.stage] = used.get(node.stage, 0) + used_bytes(run.dir)
+    cache = used_bytes(plan.outputs / "cache")
+    parts = [f"{label} {size(used.get(stage, 0))}" for stage, label in (("pretrain", "pre-training"), ("finetune", "fine-tuning"))]
+    expected = bill_total(*sweep_bill(plan))
+    return (f"disk: {size(sum(used.values()) + cache)} used ({', '.join(parts)}, {size(cache)} in {plan.outputs / 'cache'}); "
+            f"≈ {size(expected)} when the sweep has run (--dry-run's bill)")  # fmt: skip
 
 
 def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:

@@ -143,6 +143,9 @@ def classification_runs(
                 runs.append(FinetuneRun(name, seed, hp, run, run_cfg, start))
                 if name == "mnli":
                     mnli.setdefault(seed, runs[-1])  # the first setting's run
+    for p in runs:
+        if p.start is not None:
+            p.start.read_later = True  # its weights are read: kept (train/weights.py)
     return runs
 
 

@@ -30,6 +30,7 @@ from ..store.runs import Run
 from .accel import prepare_encoders
 from .clock import StepClock
 from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
+from .weights import adopt_weights, keeps_weights, say_training_again, wants_weights_again, weights_run
 
 
 
@@ -110,6 +111,7 @@ class Trained:
     examples: int  # training examples seen (rows x epochs)
     pruning: DictConfig | None = None
     tokenizer: object = None
+    keep_weights: bool = True  # write model/ (train/weights.py)
     clock: StepClock | None = None  # the training loop's own time (clock.py)
 
     def speed(self) -> dict:
@@ -164,6 +166,11 @@ def train_one(cfg: DictConfig, init: Init, planned: FinetuneRun, job: FinetuneJo
     """Fine-tune one planned run, or reuse it when it has finished."""
     seed, hp, run = planned.seed, planned.hp, planned.run
     if run.finished:
+        if wants_weights_again(cfg, planned):  # its weights were not kept and are read now
+            say_training_again(planned)
+            again = weights_run(planned)
+            train_one(cfg, init, again, job)
+            adopt_weights(planned, again)
         return run
     run.refuse_diverged(cfg.retry_diverged)
     if run.last_checkpoint() and not cfg.resume:
@@ -180,7 +187,7 @@ def train_one(cfg: DictConfig, init: Init, planned: FinetuneRun, job: FinetuneJo
 
         def finish(seconds: float, clock: StepClock) -> None:
             trained = Trained(run, module.model, init.tokenizer.pad_id, hp, seconds, examples, pruning, init.tokenizer,
-                              clock)  # fmt: skip
+                              keeps_weights(cfg, planned), clock)  # fmt: skip
             job.finish(module, trained)
 
         train_attempt(cfg, run, trainer, module, data, finish, task=planned.task, seed=seed)

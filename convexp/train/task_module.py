@@ -40,7 +40,7 @@ from .common import (
 )
 from .clock import StepClock
 from .health import Health, fit
-from .progress import StepProgressBar, refresh_every
+from .progress import refresh_every, step_progress
 
 
 class TaskModule(OptimizerStep, pl.LightningModule):
@@ -295,7 +295,7 @@ def run_callbacks(cfg: DictConfig, run: Run, steps_per_epoch: int) -> list:
             save_last=True,
             save_top_k=0,
         ),
-        StepProgressBar(reads_every),
+        step_progress(reads_every),
         Health(cfg.trainer.nonfinite_patience, cfg.trainer.requeue_signal, check_every=reads_every),
         StepClock(),
     ]

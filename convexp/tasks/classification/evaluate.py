@@ -2,8 +2,8 @@
 
 A fine-tuning run's results (``RUN/``): metrics.json (dev metrics, labelled test metrics, the
 task score in both papers' styles, collapse detection), predictions/<split>.tsv, submission/ (the
-GLUE server's file names and labels) and model/ (the encoder and head, with the tokenizer: a
-complete ``init=`` on its own). A fine-pruned model is evaluated and saved at the final threshold
+GLUE server's file names and labels) and, where ``keep_weights`` keeps them (train/weights.py),
+model/ (the encoder and head, with the tokenizer: a complete ``init=`` on its own). A fine-pruned model is evaluated and saved at the final threshold
 with its masks folded into the weights (W ⊙ M).
 """
 
@@ -115,7 +115,7 @@ def evaluate_and_save(trained: Trained, task: Task, splits: dict, known: dict | 
     absent = [s for s in task.test_splits if s not in splits and s not in task.optional_splits]
     if absent:  # e.g. a GLUE folder with train and dev files only
         print(f"{task.name}: no {'/'.join(absent)} data; test predictions and submission skipped")
-    if not run.model_dir.exists():  # with the tokenizer: the model dir is a self-contained init=
+    if trained.keep_weights and not run.model_dir.exists():  # with the tokenizer: a self-contained init=
         files = sorted(tokenizer.save(run.dir / "tokenizer").iterdir()) if tokenizer is not None else []
         save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir, extra_files=files)
     score = task_score(task, dev[task.dev_splits[0]])

@@ -40,6 +40,7 @@ from ...store.rundirs import FinetuneRun
 from ..finetune_runs import classification_runs, task_config
 from ...train.streams import training_loader
 from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
+from ...train.weights import has_work
 from ...train.inputs import check_max_len
 from ...train.accel import loader_workers
 from ...train.task_module import TaskModule
@@ -205,7 +206,7 @@ def run_classification(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], sum
         if p.run.finished:
             warn_if_other_version(p.run)
     for name in dict.fromkeys(p.task for p in runs):
-        todo = [p for p in runs if p.task == name and not p.run.finished]
+        todo = [p for p in runs if p.task == name and has_work(cfg, p)]  # or its weights are wanted
         if not todo:
             continue  # data is loaded only for tasks with work left
         tcfg = task_config(cfg, task_cfgs, name)

@@ -37,7 +37,7 @@ from ...train.common import (
 )
 from ...train.captured import WholeStep, whole_step_applies
 from ...train.health import Health, fit
-from ...train.progress import StepProgressBar, refresh_every
+from ...train.progress import refresh_every, step_progress
 from .objectives import ElectraObjective, MLMObjective, TokenInfo
 from .chunks import compact_columns
 from .batches import Masker, PositionBatches, Prefetched, StreamBatches, ValBatches
@@ -366,11 +366,11 @@ def _train(
                 filename="step={step}",
                 auto_insert_metric_name=False,
                 every_n_train_steps=t.checkpoint_every_n_steps,
-                save_top_k=-1,
-                save_last=True,
+                save_top_k=1,  # the newest step checkpoint, the one before it deleted once it is written
+                save_last="link",  # last.ckpt links to it (one file's disk); an interrupt writes it whole
             ),
             LearningRateMonitor(logging_interval="step"),
-            StepProgressBar(reads_every, speed=False),  # tokens/s instead of batches/s
+            step_progress(reads_every, speed=False),  # tokens/s instead of batches/s
             Health(t.nonfinite_patience, t.requeue_signal, check_every=reads_every),
             *callbacks,
         ],
@@ -440,6 +440,7 @@ def _finish(
     }
     log_result(metrics, run)
     run.finish(metrics)
+    run.keep_last_checkpoint()  # the final model and the last resumable checkpoint
     print(said("finished", run.dir))
 
 

@@ -5,8 +5,8 @@ scripts compute them; v2.0 also HasAns_* / NoAns_* and best_exact / best_f1 with
 thresholds), predictions.json (question id → answer text; v2.0: the best non-null answer, as
 ELECTRA's ``squad_preds.json``), null_odds.json (v2.0: id → no-answer score, the official v2.0
 script's ``--na-prob-file``: with ``--na-prob-thresh 0`` it reproduces metrics.json's exact, f1,
-best_exact and best_f1 from these two files) and
-model/ (encoder and span head, with the tokenizer). A fine-pruned model is evaluated and saved at
+best_exact and best_f1 from these two files) and,
+where ``keep_weights`` keeps them (train/weights.py), model/ (encoder and span head, with the tokenizer). A fine-pruned model is evaluated and saved at
 the final threshold with its masks folded into the weights (W ⊙ M).
 """
 
@@ -98,7 +98,7 @@ def evaluate_squad(
     scores = evaluate_spans(dev_records, predictions, qa["version"])
     eval_seconds = time.time() - started
     write_predictions(run, predictions, qa["version"])
-    if not run.model_dir.exists():  # with the tokenizer: the model dir is a self-contained init=
+    if trained.keep_weights and not run.model_dir.exists():  # with the tokenizer: a self-contained init=
         files = sorted(tokenizer.save(run.dir / "tokenizer").iterdir()) if tokenizer is not None else []
         save_model_dir(model.cpu().float(), model.encoder.cfg, run.model_dir, extra_files=files)
     # the task score: F1 (BERMO Table 2); v2.0: F1 at the no-answer threshold chosen on dev

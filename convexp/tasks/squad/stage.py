@@ -38,6 +38,7 @@ from .runs import check_squad_config, qa_settings, squad_runs, squad_source
 from ...train.streams import training_loader
 from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
 from ...train.accel import loader_workers
+from ...train.weights import has_work
 from ...train.task_module import TaskModule
 
 COLUMNS = (
@@ -248,7 +249,7 @@ def run_squad(cfg: DictConfig) -> list[Run]:
     init = resolve_init(cfg)
     check_teacher(cfg)
     runs = squad_runs(cfg, init.slug, init.model_cfg.hidden_size)
-    todo = [p for p in runs if not p.run.finished]
+    todo = [p for p in runs if has_work(cfg, p)]  # or its weights are wanted
     for p in runs:
         if p.run.finished:
             warn_if_other_version(p.run)
