@@ -103,7 +103,7 @@ def test_no_module_over_500_lines():
 # imports only modules before it here (show and wandb_sweep sit on top, nothing imports them)
 SWEEP_ORDER = [
     *("spec", "args", "start", "compute", "disk", "memory", "gpus", "cpu_rate", "cards", "nodes", "plan", "schedule"),
-    *("execute", "slurm", "node_job", "launchers", "status", "wandb_sweep", "show"),
+    *("node_state", "execute", "slurm", "node_job", "launchers", "status", "wandb_sweep", "show"),
 ]
 
 
