@@ -27,6 +27,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import convexp.models.attention as attention_mod
+import convexp.models.encoder as encoder_mod
 from convexp.models import MaskedLM, ModelConfig, ReplacedTokenDetector, SequenceClassifier
 from convexp.models.attention import MixedAttention, SelfAttention
 from convexp.models.conv import SeparableConv1d, lightweight_conv
@@ -475,6 +476,40 @@ def test_first_only_is_the_full_stack_at_position_0(name):
     assert grads[0].keys() == grads[1].keys()
     for n in grads[0]:
         torch.testing.assert_close(grads[1][n], grads[0][n], atol=1e-4, rtol=1e-4, msg=n)
+
+
+@pytest.mark.parametrize("name", list(ENCODER_VARIANTS))
+def test_skipping_padding_is_the_padded_stack(name, monkeypatch):
+    """On a CPU a [CLS] head's blocks run their residuals, norms and FFN on the real tokens alone
+    (``real_rows``): in training, same seed, the same [CLS] vector and parameter gradients as the
+    padded stack (the dropout masks drawn for the whole batch, so every later mask is the same too),
+    and zero at padding positions. ``hf_padding`` (padding read by ConvBERT's convolutions) keeps
+    the padded stack."""
+    torch.manual_seed(0)
+    cfg = make_cfg(**ENCODER_VARIANTS[name], hidden_dropout=0.1)
+    enc = Encoder(cfg).train()
+    randomize_(enc, std=0.15)
+    ids, mask, types = padded_batch(cfg)
+    real = encoder_mod.real_rows
+    assert (real(mask.bool(), cfg, ids) is None) == bool(cfg.hf_padding)
+    outs, grads, after = [], [], []
+    for skip in (False, True):
+        monkeypatch.setattr(encoder_mod, "real_rows", real if skip else lambda *a: None)
+        enc.zero_grad()
+        torch.manual_seed(1)
+        out = enc(ids, mask, types, first_only=True)
+        after.append(torch.rand(3))  # the generator left where the padded stack left it
+        cls = out.pooled if cfg.pooler else out.features[:, 0]  # [B, D]
+        (cls * torch.linspace(-1, 1, cls.shape[-1])).sum().backward()
+        outs.append(cls.detach())
+        grads.append({n: p.grad.clone() for n, p in enc.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(outs[1], outs[0], atol=ATOL, rtol=0)
+    torch.testing.assert_close(after[1], after[0], atol=0, rtol=0)
+    assert grads[0].keys() == grads[1].keys()
+    for n in grads[0]:
+        torch.testing.assert_close(grads[1][n], grads[0][n], atol=1e-4, rtol=1e-4, msg=n)
+    if not cfg.hf_padding:
+        assert float(out.hidden_states[1].detach()[~mask.bool()].abs().max()) == 0.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -287,22 +287,19 @@ def test_heap_mmap_threshold_is_set_while_fine_tuning_and_left_at_glibcs_ceiling
     assert accel._glibc() is None or hasattr(accel._glibc(), "mallopt")  # the real one loads here
 
 
-def test_the_heap_setting_is_two_mib_for_sentence_tasks_and_glibcs_own_for_squad():
-    from convexp.train.accel import mmap_threshold_mib
-
+def test_the_heap_is_glibcs_own_unless_a_run_gives_mib():
     rte = compose_stage("finetune", ["task=rte", "init=none", "model=bert_small"])
     squad = compose_stage("finetune", ["task=squad1", "init=none", "model=bert_small"])
-    assert rte.malloc_mmap_threshold_mib == squad.malloc_mmap_threshold_mib == "auto"
-    assert mmap_threshold_mib("auto", squad="qa" in rte.task) == 2.0
-    assert mmap_threshold_mib("auto", squad="qa" in squad.task) is None  # full-length windows
-    assert mmap_threshold_mib(4, squad=True) == 4 and mmap_threshold_mib(None, squad=False) is None
+    assert rte.malloc_mmap_threshold_mib is None and squad.malloc_mmap_threshold_mib is None
+    two = compose_stage("finetune", ["task=rte", "init=none", "model=bert_small", "malloc_mmap_threshold_mib=2"])
+    assert two.malloc_mmap_threshold_mib == 2
 
 
 def test_bad_mmap_threshold_is_refused():
     from convexp.config.compose import ConfigError
 
-    for bad in ("64", "0", "fast"):
-        with pytest.raises(ConfigError, match=f"malloc_mmap_threshold_mib={bad}: give auto"):
+    for bad in ("64", "0", "fast", "auto"):
+        with pytest.raises(ConfigError, match=f"malloc_mmap_threshold_mib={bad}: give MiB"):
             compose_stage("finetune", ["task=rte", "init=none", "model=bert_small", f"malloc_mmap_threshold_mib={bad}"])
 
 

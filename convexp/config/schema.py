@@ -180,7 +180,7 @@ class FinetuneSchema:
     grid_values: Dict[str, List[Any]] = field(default_factory=dict)
     group_by_length: bool = True  # GLUE/probing rows, SQuAD windows: training batches of similar length
     checkpoint_every_s: float = 300.0  # fine-tuning's last.ckpt at most this often (0: every half epoch)
-    malloc_mmap_threshold_mib: Any = "auto"  # auto, MiB or null (glibc's own): train/accel.mmap_threshold_mib
+    malloc_mmap_threshold_mib: Any = None  # MiB, or null: glibc's own (train/accel.heap_mmap_threshold)
     scalar_mix: Optional[bool] = None
     scalar_mix_norm: str = "per_layer"
     classifier: Optional[str] = None
@@ -196,8 +196,8 @@ class FinetuneSchema:
         choose("classifier", self.classifier, (None, *CLASSIFIERS), "pooler")
         m = self.malloc_mmap_threshold_mib
         number = isinstance(m, (int, float)) and not isinstance(m, bool)
-        if m not in ("auto", None) and not (number and 0 < m <= 32):
-            raise ValueError(f"malloc_mmap_threshold_mib={m}: give auto, MiB in (0, 32] (glibc's range), or null for glibc's own")
+        if m is not None and not (number and 0 < m <= 32):
+            raise ValueError(f"malloc_mmap_threshold_mib={m}: give MiB in (0, 32] (glibc's range), or null for glibc's own (the default)")
         if self.checkpoint_every_s < 0:
             raise ValueError(f"checkpoint_every_s={self.checkpoint_every_s}: give seconds >= 0")
         if not self.seeds:

@@ -34,8 +34,24 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     return x * mask
 
 
+def dropout_rows(y: torch.Tensor, p: float, training: bool, rows: torch.Tensor, total: int) -> torch.Tensor:
+    """:func:`dropout` of y: [N, D], the rows ``rows`` ([N]) of a [total, D] tensor, with the mask
+    :func:`dropout` would draw for the whole tensor (the same random numbers, so that an unpadded
+    block draws what the padded one did and every later mask stays the same)."""
+    if not training or p == 0.0:
+        return y
+    if not cpu_masks(y) or p >= 1.0:
+        return F.dropout(y, p, True)
+    draws = torch.empty((total, y.shape[-1]), dtype=torch.int32).random_()[rows]  # [N, D]
+    return y * (draws >= round(p * 2**31)).to(y.dtype).mul_(1.0 / (1.0 - p))
+
+
 class Dropout(nn.Dropout):
     """``nn.Dropout`` drawing its masks with :func:`dropout`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dropout(x, self.p, self.training)
+
+    def rows(self, y: torch.Tensor, rows: torch.Tensor, total: int) -> torch.Tensor:
+        """:func:`dropout_rows`."""
+        return dropout_rows(y, self.p, self.training, rows, total)

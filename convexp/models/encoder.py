@@ -34,12 +34,32 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.hidden_dropout)
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, first_only: bool = False) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, keep: torch.Tensor | None, first_only: bool = False, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """x: [B, L, D] -> [B, L, D]; ``first_only``: [B, 1, D], the output at position 0 alone (the
-        mixer still reads every position as key and value; the rest runs on position 0 only)."""
+        mixer still reads every position as key and value; the rest runs on position 0 only).
+        ``rows``: [N] indices of the real tokens in the B·L positions (:func:`real_rows`): the
+        residuals, norms and FFN run on those alone, padding positions come out zero."""
         m = self.mixer(x, keep, first_only)  # [B, L or 1, D]
-        x = self.norm1((x[:, :1] if first_only else x) + self.dropout(m))
-        return self.norm2(x + self.dropout(self.ffn(x)))
+        if rows is None:
+            x = self.norm1((x[:, :1] if first_only else x) + self.dropout(m))
+            return self.norm2(x + self.dropout(self.ffn(x)))
+        B, L, D = x.shape
+        h = self.norm1(x.reshape(B * L, D)[rows] + self.dropout(m).reshape(B * L, D)[rows])  # [N, D]
+        h = self.norm2(h + self.dropout.rows(self.ffn(h), rows, B * L))  # [N, D]
+        return x.new_zeros(B * L, D).index_copy(0, rows, h).view(B, L, D)
+
+
+def real_rows(keep: torch.Tensor | None, cfg: ModelConfig, x: torch.Tensor) -> torch.Tensor | None:
+    """Where a block may skip its padding: [N] indices of the real tokens among keep's [B, L]
+    positions, or None. Only on a CPU, where a step's time is its matrix products (a GPU's short
+    fine-tuning steps are bound by kernel launches, and finding the rows would wait for the device),
+    and only where no mixer reads a padding position's value (``hf_padding`` lets them into
+    ConvBERT's convolutions). The same outputs at every real position, to rounding."""
+    if keep is None or x.device.type != "cpu" or cfg.hf_padding:
+        return None
+    return keep.reshape(-1).nonzero().squeeze(1)
 
 
 @dataclass
@@ -156,16 +176,20 @@ class Encoder(nn.Module):
         residual, norms and FFN run on position 0 only, and the scalar mix mixes position 0: the
         same [CLS] vector as the full stack, for about 1/num_layers less compute (the last FFN's
         share). ``features`` and the last hidden state are then [B, 1, D]; the other hidden states
-        stay [B, L, D]."""
+        stay [B, L, D], zero at padding positions on a CPU, where the blocks below skip the padding
+        in their residuals, norms and FFN (:func:`real_rows`: two thirds of a layer's products; SST-2's
+        random batches are two thirds padding)."""
         if padded is None:
             padded = attention_mask is not None and not bool(attention_mask.all())
         keep = attention_mask.bool() if padded else None
         x = self.embeddings(input_ids, token_type_ids)
         hidden = [x]
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        rows = real_rows(keep, self.cfg, x) if first_only else None  # padding read by no head
         for i, layer in enumerate(self.layers):
             first = first_only and i == len(self.layers) - 1
-            x = checkpoint(layer, x, keep, first, use_reentrant=False) if recompute else layer(x, keep, first)
+            args = (x, keep, first, None if first else rows)
+            x = checkpoint(layer, *args, use_reentrant=False) if recompute else layer(*args)
             hidden.append(x)
         if self.scalar_mix is None:
             features = x

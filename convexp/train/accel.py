@@ -249,33 +249,24 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 GLIBC_MMAP_MAX_MIB = 32  # glibc's ceiling for its adaptive threshold on 64-bit systems
 
 
-def mmap_threshold_mib(setting: float | str | None, squad: bool) -> float | None:
-    """``malloc_mmap_threshold_mib`` for a fine-tuning run: ``auto`` is 2 MiB for GLUE and probing,
-    whose length-grouped batches change shape every step (see :func:`heap_mmap_threshold`), and
-    glibc's own for SQuAD, whose windows are mostly full length: there the setting mapped and freed
-    every activation, 17.3 s of system time against 3.5 s on `convexp bench squad`'s job (40.0 s
-    -> 33.9 s wall, peak RSS 1,005 -> 1,166 MiB, the Trainer's 1,158).
-
-    On `convexp bench finetune`'s job (MiniLM shape, 4,000 SST-2 rows; one run each, quiet 2-core
-    CPU), wall time and peak RSS by threshold: 1 MiB 55.5 s, 1,314 MiB; 2 MiB 52.6 s, 1,319 MiB;
-    3 MiB 50.8 s, 1,403 MiB; 4 MiB 50.7 s, 1,439 MiB; 8 MiB 48.2 s, 1,426 MiB; glibc's own 48.3 s,
-    1,477 MiB. 2 MiB keeps the memory of 1 MiB for half of its time."""
-    if setting != "auto":
-        return setting
-    return None if squad else 2.0
-
-
 @contextmanager
 def heap_mmap_threshold(mib: float | None) -> Iterator[None]:
     """Inside: glibc gives every allocation of ``mib`` MiB or more its own mapping, returned to the
     system when freed (``mallopt(M_MMAP_THRESHOLD)``); ``None``, or not glibc: nothing changes.
 
-    Fine-tuning's batches change shape every step (length-grouped rows), and glibc's adaptive
-    threshold soon keeps every activation in its heap, where the freed blocks of one shape rarely
-    fit the next: the benchmark job's peak RSS 1,477 -> 1,319 MiB at 2 MiB, for ~9% more time
-    (pre-training's fixed shapes do not fragment and would pay 24%: it is not used there). Fixing
-    the threshold ends glibc's adaptation for the process, so on leaving it is set to that
-    adaptation's ceiling (32 MiB), where a long-running process ends up anyway."""
+    Fine-tuning's batches change shape every step, and glibc's adaptive threshold soon keeps every
+    activation in its heap, where the freed blocks of one shape rarely fit the next: a fixed
+    threshold returns them, for time. On `convexp bench finetune`'s job (MiniLM shape, 4,000 SST-2
+    rows, length-grouped; one run each, quiet 2-core CPU), wall time and peak RSS by threshold:
+    1 MiB 55.5 s, 1,314 MiB; 2 MiB 52.6 s, 1,319 MiB; 3 MiB 50.8 s, 1,403 MiB; 8 MiB 48.2 s,
+    1,426 MiB; glibc's own 48.3 s, 1,477 MiB. With random batches (scale=paper's) and the padding
+    skipped (models/encoder.real_rows), 2 MiB took 8% more of the job's training time (48.5-50.6 s
+    against 44.6-44.9 s), so ``malloc_mmap_threshold_mib`` is null (glibc's own, as the plain loop
+    and the Trainer have it) unless a run gives MiB to bound its heap; SQuAD's full-length windows
+    lose most (every activation mapped and freed: 17.3 s of system time against 3.5 s), pre-training
+    (fixed shapes, no fragmentation) 24%. Fixing the threshold ends glibc's adaptation for the
+    process, so on leaving it is set to that adaptation's ceiling (32 MiB), where a long-running
+    process ends up anyway."""
     libc = _glibc() if mib is not None else None
     if libc is None:
         yield

@@ -28,8 +28,7 @@ from .. import pruning as pruner
 from ..errors import UserError
 from ..store.record import write_record
 from ..store.runs import Run
-from ..tasks import is_squad
-from .accel import fused_adamw, heap_mmap_threshold, kept_word_grad, mmap_threshold_mib, on_cuda, set_threads
+from .accel import fused_adamw, heap_mmap_threshold, kept_word_grad, on_cuda, set_threads
 from .common import (
     OptimizerStep,
     adamw_with_linear_schedule,
@@ -328,8 +327,7 @@ def train_attempt(
             if fresh:
                 write_record(run, cfg)
                 ckpt = run.resume_checkpoint()
-                heap = mmap_threshold_mib(cfg.malloc_mmap_threshold_mib, squad=is_squad(cfg.task.name))
-                with heap_mmap_threshold(heap):
+                with heap_mmap_threshold(cfg.malloc_mmap_threshold_mib):
                     fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
                     # Lightning's teardown has moved the model to the CPU: what the final validation
                     # did not predict (SQuAD's dev set, MNLI's mismatched dev, test splits) goes
