@@ -43,7 +43,8 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, args, message):
 @pytest.mark.parametrize("first_only", [False, True])
 def test_the_floor_counts_the_encoders_matrix_products(first_only):
     """floor.encoder_flops equals torch's own FLOP count of a training step's products (forward and
-    backward, the [CLS]-only last block too), and of a forward pass's."""
+    backward, the [CLS]-only last block and the padding skipped below it too), and of a forward
+    pass's, on a padded batch."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -55,12 +56,16 @@ def test_the_floor_counts_the_encoders_matrix_products(first_only):
     shape = {"hidden": 16, "intermediate": 32, "layers": 3}
     encoder = Encoder(cfg).train()  # training: the CPU attention is unfused (its products are counted)
     ids = torch.randint(5, 50, (3, 7))
+    mask = (torch.arange(7) < torch.tensor([[7], [4], [2]])).long()  # 13 real tokens of 21
+    batch = [(3, 7, 13)]
     with FlopCounterMode(display=False) as counter:
-        encoder(ids, torch.ones_like(ids), first_only=first_only).features.sum().backward()
-    assert counter.get_total_flops() == encoder_flops([(3, 7)], shape, train=True, cls_only=first_only)
+        encoder(ids, mask, first_only=first_only).features.sum().backward()
+    assert counter.get_total_flops() == encoder_flops(batch, shape, train=True, cls_only=first_only)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        encoder(ids, torch.ones_like(ids), first_only=first_only)
-    assert counter.get_total_flops() == encoder_flops([(3, 7)], shape, train=False, cls_only=first_only)
+        encoder(ids, mask, first_only=first_only)
+    assert counter.get_total_flops() == encoder_flops(batch, shape, train=False, cls_only=first_only)
+    assert encoder_flops(batch, shape, train=True) == encoder_flops([(3, 7)], shape, train=True)
+    assert encoder_flops(batch, shape, train=True, cls_only=True) < encoder_flops([(3, 7)], shape, train=True, cls_only=True)
 
 
 def _fake_floor(rates_gflop: list[float], threads: int = 1, seen: list | None = None) -> dict:

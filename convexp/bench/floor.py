@@ -2,7 +2,7 @@
 on this machine, the time no fp32 tool can go under however little else it does.
 
   encoder_flops(batches, shape, train, cls_only)   FLOPs of a BERT encoder's matrix products over
-                                                   padded batches [(rows, length), ...]
+                                                   padded batches [(rows, length, real), ...]
   gemm_rate(rows, shape)                           one sample of this machine's fp32 matmul rate
                                                    (FLOP/s) at the encoder's shapes, ``rows``
                                                    tokens a batch, after a warm-up
@@ -17,7 +17,8 @@ on this machine, the time no fp32 tool can go under however little else it does.
                                                    every sample, and ``floor_above_wall``
 
 The products counted: per layer the Q, K, V and output projections (4 D² per token), the FFN
-(2 D I), the scores QKᵀ and the weighted values (2 L D per token); twice as many again in the
+(2 D I; on the real tokens alone below a [CLS] head's last block, as convexp runs it on a CPU),
+the scores QKᵀ and the weighted values (2 L D per token); twice as many again in the
 backward pass (the inputs' and the weights' gradients). The pooler, classifier, embeddings and
 every element-wise operation are left out: a floor, not an estimate. The batches are convexp's
 (length-grouped training batches, length-sorted dev batches); the Trainer's grouping pads within a
@@ -39,19 +40,22 @@ import torch
 from ..data.length_batches import EVAL_TOKENS, grouped_permutation, sorted_batches
 
 
-def encoder_flops(batches: list[tuple[int, int]], shape: dict, train: bool, cls_only: bool = False) -> float:
-    """FLOPs of the encoder's matrix products over ``batches`` of (rows, padded length): forward
-    only, or forward and backward (``train``: 3x). ``cls_only``: the last block computes position 0
-    alone (``Encoder(first_only=True)``): K and V for every position, Q, the scores, the output
-    projection and the FFN for one."""
+def encoder_flops(batches: list[tuple[int, ...]], shape: dict, train: bool, cls_only: bool = False) -> float:
+    """FLOPs of the encoder's matrix products over ``batches`` of (rows, padded length) or (rows,
+    padded length, real tokens): forward only, or forward and backward (``train``: 3x).
+    ``cls_only``: a [CLS] head's encoder on a CPU (``Encoder(first_only=True)``): the last block
+    computes K and V for every position, and Q, the scores, the output projection and the FFN for
+    position 0 alone; the blocks below run their FFN on the real tokens alone (``real_rows``)."""
     D, I, n = shape["hidden"], shape["intermediate"], shape["layers"]
     total = 0.0
-    for B, L in batches:
+    for B, L, *real in batches:
         layer = 2 * B * L * (4 * D * D + 2 * D * I) + 2 * 2 * B * L * L * D  # projections, FFN; QKᵀ, PV
-        last = layer
+        below, last = layer, layer
         if cls_only:
+            N = real[0] if real else B * L
+            below = 2 * B * L * 4 * D * D + 2 * N * 2 * D * I + 2 * 2 * B * L * L * D
             last = 2 * B * L * 2 * D * D + 2 * B * (2 * D * D + 2 * D * I) + 2 * 2 * B * L * D
-        total += (n - 1) * layer + last
+        total += (n - 1) * below + last
     return (3 if train else 1) * total
 
 
@@ -119,9 +123,9 @@ def job_floor(train: torch.Tensor, dev: torch.Tensor, batch_size: int, epochs: i
     for epoch in range(epochs):
         g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = grouped_permutation(train, batch_size, g) if grouped else torch.randperm(len(train), generator=g)
-        batches += [(len(b), int(train[b].max())) for b in torch.split(order, batch_size)]
-    dev_batches = [(len(b), int(dev[b].max())) for b in sorted_batches(dev, EVAL_TOKENS["cpu"])]
-    padded = sum(B * L for B, L in batches)
+        batches += [(len(b), int(train[b].max()), int(train[b].sum())) for b in torch.split(order, batch_size)]
+    dev_batches = [(len(b), int(dev[b].max()), int(dev[b].sum())) for b in sorted_batches(dev, EVAL_TOKENS["cpu"])]
+    padded = sum(B * L for B, L, _ in batches)
     return {
         "train_tokens": epochs * int(train.sum()),
         "train_padded_tokens": padded,

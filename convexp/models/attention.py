@@ -52,16 +52,26 @@ def attention_scores(
 ) -> torch.Tensor:
     """The scores s = q kᵀ/√d + bias before the softmax, fp32, -inf at padded keys: [B or 1, H, L, L].
 
-    q, k: [B, H, L, d]; bias: [B or 1, H, L, L] or None; content=False drops the q kᵀ term."""
-    scores = torch.zeros((), device=(q if content else bias).device)
-    if content:
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # [B, H, L, L]
-    if bias is not None:
-        scores = scores + bias
-    scores = scores.float()
+    q, k: [B, H, L, d]; bias: [B or 1, H, L, L] or None; content=False drops the q kᵀ term. With the
+    content term, the bias and the padding's -inf are added by the product itself (``baddbmm``: one
+    pass over the [B, H, L, L] scores instead of a division, an addition and a masked fill, each
+    with its backward: 0.3 s of a 3.4 s SQuAD-window step at 16 x 256 on a CPU)."""
+    if not content:
+        scores = bias.float()
+        return scores if keep is None else scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+    B, H, Lq, d = q.shape  # Lq: 1 for a [CLS] query alone
+    Lk = k.shape[2]
+    add = None if bias is None else bias.expand(B, H, Lq, Lk)
     if keep is not None:
-        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
-    return scores
+        pad = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill_(~keep, float("-inf"))
+        pad = pad[:, None, None, :]  # [B, 1, 1, Lk]
+        add = pad.expand(B, H, 1, Lk) if add is None else add + pad
+    qk = (q.reshape(B * H, Lq, d), k.reshape(B * H, Lk, d).transpose(1, 2))
+    if add is None:
+        scores = torch.bmm(*qk).mul_(1.0 / math.sqrt(d))
+    else:
+        scores = torch.baddbmm(add.to(q.dtype).reshape(B * H, -1, Lk), *qk, alpha=1.0 / math.sqrt(d))
+    return scores.view(B, H, Lq, Lk).float()
 
 
 def attend(
