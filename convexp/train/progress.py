@@ -188,7 +188,7 @@ def progress_line(step: int, total: int | None, loss, rate: float, unit: str, el
     """``step 1200/3000 40% loss 6.214 48.2k tok/s elapsed 14m05s ETA 21m08s``, at most 80 columns."""
     parts = [f"step {step}/{total} {100 * step // max(total, 1)}%" if total else f"step {step}"]
     if isinstance(loss, (int, float)):
-        parts.append(f"loss {loss:.4g}")
+        parts.append(f"loss {loss:#.4g}")
     parts += [f"{_count(rate)} {unit}", f"elapsed {duration(elapsed)}"]
     if eta is not None:
         parts.append(f"ETA {duration(eta)}")
