@@ -181,6 +181,7 @@ OPTIONAL_NULLS = {
     "task.max_eval_samples",
     "logger.entity",  # W&B defaults
     "logger.group",
+    "malloc_mmap_threshold_mib",  # glibc's own heap threshold
 }
 
 # what fine-tuning reads of its trainer node (conf/trainer/finetune.yaml): key -> (module, the read)
