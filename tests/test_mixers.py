@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import convexp.models.attention as attention_mod
 import convexp.models.encoder as encoder_mod
 from convexp.models import MaskedLM, ModelConfig, ReplacedTokenDetector, SequenceClassifier
-from convexp.models.attention import MixedAttention, SelfAttention
+from convexp.models.attention import MixedAttention, SelfAttention, attention_scores
 from convexp.models.conv import SeparableConv1d, lightweight_conv
 from convexp.models.encoder import Encoder
 from convexp.models.ffn import GroupedLinear
@@ -675,3 +675,21 @@ def test_mixed_attention_conv_branch_memory_linear_in_L(conv_type, monkeypatch):
         # the widest linear tensor is the [L, n·K] kernel logits; L² floats would be 1 GiB
         assert sizes[L] <= 8 * x.numel() * 4, (L, sizes[L], op)
     assert sizes[16384] <= 4.5 * sizes[4096]
+
+
+def test_scores_keep_an_fp32_bias_unrounded_under_mixed_precision():
+    """attention_scores adds the padding's -inf and a bias of q's dtype inside the product; an fp32
+    bias (Chang et al.'s fixed β under bf16 autocast) is added in fp32, as before, not rounded to bf16."""
+    torch.manual_seed(0)
+    q, k = (torch.randn(2, 3, 5, 4).to(torch.bfloat16) for _ in range(2))
+    bias = torch.randn(1, 3, 5, 5) * 1e-3 + 1.0  # differs from 1.0 below bf16's resolution
+    keep = torch.ones(2, 5, dtype=torch.bool)
+    keep[1, 3:] = False
+    got = attention_scores(q, k, keep, bias)
+    ref = ((q @ k.transpose(-1, -2)) / 2).float() + bias
+    ok = keep[:, None, None, :].expand_as(got)
+    torch.testing.assert_close(got[ok], ref[ok], atol=1e-6, rtol=0)
+    assert torch.isneginf(got[~ok]).all()
+    same = attention_scores(q.float(), k.float(), keep, bias)  # one dtype: through baddbmm
+    ref32 = q.float() @ k.float().transpose(-1, -2) / 2 + bias
+    torch.testing.assert_close(same[ok], ref32[ok], atol=1e-5, rtol=0)

@@ -61,6 +61,9 @@ def attention_scores(
         return scores if keep is None else scores.masked_fill(~keep[:, None, None, :], float("-inf"))
     B, H, Lq, d = q.shape  # Lq: 1 for a [CLS] query alone
     Lk = k.shape[2]
+    if bias is not None and bias.dtype != q.dtype:  # mixed precision: the bias added in its own
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(d) + bias).float()  # precision, not rounded to q's
+        return scores if keep is None else scores.masked_fill(~keep[:, None, None, :], float("-inf"))
     add = None if bias is None else bias.expand(B, H, Lq, Lk)
     if keep is not None:
         pad = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill_(~keep, float("-inf"))
