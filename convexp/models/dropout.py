@@ -29,9 +29,12 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         return x
     if not cpu_masks(x) or p >= 1.0:
         return F.dropout(x, p, True)
-    draws = torch.empty(x.shape, dtype=torch.int32).random_()  # uniform on [0, 2³¹)
-    mask = (draws >= round(p * 2**31)).to(x.dtype).mul_(1.0 / (1.0 - p))  # 0 or 1/(1-p)
-    return x * mask
+    return x * _scaled_mask(torch.empty(x.shape, dtype=torch.int32).random_(), p, x.dtype)
+
+
+def _scaled_mask(draws: torch.Tensor, p: float, dtype: torch.dtype) -> torch.Tensor:
+    """0 where a draw (uniform on [0, 2³¹)) falls below p·2³¹, else 1/(1 - p)."""
+    return (draws >= round(p * 2**31)).to(dtype).mul_(1.0 / (1.0 - p))
 
 
 def dropout_rows(y: torch.Tensor, p: float, training: bool, rows: torch.Tensor, total: int) -> torch.Tensor:
@@ -43,7 +46,7 @@ def dropout_rows(y: torch.Tensor, p: float, training: bool, rows: torch.Tensor, 
     if not cpu_masks(y) or p >= 1.0:
         return F.dropout(y, p, True)
     draws = torch.empty((total, y.shape[-1]), dtype=torch.int32).random_()[rows]  # [N, D]
-    return y * (draws >= round(p * 2**31)).to(y.dtype).mul_(1.0 / (1.0 - p))
+    return y * _scaled_mask(draws, p, y.dtype)
 
 
 class Dropout(nn.Dropout):
