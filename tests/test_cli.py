@@ -225,29 +225,58 @@ def test_fold_items_and_fold_command_keep_what_they_fold():
     assert shlex.split(" ".join(x.removesuffix("\\") for x in folded)) == shlex.split(command)
 
 
-def test_measured_cpu_rate_is_a_plausible_flop_rate():
+@pytest.mark.parametrize("model", [["model.num_layers=1"], ["model.num_layers=3"]])
+def test_measured_cpu_rate_is_a_plausible_flop_rate(model):
+    """One block (measured alone), or three (measured with one and with two)."""
     from convexp.config.compose import compose_stage
     from convexp.sweep.cpu_rate import measured_flops, runs_on_cpu
 
-    cfg = compose_stage("pretrain", ["scale=smoke", "model.num_layers=1", "trainer.batch_size=4", "seq_len=16"])
+    cfg = compose_stage("pretrain", ["scale=smoke", *model, "trainer.batch_size=4", "seq_len=16"])
     assert runs_on_cpu(cfg)
-    assert 1e7 < measured_flops(cfg, steps=1) < 1e13  # a CPU: more than 10 MFLOP/s, less than 10 TFLOP/s
+    assert 1e7 < measured_flops(cfg, repeats=1) < 1e13  # a CPU: more than 10 MFLOP/s, less than 10 TFLOP/s
 
 
-def test_a_measured_cpu_rate_is_kept_for_a_day(tmp_path, monkeypatch):
+def test_the_whole_models_rate_adds_the_other_blocks_at_the_measured_blocks_rate():
+    """A step that takes 0.1 s outside its blocks plus its blocks' FLOPs at 1e11 FLOP/s: measured
+    with one block and with two, the rate of the 12-block model is its FLOPs over its time."""
+    from convexp.sweep.cpu_rate import whole_rate
+
+    rest, block = 3e9, 2e9  # FLOPs of the embeddings and head, of one block
+    flops = {1: rest + block, 2: rest + 2 * block}
+    seconds = {n: 0.1 + n * block / 1e11 for n in (1, 2)}
+    whole = rest + 12 * block
+    assert whole_rate(seconds, flops, whole) == pytest.approx(whole / (0.1 + 12 * block / 1e11))
+    # a second block too fast to time apart, or one block only: the deepest model's own rate
+    assert whole_rate({1: 0.2, 2: 0.19}, flops, whole) == pytest.approx(flops[2] / 0.19)
+    assert whole_rate({1: 0.2}, {1: 4e9}, 4e9) == pytest.approx(2e10)
+
+
+def test_a_measured_cpu_rate_is_kept_for_a_month_or_an_hour_when_busy(tmp_path, monkeypatch):
     """The next dry run (or --status) of the same model on this machine answers without measuring
-    (nor importing torch); another model, or a day later, is measured again."""
+    (nor importing torch); another model, or a month later, is measured again; a rate measured while
+    other work held the cores is kept an hour only."""
     from convexp.config.compose import compose_stage
     from convexp.sweep import cpu_rate as rates
 
     monkeypatch.setenv("CONVEXP_CACHE", str(tmp_path))
+    monkeypatch.setattr(rates, "_busy", lambda: False)
     measured = []
     monkeypatch.setattr(rates, "measured_flops", lambda cfg: measured.append(cfg.seq_len) or 1e10 * len(measured))
     small, longer = (compose_stage("pretrain", ["scale=smoke", f"seq_len={n}"]) for n in (32, 64))
     assert rates.cpu_rate(small)[0] == rates.cpu_rate(small)[0] == 1e10 and measured == [32]
     assert rates.cpu_rate(longer)[0] == 2e10 and measured == [32, 64]
-    kept = json.loads((tmp_path / "cpu_rate.json").read_text())
-    for entry in kept.values():
-        entry["time"] -= rates.KEPT_S + 1
-    (tmp_path / "cpu_rate.json").write_text(json.dumps(kept))
+
+    def age(seconds: float) -> None:
+        kept = json.loads((tmp_path / "cpu_rate.json").read_text())
+        for entry in kept.values():
+            entry["time"] -= seconds
+        (tmp_path / "cpu_rate.json").write_text(json.dumps(kept))
+
+    age(rates.KEPT_BUSY_S + 1)  # an hour on: a quiet measurement stands
+    assert rates.cpu_rate(small)[0] == 1e10 and measured == [32, 64]
+    age(rates.KEPT_S)
     assert rates.cpu_rate(small)[0] == 3e10 and measured == [32, 64, 32]
+    monkeypatch.setattr(rates, "_busy", lambda: True)
+    assert rates.cpu_rate(longer)[0] == 4e10 and rates.cpu_rate(longer)[0] == 4e10 and measured == [32, 64, 32, 64]
+    age(rates.KEPT_BUSY_S + 1)
+    assert rates.cpu_rate(longer)[0] == 5e10 and measured == [32, 64, 32, 64, 64]

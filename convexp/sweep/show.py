@@ -10,6 +10,7 @@ from .cards import Card, Grid, recipe_cards
 from .compute import pretrain_tokens
 from .cpu_rate import cpu_rate, runs_on_cpu
 from .execute import Outcome
+from .launchers import on_slurm
 from .plan import Plan
 from .spec import load_sweep
 from ..width import fold_command, fold_items, terminal_width
@@ -53,6 +54,10 @@ def print_sweeps() -> None:
         if assumed := load_sweep(name).source.get("assumption"):
             console.print(f"{name}: assumption: {assumed}", highlight=False)
     print("convexp ablate NAME --dry-run: what the sweep reproduces, its plan, compute and recipe cards")
+
+
+def _ago(seconds: float) -> str:
+    return f"{seconds / 3600:.2g} h" if seconds < 86_400 else f"{seconds / 86_400:.2g} days"
 
 
 def _flops(x: float) -> str:
@@ -117,13 +122,14 @@ def print_plan(plan: Plan) -> None:
     if n_runs != len(plan.nodes):  # ConvBERT's grid: a fine-tuning node runs every setting
         parts.append(f"{n_runs} run directories (a fine-tuning node with a grid runs every setting; its FLOPs count them all)")
     cpu = next(iter(plan.pretrain_cfgs.values()), None)
-    if todo and cpu is not None and runs_on_cpu(cpu):  # no stated rate fits a CPU: measure this one
+    here = not on_slurm(plan.settings.launcher)  # SLURM's jobs run on its nodes, not on this CPU
+    if todo and cpu is not None and here and runs_on_cpu(cpu):  # no stated rate fits a CPU: measure this one
         rate, when = cpu_rate(cpu)
         ago = time.time() - when
-        at = "now" if ago < 60 else f"{ago / 3600:.2g} h ago (kept a day)"
+        at = "now" if ago < 60 else f"{_ago(ago)} ago (kept a month)"
         parts.append(
             f"to do: {_flops(todo)} training FLOPs ≈ {_minutes(todo / rate / 60)} on this CPU (a rough "
-            f"estimate: {rate / 1e9:.3g} GFLOP/s measured over 3 training steps of {cpu.model.name} {at})"
+            f"estimate: {rate / 1e9:.3g} GFLOP/s measured on the first blocks of {cpu.model.name} {at})"
         )
     elif todo:
         hours = todo / (plan.settings.tflops * 1e12) / 3600
