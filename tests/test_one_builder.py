@@ -1,7 +1,8 @@
 """A cache entry that many processes ask for at once (every DDP rank of a run that torchrun or SLURM
 starts) is built by one of them (``atomic.building``): the others wait on its lock, then load it, and
 a builder that dies releases the lock. Two plain processes race ``prepare_pretraining_data`` and
-``prepare_streaming`` with spies counting what they build."""
+``prepare_streaming``, then a GLUE task's tokenised splits and SQuAD's windows, with spies counting
+what they build."""
 
 from __future__ import annotations
 
@@ -124,3 +125,79 @@ def test_a_builder_that_dies_releases_the_entry(tmp_path):
     with building(final) as tmp:
         (tmp / "done").touch()
     assert (final / "done").exists()
+
+
+def _finetune_rank(root: str, out: str) -> None:
+    """One of two processes asking at once for a GLUE task's tokenised splits and SQuAD's windows
+    (each DDP rank of a fine-tune does): each build notes itself in ``fine-tuning.log`` and waits
+    until the other process has asked for the entry's lock or built it too."""
+    from convexp import atomic
+    from convexp.data.tokenizer import Tokenizer
+    from convexp.tasks.classification import encoding, loading
+    from convexp.tasks.classification.registry import get_task
+    from convexp.tasks.squad import features
+    from convexp.tasks.squad.data import synthetic_squad
+
+    root, log = Path(root), Path(root) / "fine-tuning.log"
+
+    def note(line: str) -> None:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {line}\n")
+
+    def wait_for_the_other(k: str) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            lines = [line.split() for line in log.read_text().splitlines()]
+            if len({pid for pid, what, kk in lines if kk == k and what == "lock"}) == 2 or sum(
+                what == "build" and kk == k for _, what, kk in lines
+            ) == 2:
+                return
+            time.sleep(0.05)
+
+    entry_lock, tokenize_split, squad_features = atomic.entry_lock, encoding._tokenize_split, features.squad_features
+
+    def logged_lock(final):
+        note(f"lock {'squad' if Path(final).name.startswith('squad') else 'glue'}")
+        return entry_lock(final)
+
+    def spy(kind: str, build):
+        def built(*args, **kwargs):
+            note(f"build {kind}")
+            wait_for_the_other(kind)
+            return build(*args, **kwargs)
+
+        return built
+
+    atomic.entry_lock = logged_lock
+    encoding._tokenize_split = spy("glue", tokenize_split)
+    features.squad_features = spy("squad", squad_features)
+    records = synthetic_squad(20, 0)["train"]
+    task = get_task("sst2")
+    raw = loading.load_task(task, {"source": "synthetic", "synthetic_size": 40, "seed": 0, "path": None})
+    words = sorted({w for r in records for w in (r["context"] + " " + r["question"]).replace("?", " ").split()})
+    words += sorted({w for ds in raw.values() for row in ds for w in row["sentence"].split()} - set(words))
+    (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "?", *words]))
+    tok = Tokenizer.load(root / "vocab.txt")
+    glue = encoding.tokenize_task(task, raw, tok, 32, root / "cache")
+    window = {"max_len": 48, "doc_stride": 16, "max_query_len": 64, "stride_mode": "step"}
+    squad = features.cached_features(records, tok, root / "cache", **window)
+    got = {"glue": {name: ds[:]["input_ids"] for name, ds in glue.items()}, "squad": [f["input_ids"] for f in squad]}
+    Path(out).write_text(json.dumps(got))
+
+
+def test_two_ranks_of_a_fine_tune_tokenise_its_task_once(tmp_path):
+    (tmp_path / "fine-tuning.log").touch()
+    context = multiprocessing.get_context("spawn")
+    ranks = [context.Process(target=_finetune_rank, args=(str(tmp_path), str(tmp_path / f"rank{r}.json")))
+             for r in range(2)]  # fmt: skip
+    for p in ranks:
+        p.start()
+    for p in ranks:
+        p.join(4 * WAIT_S)
+    assert [p.exitcode for p in ranks] == [0, 0]
+    lines = [line.split()[1:] for line in (tmp_path / "fine-tuning.log").read_text().splitlines()]
+    lines = [line.split() for line in (tmp_path / "fine-tuning.log").read_text().splitlines()]
+    builders = {k: {pid for pid, what, kk in lines if what == "build" and kk == k} for k in ("glue", "squad")}
+    assert [len(builders["glue"]), len(builders["squad"])] == [1, 1], lines  # one process built each
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert got[0] == got[1]

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from ...atomic import atomic_dir, config_hash
+from ...atomic import building, config_hash
 from ...data.errors import TaskError
 from .registry import Task, get_task
 
@@ -93,7 +93,8 @@ def tokenize_task(task: str | Task, splits: Mapping, tokenizer, max_len: int, ca
 
     With ``cache_dir``, the result is saved under ``cache_dir/glue-<task>-<hash>/<split>`` (hash
     of the task, the splits' content, the tokenizer's JSON and max_len) and a second call loads
-    it from there without tokenising."""
+    it from there without tokenising; processes asking for it at once (every DDP rank) tokenise it
+    once (``atomic.building``)."""
     import datasets
 
     t = get_task(task)
@@ -104,25 +105,18 @@ def tokenize_task(task: str | Task, splits: Mapping, tokenizer, max_len: int, ca
     digests = {name: _split_digest(ds) for name, ds in splits.items()}
     key = config_hash("glue-tokenized", FORMAT_VERSION, t.name, max_len, tokenizer.to_json(), digests)
     entry = Path(cache_dir) / f"glue-{t.name}-{key}"
-    if not (entry / "info.json").is_file():
-        with atomic_dir(entry) as tmp:
+    with building(entry) as tmp:  # one process (a DDP rank) tokenises; the others wait, then load it
+        if tmp is None:
+            log.info("tokenised %s loaded from cache %s", t.name, entry)
+        else:
             info = {"task": t.name, "max_len": max_len, "splits": {}}
             for name, ds in splits.items():
                 tokenized, truncated = _tokenize_split(t, ds, tokenizer, max_len)
                 tokenized.save_to_disk(str(tmp / name))
                 info["splits"][name] = {"rows": len(tokenized), "truncated": truncated}
                 if truncated:
-                    log.info(
-                        "%s %s: %d of %d rows truncated to %d tokens",
-                        t.name,
-                        name,
-                        truncated,
-                        len(ds),
-                        max_len,
-                    )
+                    log.info("%s %s: %d of %d rows truncated to %d tokens", t.name, name, truncated, len(ds), max_len)
             (tmp / "info.json").write_text(json.dumps(info, indent=1))
-    else:
-        log.info("tokenised %s loaded from cache %s", t.name, entry)
     return {name: datasets.load_from_disk(str(entry / name)) for name in splits}
 
 

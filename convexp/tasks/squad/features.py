@@ -29,7 +29,6 @@ backend gives the character offsets (into the original text, through normalisati
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -156,31 +155,27 @@ def cached_features(records: Sequence[dict], tokenizer, cache_dir: Path | None, 
     """:func:`squad_features` of ``records``, kept in ``cache_dir`` (``squad-windows-<key>.pkl``; key:
     a hash of FORMAT_VERSION, the records themselves, the tokenizer's JSON and the window settings):
     a sweep's fine-tunes of one task window its questions once (all of SQuAD v1.1's: minutes of
-    Python) and read them back in seconds. Written atomically; None: not kept."""
+    Python) and read them back in seconds; processes asking at once (every DDP rank) window them
+    once. Written atomically; None: not kept."""
     import hashlib
     import json
     import pickle
 
-    from ...atomic import config_hash
+    from ...atomic import atomic_write, config_hash, entry_lock
 
     if cache_dir is None:
         return squad_features(records, tokenizer, **window)
     digest = hashlib.sha256(json.dumps(list(records), sort_keys=True).encode()).hexdigest()
     key = config_hash("squad-windows", FORMAT_VERSION, digest, tokenizer.to_json(), window)
     path = Path(cache_dir) / f"squad-windows-{key}.pkl"
-    if path.is_file():
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    features = squad_features(records, tokenizer, **window)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        with open(partial, "wb") as f:
-            pickle.dump(features, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
-    return features
+    if not path.is_file():
+        with entry_lock(path):  # one process (a DDP rank) windows them; the others wait, then load
+            if not path.is_file():
+                features = squad_features(records, tokenizer, **window)
+                atomic_write(path, pickle.dumps(features, protocol=pickle.HIGHEST_PROTOCOL))
+                return features
+    with open(path, "rb") as f:
+        return pickle.load(f)
 
 
 def collate_squad(rows: list[dict], pad_id: int = 0, pad_to: int | None = None) -> dict:
