@@ -19,6 +19,23 @@ WAIT_S = 120  # a safety net against a hung test only: the spies wait on the oth
 _ORIGINALS: dict = {}
 
 
+def _note(log: Path, line: str) -> None:
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()} {line}\n")
+
+
+def _wait_for_the_other(log: Path, k: str) -> None:
+    """Until both processes have asked for the lock of a ``k`` entry, or both have built one."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        lines = [line.split() for line in log.read_text().splitlines()]
+        if len({pid for pid, what, kk in lines if kk == k and what == "lock"}) == 2 or sum(
+            what == "build" and kk == k for _, what, kk in lines
+        ) == 2:
+            return
+        time.sleep(0.05)
+
+
 def _spied(log: Path):
     """Patch this process: each entry lock asked for and each build (tokenizer training, a split's
     examples) appends a line to ``log``; a build then waits until the other process has asked for
@@ -30,18 +47,10 @@ def _spied(log: Path):
         return "tokenizer" if name.startswith("tokenizer-") else "examples"
 
     def note(line: str) -> None:
-        with open(log, "a") as f:
-            f.write(f"{os.getpid()} {line}\n")
+        _note(log, line)
 
     def wait_for_the_other(k: str) -> None:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            lines = [line.split() for line in log.read_text().splitlines()]
-            if len({pid for pid, what, kk in lines if kk == k and what == "lock"}) == 2 or sum(
-                what == "build" and kk == k for _, what, kk in lines
-            ) == 2:
-                return
-            time.sleep(0.05)
+        _wait_for_the_other(log, k)
 
     originals = _ORIGINALS.setdefault(
         "all", (getattr(atomic, "entry_lock", None), pretraining.build_tokenizer, pretraining.build_split)
@@ -141,18 +150,10 @@ def _finetune_rank(root: str, out: str) -> None:
     root, log = Path(root), Path(root) / "fine-tuning.log"
 
     def note(line: str) -> None:
-        with open(log, "a") as f:
-            f.write(f"{os.getpid()} {line}\n")
+        _note(log, line)
 
     def wait_for_the_other(k: str) -> None:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            lines = [line.split() for line in log.read_text().splitlines()]
-            if len({pid for pid, what, kk in lines if kk == k and what == "lock"}) == 2 or sum(
-                what == "build" and kk == k for _, what, kk in lines
-            ) == 2:
-                return
-            time.sleep(0.05)
+        _wait_for_the_other(log, k)
 
     entry_lock, tokenize_split, squad_features = atomic.entry_lock, encoding._tokenize_split, features.squad_features
 
