@@ -62,7 +62,7 @@ def runs_on_cpu(cfg: DictConfig) -> bool:
 
 def cpu_rate(cfg: DictConfig) -> tuple[float, float]:
     """(training FLOP/s of this CPU on a composed pre-training config's model, when it was
-    measured): :func:`measured_flops`, or its value of the last day (see the module doc)."""
+    measured): :func:`measured_flops`, or the value kept from an earlier dry run (see the module doc)."""
     path = cache_file().with_name("cpu_rate.json")
     key = _machine_key(cfg)
     try:
