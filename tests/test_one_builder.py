@@ -46,32 +46,26 @@ def _spied(log: Path):
     def kind(name: str) -> str:
         return "tokenizer" if name.startswith("tokenizer-") else "examples"
 
-    def note(line: str) -> None:
-        _note(log, line)
-
-    def wait_for_the_other(k: str) -> None:
-        _wait_for_the_other(log, k)
-
     originals = _ORIGINALS.setdefault(
         "all", (getattr(atomic, "entry_lock", None), pretraining.build_tokenizer, pretraining.build_split)
     )
     entry_lock, build_tokenizer, build_split = originals
 
     def logged_lock(final):
-        note(f"lock {kind(Path(final).name)}")
+        _note(log, f"lock {kind(Path(final).name)}")
         return entry_lock(final)
 
     atomic.entry_lock = logged_lock
 
     def tokenizer_spy(*args, **kwargs):
-        note("build tokenizer")
-        wait_for_the_other("tokenizer")
+        _note(log, "build tokenizer")
+        _wait_for_the_other(log, "tokenizer")
         return build_tokenizer(*args, **kwargs)
 
     def split_spy(texts, tokenizer, seq_len, layout, seed, path, processes):
         if path.name in ("train.arrow", "validation.arrow"):  # the prepared examples; streaming's validation
-            note("build examples")
-            wait_for_the_other("examples")
+            _note(log, "build examples")
+            _wait_for_the_other(log, "examples")
         return build_split(texts, tokenizer, seq_len, layout, seed, path, processes)
 
     pretraining.build_tokenizer, pretraining.build_split = tokenizer_spy, split_spy
@@ -149,22 +143,16 @@ def _finetune_rank(root: str, out: str) -> None:
 
     root, log = Path(root), Path(root) / "fine-tuning.log"
 
-    def note(line: str) -> None:
-        _note(log, line)
-
-    def wait_for_the_other(k: str) -> None:
-        _wait_for_the_other(log, k)
-
     entry_lock, tokenize_split, squad_features = atomic.entry_lock, encoding._tokenize_split, features.squad_features
 
     def logged_lock(final):
-        note(f"lock {'squad' if Path(final).name.startswith('squad') else 'glue'}")
+        _note(log, f"lock {'squad' if Path(final).name.startswith('squad') else 'glue'}")
         return entry_lock(final)
 
     def spy(kind: str, build):
         def built(*args, **kwargs):
-            note(f"build {kind}")
-            wait_for_the_other(kind)
+            _note(log, f"build {kind}")
+            _wait_for_the_other(log, kind)
             return build(*args, **kwargs)
 
         return built
