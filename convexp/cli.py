@@ -46,6 +46,13 @@ def _main(
         help="A folder of your own configs laid out as the built-in ones (model/, task/, sweep/, ...), "
         "searched first; repeatable. Also: CONVEXP_CONFIG_PATH.",
     ),
+    user_dir: Optional[List[Path]] = typer.Option(
+        None,
+        "--user-dir",
+        help="A folder of your own code and configs: its Python modules are importable (model.mixer="
+        "module:Class, model.ffn=module:Class) in every process of the command, and its model/, sweep/, "
+        "... folders are searched as --config-dir's; repeatable. Also: CONVEXP_USER_DIR.",
+    ),
     verbose: int = typer.Option(
         0, "--verbose", "-v", count=True, help="Show convexp's INFO lines (data cached, loaded); -vv: debug."
     ),
@@ -61,6 +68,10 @@ def _main(
         from .config.compose import add_config_dirs
 
         add_config_dirs(config_dir)
+    if user_dir:
+        from .models.parts import add_user_dirs
+
+        add_user_dirs(user_dir)
 
 
 def _fail(message: str) -> None:

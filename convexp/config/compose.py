@@ -35,14 +35,22 @@ CONFIG_PATH_ENV = "CONVEXP_CONFIG_PATH"
 
 
 def user_config_dirs() -> list[Path]:
-    """The user's config directories (``CONVEXP_CONFIG_PATH``), searched before the built-in ones."""
+    """The user's config directories, searched before the built-in ones: ``CONVEXP_CONFIG_PATH``'s
+    (``--config-dir``), then ``CONVEXP_USER_DIR``'s (``--user-dir``: a folder of a user's code holds
+    its configs too)."""
+    from ..models.parts import USER_DIR_ENV, user_dirs
+
     dirs = [Path(p).expanduser() for p in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if p]
     for d in dirs:
         if not d.is_dir():
             raise ConfigError(
                 f"config directory {str(d)!r} (from --config-dir or {CONFIG_PATH_ENV}) does not exist"
             )
-    return [d.resolve() for d in dirs]
+    for d in user_dirs():
+        if not d.is_dir():
+            raise ConfigError(f"user directory {str(d)!r} (from --user-dir or {USER_DIR_ENV}) does not exist")
+    found = [d.resolve() for d in [*dirs, *user_dirs()]]
+    return list(dict.fromkeys(found))  # each once, in order
 
 
 def add_config_dirs(dirs: list[str | Path]) -> None:
@@ -341,11 +349,15 @@ SCALE_GROUP = {"pretrain": "scale", "finetune": "finetune_scale"}
 
 def stage_overrides(stage: str, overrides: list[str]) -> list[str]:
     """Command-line overrides as the stage's config spells them: ``scale=`` is the stage's scale
-    group; fine-tuning's ``model=<preset>`` (the random-init baseline) is its key ``init_model``."""
+    group; fine-tuning's ``model=<preset>`` (the random-init baseline) is its key ``init_model``;
+    ``model.KEY=VALUE`` sets any ModelConfig key, also one the preset leaves at its default (Hydra's
+    ``++``: a key the preset sets is overridden as before, the same composed config)."""
     out = []
     for o, parsed in zip(overrides, parse_overrides(overrides)):
         key = override_key(parsed)
-        if key == "scale":
+        if stage == "pretrain" and _model_key(key) and o.startswith("model."):
+            o = "++" + o
+        elif key == "scale":
             o = with_key(parsed, SCALE_GROUP[stage])
         elif stage == "pretrain" and key == "recipe":  # model presets include it at the root package
             o = with_key(parsed, "recipe@_global_")
@@ -358,6 +370,16 @@ def stage_overrides(stage: str, overrides: list[str]) -> list[str]:
             o = with_key(parsed, "init_model")
         out.append(o)
     return out
+
+
+def _model_key(key: str) -> bool:
+    """Whether ``key`` is ``model.<a ModelConfig field>`` (or a key below one: model.mixer_options.k)."""
+    from dataclasses import fields
+
+    from ..models.config import ModelConfig
+
+    head, _, rest = key.partition(".")
+    return head == "model" and rest.split(".")[0] in {f.name for f in fields(ModelConfig)}
 
 
 def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
@@ -430,6 +452,8 @@ def model_config(name: str, overrides: list[str] = ()):
     overrides are Hydra overrides relative to the model, e.g. ``["kernel_size=9"]``.
     """
     scoped = [with_key(o, f"model.{o.key_or_group}") for o in parse_overrides(overrides)]
+    scoped = [f"++{o}" if _model_key(override_key(p)) and o.startswith("model.") else o
+              for o, p in zip(scoped, parse_overrides(scoped))]  # fmt: skip
     cfg = compose(None, [f"+model={name}", *scoped])
     return to_model_config(cfg.model)
 

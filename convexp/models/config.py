@@ -6,10 +6,13 @@ never branches on a preset's name, only on these fields.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Dict, List, Optional
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Dict, List, Optional
 
-MIXERS = ("attention", "mixed")
+from .parts import BUILTIN, is_import_path
+
+MIXERS = tuple(BUILTIN["mixer"])  # the built-in parts (models/parts.py); any other is an import path
+FFNS = tuple(BUILTIN["ffn"])
 CONV_TYPES = ("sdconv", "conventional", "dynamic", "none")
 CLASSIFIERS = ("cls", "pooler", "hf")
 NORMS = ("per_layer", "layers", "none")  # ScalarMix's normalisation of each layer (scalar_mix.py)
@@ -43,8 +46,14 @@ class ModelConfig:
 
     # --- token mixer -----------------------------------------------------------------------
     # "attention": multi-head self-attention with Chang et al.'s convolution options;
-    # "mixed": ConvBERT mixed attention (bottleneck self-attention heads + convolution heads).
+    # "mixed": ConvBERT mixed attention (bottleneck self-attention heads + convolution heads);
+    # or a researcher's own nn.Module by its import path, "module:Class" (models/parts.py), built as
+    # Class(cfg, layer, **mixer_options).
     mixer: str = "attention"
+    mixer_options: Dict[str, Any] = field(default_factory=dict)
+    # A user mixer that lets padding into real positions on purpose (its padding check is skipped);
+    # the built-in ConvBERT's counterpart is hf_padding.
+    reads_padding: bool = False
     kernel_size: int = 17  # Chang et al.: relative window 2k+1; ConvBERT: span K (paper: 9)
     # Chang et al. (mixer=attention)
     content_attention: bool = True  # the q·k term; False leaves only the convolution terms
@@ -59,6 +68,10 @@ class ModelConfig:
     hf_padding: bool = False  # reproduce HF ConvBERT: padding leaks into the convolution branch
 
     # --- rest of the block ---------------------------------------------------------------
+    # "feedforward": dense or ConvBERT's grouped linear (ffn_groups); or an import path "module:Class"
+    # built as Class(cfg, layer, **ffn_options), mapping [..., D] to [..., D].
+    ffn: str = "feedforward"
+    ffn_options: Dict[str, Any] = field(default_factory=dict)
     hidden_act: str = "gelu"
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
@@ -102,6 +115,12 @@ class ModelConfig:
         return self.num_heads
 
     @property
+    def reads_padding_positions(self) -> bool:
+        """Whether a mixer lets padding positions into real ones (HF ConvBERT's convolutions under
+        ``hf_padding``, or a user mixer that says so): then no block may skip its padding rows."""
+        return self.hf_padding or self.reads_padding
+
+    @property
     def classifier_head(self) -> str:
         """The classification head this config builds (``classifier``, or its family default)."""
         return self.classifier or ("pooler" if self.pooler else "cls")
@@ -133,8 +152,10 @@ class ModelConfig:
         for key in ("layer_norm_eps", "initializer_range"):
             if not getattr(self, key) > 0:
                 bad(f"{key} must be > 0, got {getattr(self, key)} (e.g. model.{key}={getattr(type(self), key)})")
-        if self.mixer not in MIXERS:
-            bad(f"mixer must be one of {MIXERS}, got {self.mixer!r}")
+        for kind, builtin in (("mixer", MIXERS), ("ffn", FFNS)):
+            name = getattr(self, kind)
+            if not isinstance(name, str) or name not in builtin and not is_import_path(name):
+                bad(f"{kind} must be one of {builtin} or an import path module:Class, got {name!r}")
         if self.conv_type not in CONV_TYPES:
             bad(f"conv_type must be one of {CONV_TYPES}, got {self.conv_type!r}")
         if self.mixer == "mixed" and not 1 <= self.head_ratio <= self.num_heads:

@@ -8,29 +8,29 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import MixedAttention, SelfAttention
+from .attention import SelfAttention
 from .config import ModelConfig
 from .conv import SeparableConv1d
 from .dropout import Dropout
 from .embeddings import Embeddings
-from .ffn import FeedForward, GroupedLinear
+from . import parts
+from .ffn import GroupedLinear
 from .scalar_mix import ScalarMix
 
 
 class Block(nn.Module):
     """Post-LN transformer block: x = LN(x + mixer(x)); x = LN(x + FFN(x)).
 
-    ``index`` selects the layer's sizes in ``cfg.layer_sizes`` (a structurally pruned model)."""
+    The mixer and the FFN come from the table of parts (``cfg.mixer``, ``cfg.ffn``: a built-in or a
+    user's module, models/parts.py); ``index`` is the layer (its sizes in ``cfg.layer_sizes``, a
+    structurally pruned model)."""
 
     def __init__(self, cfg: ModelConfig, index: int = 0):
         super().__init__()
-        size = cfg.layer_size(index)
-        if cfg.mixer == "attention":
-            self.mixer = SelfAttention(cfg, size["heads"], size["conv_heads"])
-        else:
-            self.mixer = MixedAttention(cfg, size["heads"])
+        self.mixer = parts.build("mixer", cfg, index)
+        self.mixer_first_only = parts.takes_first_only(self.mixer)  # else: every position, then cut
         self.norm1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.ffn = FeedForward(cfg, size["intermediate"])
+        self.ffn = parts.build("ffn", cfg, index)
         self.norm2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.hidden_dropout)
 
@@ -41,7 +41,11 @@ class Block(nn.Module):
         mixer still reads every position as key and value; the rest runs on position 0 only).
         ``rows``: [N] indices of the real tokens in the B·L positions (:func:`real_rows`): the
         residuals, norms and FFN run on those alone, padding positions come out zero."""
-        m = self.mixer(x, keep, first_only)  # [B, L or 1, D]
+        if self.mixer_first_only:
+            m = self.mixer(x, keep, first_only)  # [B, L or 1, D]
+        else:
+            m = self.mixer(x, keep)  # [B, L, D]
+            m = m[:, :1] if first_only else m
         if rows is None:
             x = self.norm1((x[:, :1] if first_only else x) + self.dropout(m))
             return self.norm2(x + self.dropout(self.ffn(x)))
@@ -56,8 +60,8 @@ def real_rows(keep: torch.Tensor | None, cfg: ModelConfig, x: torch.Tensor) -> t
     positions, or None. Only on a CPU, where a step's time is its matrix products (a GPU's short
     fine-tuning steps are bound by kernel launches, and finding the rows would wait for the device),
     and only where no mixer reads a padding position's value (``hf_padding`` lets them into
-    ConvBERT's convolutions). The same outputs at every real position, to rounding."""
-    if keep is None or x.device.type != "cpu" or cfg.hf_padding:
+    ConvBERT's convolutions; ``reads_padding``, into a user's mixer). The same outputs at every real position, to rounding."""
+    if keep is None or x.device.type != "cpu" or cfg.reads_padding_positions:
         return None
     return keep.reshape(-1).nonzero().squeeze(1)
 

@@ -17,6 +17,7 @@ from .encoder import Encoder
 from .heads import MaskedLM, ReplacedTokenDetector, SequenceClassifier
 from .hf import hf_head_size
 from .hf_keys import LAYOUTS, ExportError, cls_head_keys, encoder_key_table, mlm_head_keys
+from .parts import user_parts
 
 
 def hf_config_from_model_config(cfg: ModelConfig) -> dict:
@@ -51,6 +52,13 @@ def hf_config_from_model_config(cfg: ModelConfig) -> dict:
 def check_exportable(cfg: ModelConfig) -> None:
     """Raise :class:`ExportError` naming every reason ``cfg`` is not an HF ConvBERT."""
     why = []
+    users = user_parts(cfg)
+    if users:
+        raise ExportError(
+            f"model.{', model.'.join(f'{k}={v}' for k, v in users.items())} is your own module, which "
+            "transformers has no class for: share the model in convexp's format instead (save_pretrained / "
+            "push_to_hub, loaded with --user-dir holding the module)"
+        )
     if cfg.mixer != "mixed":
         why.append(
             f"mixer={cfg.mixer!r} (HF ConvBERT needs 'mixed'; Chang et al. attention variants have no HF model)"

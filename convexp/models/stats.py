@@ -3,6 +3,10 @@
 Counting convention (it is Chang et al.'s, whose tables are precise to 0.01M): the parameters of
 the pre-training model, i.e. the encoder plus the tied MLM head (dense D->E, LayerNorm(E), output
 bias V), without a pooler. ConvBERT's Table 1 rounds to whole millions and fits the same count.
+
+The papers' parts are counted by formula, from shapes alone. A block with a user's mixer or FFN
+(models/parts.py) is *measured* instead (:func:`measured_layer`): its parameters from the built
+block, its forward FLOPs by torch's FlopCounterMode at two lengths.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import dataclasses
 import sys
 
 from .config import ModelConfig
+from .parts import code_digests, user_parts
 
 # Everything here is computed from ModelConfig's shapes alone (no torch), so ``convexp models``
 # answers at once. tests/test_presets.py checks every preset against the built modules'
@@ -33,7 +38,10 @@ def _projection_params(cfg: ModelConfig, out: int, conv: bool, conv_out: int | N
 def _layer(cfg: ModelConfig, i: int) -> tuple[int, int, int]:
     """(parameters, forward FLOPs per token independent of length, FLOPs per token per position)
     of layer i. FLOPs as torch's FlopCounterMode counts them: 2·m·n per matrix product, convolutions
-    2·C_in/groups·K per output value, attention 4·H·L·d per query; elementwise work not counted."""
+    2·C_in/groups·K per output value, attention 4·H·L·d per query; elementwise work not counted.
+    A layer with a user's part: :func:`measured_layer`."""
+    if user_parts(cfg):
+        return measured_layer(cfg, i)
     D, K, d = cfg.hidden_size, cfg.kernel_size, cfg.head_dim
     size = cfg.layer_size(i)
     H, I, G = size["heads"], size["intermediate"], cfg.ffn_groups
@@ -77,6 +85,54 @@ def _layer(cfg: ModelConfig, i: int) -> tuple[int, int, int]:
         params += _linear(width, D)
         flops += 2 * width * D
     return params, flops, per_pos
+
+
+def is_measured(cfg: ModelConfig) -> bool:
+    """Whether ``cfg``'s counts are measured from built modules (a user's part) or derived."""
+    return bool(user_parts(cfg))
+
+
+MEASURE_LENGTHS = (8, 16)  # two lengths: the per-token and per-position shares of a block's FLOPs
+
+
+def measured_layer(cfg: ModelConfig, i: int) -> tuple[int, int, int]:
+    """(parameters, forward FLOPs per token, forward FLOPs per token per position) of layer i as
+    built: the block's parameter count, and torch's FlopCounterMode over one forward of the block on
+    one sequence at each of MEASURE_LENGTHS (f(L)/L = a + b·L solved for a and b). Training counts
+    3 x forward, as for the presets: the same convention in every row of a table (and torch's
+    counter charges a grouped convolution's backward as if it were dense: 17.9M FLOPs where the
+    example's depthwise convolution does 0.14M). Cached by the configuration and the part's source."""
+    import json
+
+    key = json.dumps([dataclasses.asdict(cfg), code_digests(cfg), i], sort_keys=True, default=str)
+    if key not in _MEASURED:
+        _MEASURED[key] = _measure_layer(cfg, i)
+    return _MEASURED[key]
+
+
+_MEASURED: dict[str, tuple[int, int, int]] = {}
+
+
+def _measure_layer(cfg: ModelConfig, i: int) -> tuple[int, int, int]:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .encoder import Block
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        block = Block(cfg, i).eval()
+    params = sum(p.numel() for p in block.parameters())
+    per_token = []
+    for L in MEASURE_LENGTHS:
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):  # fused CPU kernels go uncounted
+            block(torch.randn(1, L, cfg.hidden_size), None)
+        per_token.append(counter.get_total_flops() / L)
+    (L1, L2), (f1, f2) = MEASURE_LENGTHS, per_token
+    per_pos = max(0.0, (f2 - f1) / (L2 - L1))
+    return params, round(f1 - per_pos * L1), round(per_pos)
 
 
 def parameter_count(cfg: ModelConfig, mlm_head: bool = True) -> int:
@@ -141,11 +197,12 @@ def preset_table(names: list[str], seq_len: int = 128, user: set[str] = frozense
     )
     for col in ("preset", "mixer", "layers", "D", "heads", "E", "params", "train GFLOPs/token"):
         table.add_column(col, justify="left" if col in ("preset", "mixer") else "right")
-    for name, cfg in model_configs(names).items():
+    cfgs = model_configs(names)
+    for name, cfg in cfgs.items():
         params, flops = model_stats(cfg, seq_len)
-        mixer = cfg.mixer if cfg.mixer == "attention" else f"mixed/{cfg.conv_type}"
+        mixer = {"attention": "attention", "mixed": f"mixed/{cfg.conv_type}"}.get(cfg.mixer, cfg.mixer)
         table.add_row(
-            name + ("*" if name in user else ""),
+            name + ("*" if name in user else "") + ("†" if is_measured(cfg) else ""),
             mixer,
             str(cfg.num_layers),
             str(cfg.hidden_size),
@@ -154,8 +211,11 @@ def preset_table(names: list[str], seq_len: int = 128, user: set[str] = frozense
             f"{params / 1e6:.2f}M",
             f"{flops / 1e9:.3f}",
         )
-    if user:
-        table.caption = "* from your config directories (--config-dir / CONVEXP_CONFIG_PATH)"
+    notes = ["* from your config directories (--config-dir / --user-dir)"] if user else []
+    if any(is_measured(c) for c in cfgs.values()):
+        notes.append("† a user's mixer or FFN: parameters and FLOPs measured from the built blocks (FlopCounterMode)")
+    if notes:
+        table.caption = "\n".join(notes)
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
@@ -168,6 +228,9 @@ ELECTRA_OUTPUT_FRAC = 0.15625  # flops_computation.py: share of tokens through t
 def _block_flops(cfg: ModelConfig, s: int) -> float:
     """Forward FLOPs of one layer per token, ELECTRA's way (a matrix product 2·m·n; elementwise
     work with the constants above), extended to ConvBERT's mixed attention and grouped FFN."""
+    if user_parts(cfg):  # a user's part: measured (matrix products only), the layers' mean
+        layers = [measured_layer(cfg, i) for i in range(cfg.num_layers)]
+        return sum(const + per_pos * s for _, const, per_pos in layers) / cfg.num_layers
     D, I, G, K = cfg.hidden_size, cfg.intermediate_size, cfg.ffn_groups, cfg.kernel_size
     n, d = cfg.attn_heads, cfg.head_dim
     A = n * d  # self-attention width (D, or D/γ with ConvBERT's bottleneck)

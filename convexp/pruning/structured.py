@@ -52,6 +52,10 @@ MIXED_HEADS_NOTE = (
     "MixedAttention heads are shared by the self-attention and the sdconv/dynamic convolution branch; "
     "removing heads there needs separate head counts in the model (not done)"
 )
+USER_PART_NOTE = (
+    "model.{kind}={name} is your own module: its {what} are not removed (structured pruning knows the "
+    "built-in parts' shapes only); its pruned weights stay in place as zeros"
+)
 
 
 @dataclass
@@ -131,12 +135,15 @@ def layer_sizes(model: nn.Module) -> list[dict]:
     format of ``ModelConfig.layer_sizes``, which rebuilds these shapes."""
     enc = find_encoder(model)
     out = []
-    for block in enc.layers:
-        fc1 = block.ffn.fc1
-        units = (
-            fc1.weight.shape[0] if isinstance(fc1, nn.Linear) else fc1.weight.shape[0] * fc1.weight.shape[2]
-        )
-        size = {"heads": block.mixer.heads, "intermediate": units}
+    for i, block in enumerate(enc.layers):
+        size = {"heads": enc.cfg.layer_size(i)["heads"], "intermediate": enc.cfg.layer_size(i)["intermediate"]}
+        if isinstance(block.ffn, FeedForward):  # a user's FFN keeps the sizes it was built with
+            fc1 = block.ffn.fc1
+            size["intermediate"] = (
+                fc1.weight.shape[0] if isinstance(fc1, nn.Linear) else fc1.weight.shape[0] * fc1.weight.shape[2]
+            )
+        if isinstance(block.mixer, (SelfAttention, MixedAttention)):
+            size["heads"] = block.mixer.heads
         if enc.cfg.conv_qkv and isinstance(block.mixer, SelfAttention):
             size["conv_heads"] = _conv_heads(block.mixer, enc.cfg.conv_qkv)
         out.append(size)
@@ -325,17 +332,26 @@ def remove_dead_structures(model: nn.Module, heads: bool = True, ffn: bool = Tru
     for block in find_encoder(model).layers:
         if heads:
             if isinstance(block.mixer, MixedAttention) and block.mixer.conv_type in ("sdconv", "dynamic"):
-                if MIXED_HEADS_NOTE not in s.notes:
-                    s.notes.append(MIXED_HEADS_NOTE)
-            else:
+                _note(s, MIXED_HEADS_NOTE)
+            elif isinstance(block.mixer, (SelfAttention, MixedAttention)):
                 prune_heads(block.mixer)
+            else:
+                _note(s, USER_PART_NOTE.format(kind="mixer", name=find_encoder(model).cfg.mixer, what="heads"))
         if ffn:
-            prune_ffn(block.ffn)
+            if isinstance(block.ffn, FeedForward):
+                prune_ffn(block.ffn)
+            else:
+                _note(s, USER_PART_NOTE.format(kind="ffn", name=find_encoder(model).cfg.ffn, what="units"))
     after = layer_sizes(model)
     s.heads_before, s.heads_after = [x["heads"] for x in before], [x["heads"] for x in after]
     s.ffn_before, s.ffn_after = [x["intermediate"] for x in before], [x["intermediate"] for x in after]
     s.params_after = layers_parameters(model)
     return s
+
+
+def _note(summary: StructuredSummary, note: str) -> None:
+    if note not in summary.notes:
+        summary.notes.append(note)
 
 
 def _forward_s(model: nn.Module, ids: torch.Tensor) -> float:

@@ -323,6 +323,11 @@ def analyze_model(
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = read_model_config(model_dir)
     encoder = load_encoder(model_dir)
+    if not all(hasattr(layer.mixer, "attention_probs") for layer in encoder.layers):
+        return {
+            "error": f"model.mixer={cfg.mixer} has no attention_probs(x, keep) returning [B, H, L, L] "
+            "probabilities: no attention maps to draw (give your class that method to have them)"
+        }
     source = "given"
     if examples is None:
         examples, source = default_examples(model_dir, cfg)

@@ -7,7 +7,8 @@ Every run directory holds ``record.json``::
 each entry being :func:`invocation_record` at the time (command, overrides, convexp version and
 git commit when run from a checkout, Python / torch / Lightning versions, device, host, time, and
 the hub datasets read: each hub source's ``revision`` setting (null: the default branch) and
-what this process read, with the commit when the hub could be asked: ``data/hub.py``). A
+what this process read, with the commit when the hub could be asked: ``data/hub.py``; a user's
+mixer or FFN: its import path, files and source digest, ``model_code``). A
 finished run reused by another convexp version says so in one line (:func:`warn_if_other_version`):
 results are never reused silently across versions, and never retrained without being asked.
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..data.hub import hub_reads
+from ..models.parts import code_record
 from .runs import secondary_rank
 
 RECORD = "record.json"
@@ -112,6 +114,10 @@ def invocation_record(cfg: DictConfig | None = None) -> dict:
     read = hub_reads()
     if read:
         record["hub_read"] = read
+    model = cfg.get("model") if cfg is not None else None
+    code = code_record(model) if model is not None else {}
+    if code:  # a user's mixer or FFN: its import path, files and the digest the run id holds
+        record["model_code"] = code
     return record
 
 

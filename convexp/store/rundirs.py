@@ -23,6 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from ..config.compose import compose_stage, override_key, parse_overrides
 from ..data.digests import input_digests
 from ..errors import UserError
+from ..models.parts import code_digests
 from .run_names import EXECUTION_KEYS, name_token, run_key
 from .runs import Run
 
@@ -120,6 +121,9 @@ def pretrain_run(cfg: DictConfig, tokens: list[str] | None = None) -> Run:
     hashed = OmegaConf.to_container(hashed, resolve=True)
     if inputs:  # local corpus or tokenizer files: their contents, not only their paths
         hashed["inputs"] = inputs
+    code = code_digests(cfg.model)
+    if code:  # a user's mixer or FFN: its source, not only its import path (the presets: none)
+        hashed["code"] = code
     data = hashed.get("data") or {}
     for source in (data, *(data.get("parts") or [])):  # a revision left null: the ids made before revisions
         if isinstance(source, dict) and source.get("revision", "") is None:

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..config.compose import CONF_DIR, compose_stage, to_model_config
 from ..errors import ConfigError, UserError
 from ..store.runs import Run
+from ..train.inputs import check_model_parts
 from ..train.weights import has_weights
 from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
@@ -110,6 +111,7 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     cfg = _compose(where, "pretrain", over)
     try:
         model_cfg = to_model_config(cfg.model)
+        check_model_parts(cfg)  # a user's mixer or FFN, tried on a tiny batch before any node runs
         flops = pretrain_flops(cfg, model_cfg)
     except (ConfigError, ValueError) as e:  # e.g. seq_len beyond the position table
         raise SweepError(f"{where}: {e}") from e

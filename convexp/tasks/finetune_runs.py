@@ -18,9 +18,10 @@ from collections.abc import Mapping
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ..config.compose import compose_stage, override_key, parse_overrides
+from ..config.compose import compose_stage, model_config, override_key, parse_overrides
 from ..data.digests import input_digests
 from ..errors import UserError
+from ..models.parts import code_digests
 from ..store.rundirs import FinetuneRun, checkpoint_identity, command_tokens
 from ..store.run_names import SharedHash, run_key
 from ..store.runs import Run
@@ -299,6 +300,10 @@ def _identity_of(cfg: DictConfig) -> dict:
         d["both_orders"] = True
     if cfg.get("classifier"):  # a head other than the init model's
         d["classifier"] = cfg.classifier
+    if cfg.get("init_model") and str(cfg.init) == "none":  # init=none names its preset, not its contents:
+        code = code_digests(model_config(cfg.init_model))  # a user's mixer or FFN adds its source
+        if code:
+            d["code"] = code
     return json.loads(json.dumps(d))  # plain values, as the id hashes them
 
 

@@ -49,6 +49,22 @@ def check_pretrain_inputs(cfg: DictConfig) -> None:
     t = tokenizer_settings(cfg.tokenizer)
     if t["kind"] == "pretrained":
         tokenizer_file(t["path"])
+    check_model_parts(cfg)
+
+
+def check_model_parts(cfg: DictConfig) -> None:
+    """A user's mixer or FFN in the pre-training model (and in ELECTRA's generator, built from it at
+    its own sizes) tried on a tiny batch (models/check.py); nothing for the papers' presets."""
+    from ..config.compose import to_model_config
+    from ..models.check import check_parts
+    from ..models.config import generator_config
+    from ..models.parts import user_parts
+
+    model = to_model_config(cfg.model)
+    check_parts(model)
+    fraction = cfg.objective.get("generator_fraction") if cfg.objective.get("name") == "electra" else None
+    if fraction and user_parts(model):
+        check_parts(generator_config(model, fraction))
 
 
 def readable(path, key: str) -> Path:
@@ -76,8 +92,11 @@ def check_finetune_inputs(cfg: DictConfig, task_cfgs=()) -> None:
         locate(str(cfg.distill.teacher), "distill.teacher", weights=False)
     if str(cfg.init) == "none":
         from ..config.compose import model_config
+        from ..models.check import check_parts
 
-        check_max_len(model_config(cfg.init_model), [cfg, *task_cfgs])
+        model = model_config(cfg.init_model)
+        check_max_len(model, [cfg, *task_cfgs])
+        check_parts(model)
 
 
 def check_max_len(model_cfg, cfgs) -> None:
