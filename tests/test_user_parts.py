@@ -15,31 +15,16 @@ from typer.testing import CliRunner
 
 from helpers import SHRINK, TINY, convexp
 
+from convexp.bench.plugin import COPY
 from convexp.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "gated_conv"
 runner = CliRunner()
 
-MODULE = '''
+# a user's file: the plug-in benchmark's copy of the built-in self-attention, and modules good and bad
+MODULE = COPY + '''
 import torch
-from torch import nn
-
-from convexp.models.attention import attend, merge_heads, split_heads
-
-
-class CopiedAttention(nn.Module):
-    """BERT's multi-head self-attention written out in a user's file: the built-in's math."""
-
-    def __init__(self, cfg, layer):
-        super().__init__()
-        D = cfg.hidden_size
-        self.heads, self.dropout = cfg.num_heads, cfg.attention_dropout
-        self.q, self.k, self.v, self.out = (nn.Linear(D, D) for _ in range(4))
-
-    def forward(self, x, keep):
-        q, k, v = (split_heads(p(x), self.heads) for p in (self.q, self.k, self.v))
-        return self.out(merge_heads(attend(q, k, v, keep, None, self.dropout if self.training else 0.0)))
 
 
 class Options(nn.Module):
@@ -280,3 +265,44 @@ def test_the_example_runs_beside_the_paper_row_and_reports_both(tmp_path):
     ours = next(v for k, v in rows.items() if "Gated depthwise conv (yours)" in k)
     assert ours[0] not in ("", "–", "-") and ours[1] not in ("", "–", "-"), res.stdout  # params, flops
     assert any("Composite" in k for k in rows), res.stdout
+
+
+@pytest.mark.slow
+def test_the_example_smoke_sweep_end_to_end(tmp_path):
+    """The README's walk-through as a user runs it: the example's whole sweep at scale=smoke (two
+    pre-trainings, eight GLUE tasks each), then its report with the user's row filled in."""
+    mine = _example_here(tmp_path / "mine")
+    env = {"WANDB_MODE": "disabled", "CONVEXP_USER_DIR": "", "CONVEXP_CONFIG_PATH": ""}
+    res = convexp("--user-dir", str(mine), "ablate", "gated-conv", "scale=smoke", "launcher.workers=2",
+                  outputs=tmp_path / "out", env=env, timeout=1800)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = convexp("--user-dir", str(mine), "report", "gated-conv", outputs=tmp_path / "out", env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    ours = next(line for line in res.stdout.splitlines() if "Gated depthwise conv (yours)" in line)
+    cells = [c.strip() for c in ours.split("|")[2:-1]]
+    assert len(cells) == 12 and all(c not in ("", "–", "-") for c in cells), res.stdout
+
+
+@pytest.mark.slow
+def test_the_user_dir_reaches_the_slurm_jobs(tmp_path):
+    """launcher=submitit on the SLURM stand-in: the jobs start in fresh processes on the "cluster",
+    where only --user-dir (carried in the environment SLURM exports) makes the module importable."""
+    import fakeslurm
+
+    from helpers import ledger
+
+    mine = _example_here(tmp_path / "mine")
+    slurm = fakeslurm.install(tmp_path / "bin", tmp_path / "slurm", slots=1, kill_wait=3)
+    try:
+        env = {**slurm, "WANDB_MODE": "disabled", "CONVEXP_USER_DIR": "", "CONVEXP_CONFIG_PATH": ""}
+        args = ["--user-dir", str(mine), "ablate", "gated-conv", *SHRINK, "seeds=[1]", "variants=[gated]",
+                "launcher=submitit", "launcher.timeout_min=30", "--follow"]  # fmt: skip
+        res = convexp(*args, outputs=tmp_path / "out", env=env, timeout=900)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        nodes = ledger(tmp_path / "out", "gated-conv")["nodes"]
+        assert {n["status"] for n in nodes.values()} == {"done"}, nodes
+        [pre] = (tmp_path / "out" / "runs" / "pretrain").iterdir()
+        record = json.loads((pre / "record.json").read_text())["created"]
+        assert record["model_code"]["mixer"]["import"] == "gated_conv:GatedDepthwiseConv"
+    finally:
+        fakeslurm.shutdown(tmp_path / "slurm")

@@ -77,9 +77,11 @@ def _bench_step(steps: int, batch_size: int | None, seq_len: int, lengths: str, 
         return
     if modes or out or len(names) != len(SHAPES):
         _refuse("--compile, --models and --out are for the CUDA step table (--device cuda)")
+    from .plugin import run_plugin_benchmark
     from .step import run_benchmarks
 
     run_benchmarks(steps=steps, batch_size=batch_size or 32, seq_len=seq_len, lengths=sizes, hf=not skip_hf)
+    run_plugin_benchmark(steps, batch_size or 32, seq_len)
 
 
 @bench_app.callback(invoke_without_command=True)

@@ -11,6 +11,8 @@
 2. Self-attention vs mixed attention at base size (ConvBERT appendix, CPU speed table) at several
    lengths: forward time of the attention module, and of the whole layer (inference), also
    taking turns.
+
+The plug-in path's row (a user's file against the built-in self-attention) is ``plugin.py``'s.
 """
 
 from __future__ import annotations
@@ -238,3 +240,4 @@ def run_benchmarks(steps: int, batch_size: int, seq_len: int, lengths: list[int]
         out,
         f"base-size blocks at lengths {','.join(map(str, lengths))}",
     )
+

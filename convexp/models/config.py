@@ -6,13 +6,18 @@ never branches on a preset's name, only on these fields.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, List, Optional
 
-from .parts import BUILTIN, is_import_path
+MIXERS = ("attention", "mixed")  # the built-in parts (models/parts.py); any other is an import path
+FFNS = ("feedforward",)
+_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$")
 
-MIXERS = tuple(BUILTIN["mixer"])  # the built-in parts (models/parts.py); any other is an import path
-FFNS = tuple(BUILTIN["ffn"])
+
+def is_import_path(name: str) -> bool:
+    """Whether ``name`` has the form of ``module:Class`` or ``module.Class`` (a user's part)."""
+    return bool(_IMPORT_PATH.match(name))
 CONV_TYPES = ("sdconv", "conventional", "dynamic", "none")
 CLASSIFIERS = ("cls", "pooler", "hf")
 NORMS = ("per_layer", "layers", "none")  # ScalarMix's normalisation of each layer (scalar_mix.py)

@@ -30,16 +30,15 @@ import importlib
 import importlib.util
 import inspect
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
+from .config import FFNS, MIXERS, is_import_path
 
 USER_DIR_ENV = "CONVEXP_USER_DIR"
 KINDS = ("mixer", "ffn")
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*([:.][A-Za-z_]\w*)$")
 
 
 class PartError(UserError):
@@ -70,18 +69,13 @@ def _feedforward(cfg, layer: int):
 
 
 BUILTIN: dict[str, dict[str, Callable]] = {
-    "mixer": {"attention": _self_attention, "mixed": _mixed_attention},
-    "ffn": {"feedforward": _feedforward},
+    "mixer": dict(zip(MIXERS, (_self_attention, _mixed_attention), strict=True)),
+    "ffn": dict(zip(FFNS, (_feedforward,), strict=True)),
 }
 
 
 def is_builtin(kind: str, name: str) -> bool:
     return name in BUILTIN[kind]
-
-
-def is_import_path(name: str) -> bool:
-    """Whether ``name`` has the form of ``module:Class`` or ``module.Class``."""
-    return bool(_IMPORT_PATH.match(name)) and ("." in name or ":" in name)
 
 
 def user_parts(cfg) -> dict[str, str]:

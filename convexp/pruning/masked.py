@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from ..errors import UserError
 from ..models.encoder import Encoder
 from ..models.ffn import GroupedLinear
 from .binarizers import (
@@ -183,8 +184,15 @@ def prune(
     method = canonical_method(method)
     if masks(model):
         raise ValueError("model is already pruned (call fold_masks first to re-prune)")
+    layers = prunable_layers(model)
+    if not layers:  # a user's mixer and FFN without nn.Linear (models/parts.py)
+        cfg = find_encoder(model).cfg
+        raise UserError(
+            f"pruning.method={method}: model.mixer={cfg.mixer} and model.ffn={cfg.ffn} have no nn.Linear "
+            "to mask; pruning cannot apply to this model (pruning.method=none)"
+        )
     created = []
-    for name, layer in prunable_layers(model):
+    for name, layer in layers:
         wm = WeightMask(layer.weight, method, mask_scale, mask_init, threshold, min_keep, name)
         wm.to(layer.weight.device)
         parametrize.register_parametrization(layer, "weight", wm)
