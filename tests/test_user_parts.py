@@ -184,6 +184,54 @@ def test_user_parts_build_count_and_pass_their_checks(user_dir):
     assert x.features.shape == (2, 12, 256)
 
 
+def test_a_user_model_is_shared_loaded_pruned_and_refused_by_transformers(tmp_path, user_dir):
+    """save_pretrained keeps the import path; from_pretrained imports it again (and names it, with
+    the fix, where it cannot); masked pruning masks the user's nn.Linears; export keeps the user's
+    parts whole and says so; a transformers export is refused in one line."""
+    import torch
+
+    from convexp.config.compose import model_config
+    from convexp.models import SequenceClassifier
+    from convexp.models.hf_export import export_convbert
+    from convexp.models.hf_keys import ExportError
+    from convexp.models.parts import PartError, add_user_dirs
+    from convexp.pruning.masked import fold_masks, prune, prunable_layers
+    from convexp.pruning.structured import remove_dead_structures
+
+    d, mod = user_dir
+    add_user_dirs([d])
+    cfg = model_config("chang_small", [f"mixer={mod}:CopiedAttention", "num_layers=2", "hidden_size=32",
+                                       "embedding_size=16", "intermediate_size=64", "vocab_size=100"])  # fmt: skip
+    torch.manual_seed(0)
+    model = SequenceClassifier(cfg, num_labels=2).eval()
+    model.save_pretrained(tmp_path / "m")
+    saved = json.loads((tmp_path / "m" / "model_config.json").read_text())
+    assert saved["mixer"] == f"{mod}:CopiedAttention"
+    ids = torch.randint(5, 100, (2, 9))
+    loaded = SequenceClassifier.from_pretrained(tmp_path / "m").eval()
+    assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+    import sys
+
+    sys.modules.pop(mod)
+    sys.path.remove(str(d.resolve()))
+    import os
+
+    os.environ["CONVEXP_USER_DIR"] = ""
+    with pytest.raises(PartError, match=f"no module '{mod}'.*--user-dir"):
+        SequenceClassifier.from_pretrained(tmp_path / "m")
+    add_user_dirs([d])
+
+    names = [n for n, _ in prunable_layers(model)]
+    assert "encoder.layers.0.mixer.q" in names and "encoder.layers.0.mixer.out" in names
+    prune(model, "magnitude")
+    fold_masks(model)
+    summary = remove_dead_structures(model)
+    assert any("is your own module: its heads are not removed" in n for n in summary.notes)
+    with pytest.raises(ExportError, match="is your own module, which transformers has no class for"):
+        export_convbert(model, None, tmp_path / "hf")
+
+
 @pytest.mark.parametrize("preset", ["chang_small_composite", "convbert_small", "chang_small_conv_qkv", "bert_small"])
 def test_a_measured_block_counts_what_the_formula_counts_for_the_presets(preset):
     """The measurement a user's part gets (FlopCounterMode, the built module) agrees with the papers'
