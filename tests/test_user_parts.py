@@ -304,9 +304,10 @@ def test_the_example_runs_beside_the_paper_row_and_reports_both(tmp_path):
     mine = _example_here(tmp_path / "mine")
     env = {"WANDB_MODE": "disabled", "CONVEXP_USER_DIR": ""}
     args = ["--user-dir", str(mine), "ablate", "gated-conv", *SHRINK, "seeds=[1]"]
-    res = convexp(*args, outputs=tmp_path / "out", env=env)
+    out = mine / "outputs"  # the run store inside the user's folder (`--user-dir .`): not a config group
+    res = convexp(*args, outputs=out, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    res = convexp("--user-dir", str(mine), "report", "gated-conv", outputs=tmp_path / "out", env=env)
+    res = convexp("--user-dir", str(mine), "report", "gated-conv", outputs=out, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
             for line in res.stdout.splitlines() if line.startswith("| ")}  # fmt: skip

@@ -316,7 +316,7 @@ def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
     hydra.clear()
     plugin = _user_dirs_plugin()
     Plugins.instance().register(plugin)  # Hydra's public way to add a plugin (again: a no-op)
-    plugin.dirs = user_dirs
+    plugin.dirs = tuple(_configs_only(d) for d in user_dirs)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Hydra14MigrationWarning)
@@ -324,6 +324,24 @@ def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
     finally:
         plugin.dirs = ()  # any other Hydra initialisation in this process keeps its own search path
     _initialized_with[:] = [user_dirs]
+
+
+def _configs_only(d: Path) -> Path:
+    """What Hydra is shown of a user's directory: its config groups (the folders named as the
+    built-in ones: model/, task/, sweep/ ...) and top-level YAML files, as links in a folder of this
+    process's own. Hydra takes every folder of a search-path directory for a config group, so
+    ``--user-dir .`` in a project folder would make its ``outputs/`` (the run store) a group and
+    ``outputs=...`` an unknown default."""
+    import atexit
+    import shutil
+    import tempfile
+
+    view = Path(tempfile.mkdtemp(prefix="convexp-configs-"))
+    atexit.register(shutil.rmtree, view, ignore_errors=True)
+    for entry in d.iterdir():
+        if (entry.is_dir() and (CONF_DIR / entry.name).is_dir()) or (entry.is_file() and entry.suffix == ".yaml"):
+            (view / entry.name).symlink_to(entry)
+    return view
 
 
 @lru_cache(maxsize=None)
