@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..atomic import atomic_write
 from ..errors import UserError
+from ..models.stats import is_measured
 from ..sweep.compute import parameters
 from ..tasks import is_squad
 from ..sweep.execute import last_args
@@ -22,6 +23,12 @@ from ..sweep.spec import check_detect, load_sweep
 from . import decide, tables
 from .flops import NOTE as FLOPS_NOTE
 from .flops import table3_flops
+from .tables import MEASURED
+
+MEASURED_NOTE = (
+    f"{MEASURED} your own module: parameters counted from the built model, FLOPs measured by torch's "
+    "FlopCounterMode on its blocks (the presets' are derived from their shapes, the same counts)."
+)
 from .varied import describe, settings, varied
 
 FORMATS = {"md": "table.md", "csv": "table.csv", "latex": "table.tex"}
@@ -82,6 +89,7 @@ def collect(plan: Plan, read) -> tuple[dict, dict, list[str]]:
             "metrics": metrics,
             "params": parameters(start.model_cfg) if start.model_cfg is not None else None,
             "flops": table3_flops(cfg, start.model_cfg) if cfg is not None else None,
+            "measured": start.model_cfg is not None and is_measured(start.model_cfg),
             "run": start.slug,
         }
     for node in plan.order():
@@ -345,6 +353,8 @@ def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str], gl
         )
     if "flops" in spec.columns:
         lines.append(FLOPS_NOTE)
+    if any(c.note == MEASURED for r in rows for c in r.ours.values()):
+        lines.append(MEASURED_NOTE)
     lines += list(spec.notes)
     return lines
 

@@ -82,6 +82,9 @@ def header(column: str) -> str:
     return HEADERS.get(column, column)
 
 
+MEASURED = "†"  # a params or FLOPs cell measured from the built blocks of a user's module
+
+
 @dataclass
 class Cell:
     """One aggregated number: the value, its standard error (mean only) and how many runs."""
@@ -100,9 +103,9 @@ class Cell:
         if column == "diverged":
             return f"{int(self.value)}/{self.n}"
         if column == "params":
-            return f"{self.value / 1e6:.2f}M"
+            return f"{self.value / 1e6:.2f}M{self.note}"
         if column == "flops":
-            return f"{self.value:.1e}"
+            return f"{self.value:.1e}{self.note}"
         if column.startswith("pretrain."):
             return f"{self.value:.3g}"
         s = f"{self.value:.1f}"
@@ -200,10 +203,8 @@ def variant_row(
     ours: dict[str, Cell] = {}
     by_seed: dict[str, dict[int, float]] = {}  # the seed scores of the columns aggregated over seeds
     for col in columns:
-        if col == "params":
-            ours[col] = Cell(pretrain["params"] if pretrain else None, n=1)
-        elif col == "flops":
-            ours[col] = Cell(pretrain["flops"] if pretrain else None, n=1)
+        if col in ("params", "flops"):  # † measured from a user's module (models/stats.py)
+            ours[col] = Cell(pretrain[col] if pretrain else None, n=1, note=MEASURED if (pretrain or {}).get("measured") else "")
         elif col.startswith("pretrain."):
             metrics = (pretrain or {}).get("metrics") or {}
             ours[col] = Cell(metrics.get(col.split(".", 1)[1]), n=1)
