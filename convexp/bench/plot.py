@@ -104,7 +104,9 @@ def plot_record(path: Path, out_dir: Path) -> Path:
     ax.set_xlabel(axis)
     ax.margins(x=0.15)
     ax.set_title(title, fontsize=9)
-    fig.text(0.01, 0.01, f"{machine(record)} · {date(record, path)} · {path.name}", fontsize=7, color="#555555")
+    load = record.get("load_average") or (record.get("machine") or {}).get("load_average")
+    busy = f" · load average {load[0]:.1f}" if load else ""
+    fig.text(0.01, 0.01, f"{machine(record)} · {date(record, path)}{busy} · {path.name}", fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{path.stem}.png"

@@ -247,6 +247,7 @@ def bench_pretrain(
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),  # the plots say how busy the machine was
     }
     out = Path(record_dir) if record_dir else outputs / "bench"
     out.mkdir(parents=True, exist_ok=True)
