@@ -72,7 +72,7 @@ def _param_rows(cmd) -> list[str]:
             name = " / ".join(f"`{n}`" for n in names)
             kind = "flag" if p.is_flag else "count" if getattr(p, "count", False) else f"option ({_param_type(p)})"
         default = p.default
-        shown = "" if default in (None, (), []) or callable(default) else f"`{default}`"
+        shown = "" if default in (None, (), [], "") or callable(default) else f"`{default}`"
         text = " ".join((getattr(p, "help", None) or "").split()).replace("|", "\\|")
         rows.append(f"| {name} | {kind} | {shown} | {text} |")
     return rows
