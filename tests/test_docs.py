@@ -210,6 +210,16 @@ def test_dev_py_demo_plans(tmp_path, monkeypatch):
     assert res.exit_code == 0 and dev.DEMO[0] == "ablate", res.output[-2000:]
 
 
+def test_the_named_sweeps_table_lists_every_sweep():
+    """README's and the Sweeps page's table: every sweep file of convexp/conf/sweep, and no other."""
+    from convexp.config.compose import CONF_DIR
+
+    sweeps = {p.stem for p in (CONF_DIR / "sweep").glob("*.yaml")}
+    for page in (ROOT / "README.md", DOCS / "sweeps.md"):
+        table = set(re.findall(r"^\| `([\w-]+)` \| (?:ConvBERT|Chang|BERMO|MLM)", page.read_text(), re.M))
+        assert table == sweeps, f"{page.name}: missing {sweeps - table}, extra {table - sweeps}"
+
+
 def test_dev_py_verbs_in_the_docs_exist():
     spec = importlib.util.spec_from_file_location("dev", ROOT / "dev.py")
     dev = importlib.util.module_from_spec(spec)
