@@ -265,10 +265,13 @@ GENERATED = {"cli": cli_markdown, "config": config_markdown, "bench-plots": plot
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
+    """``<!-- generated: NAME -->`` (up to ``<!-- /generated -->`` where one follows: a note for
+    readers of the source tree) becomes the generated text."""
     for name, make in GENERATED.items():
-        marker = f"<!-- generated: {name} -->"
-        if marker in markdown:
-            markdown = markdown.replace(marker, make())
+        marker = re.compile(rf"<!-- generated: {name} -->(?:.*?<!-- /generated -->)?", re.S)
+        if marker.search(markdown):
+            text = make()
+            markdown = marker.sub(lambda _: text, markdown)
     return markdown
 
 
