@@ -281,8 +281,12 @@ def bench_data_cmd(
 
 @bench_app.command("plot")
 def bench_plot_cmd(
-    records: List[Path] = typer.Argument(..., help="JSON records of the bench commands, or folders of them (e.g. outputs/bench)."),
-    out: Path = typer.Option(Path("bench-plots"), "--out", help="Folder for the PNGs (one per record, named after it)."),
+    records: List[Path] = typer.Argument(
+        ..., help="JSON records of the bench commands, or folders of them (e.g. outputs/bench)."
+    ),
+    out: Path = typer.Option(
+        Path("bench-plots"), "--out", help="Folder for the PNGs (one per record, named after it)."
+    ),
 ) -> None:
     """Plot benchmark records: one PNG per record, titled with what was measured and footed with
     the GPU or CPU it ran on and the date (the docs' performance page is drawn by the same code)."""

@@ -43,7 +43,8 @@ def date(record: dict, path: Path) -> str:
         return str(when)[:10]
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).strftime("%Y-%m-%d") + " (file date)"
+    modified = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
+    return modified.strftime("%Y-%m-%d") + " (file date)"
 
 
 def bars(record: dict) -> tuple[str, str, list[tuple[str, float]]]:
@@ -62,7 +63,8 @@ def bars(record: dict) -> tuple[str, str, list[tuple[str, float]]]:
         rate = "examples_per_s" if k == "finetune" else "windows_per_s"
         job = record["job"]
         what = "SST-2" if k == "finetune" else "SQuAD v1.1"
-        title = f"whole {what} fine-tune: {job.get('model')}, {job.get('precision')}, median of {record['repeats']}"
+        title = (f"whole {what} fine-tune: {job.get('model')}, {job.get('precision')}, "
+                 f"median of {record['repeats']}")  # fmt: skip
         rows = []
         for setting, block in record["summary"].items():
             for tool, v in block.items():
@@ -106,7 +108,8 @@ def plot_record(path: Path, out_dir: Path) -> Path:
     ax.set_title(title, fontsize=9)
     load = record.get("load_average") or (record.get("machine") or {}).get("load_average")
     busy = f" · load average {load[0]:.1f}" if load else ""
-    fig.text(0.01, 0.01, f"{machine(record)} · {date(record, path)}{busy} · {path.name}", fontsize=7, color="#555555")
+    footer = f"{machine(record)} · {date(record, path)}{busy} · {path.name}"
+    fig.text(0.01, 0.01, footer, fontsize=7, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{path.stem}.png"
