@@ -150,7 +150,8 @@ def _parse(args: list[str]) -> None:
     cmd.make_context(cmd.name, args)
 
 
-@pytest.mark.parametrize("where,line", distinct_examples(), ids=[f"{w} {c[:60]}" for w, c in distinct_examples()])
+@pytest.mark.parametrize("where,line", distinct_examples(),
+                         ids=[f"{w} {c[:60]}" for w, c in distinct_examples()])  # fmt: skip
 def test_every_documented_command_composes_plans_or_runs(where, line, tmp_path, monkeypatch):
     from convexp.cli import app
 
@@ -169,13 +170,15 @@ def test_every_documented_command_composes_plans_or_runs(where, line, tmp_path, 
             load_sweep(args[1])
         return
     res = CliRunner().invoke(app, args, env={"COLUMNS": "100"})
-    assert res.exit_code == 0, f"{where}: `{line}` ({kind}: convexp {shlex.join(args)}) exited {res.exit_code}:\n{res.output[-2000:]}"
+    how = f"{kind}: convexp {shlex.join(args)}"
+    assert res.exit_code == 0, f"{where}: `{line}` ({how}) exited {res.exit_code}:\n{res.output[-2000:]}"
 
 
 def test_every_marked_block_says_why():
     for b in shell_blocks():
         if b.marked is not None:
-            assert any(r.lower() in b.marked.lower() for r in REASONS), f"{b.where}: `{MARKER} {b.marked}` gives no reason a test cannot run it"
+            why = any(r.lower() in b.marked.lower() for r in REASONS)
+            assert why, f"{b.where}: `{MARKER} {b.marked}` gives no reason a test cannot run it"
 
 
 def test_the_examples_are_counted():
@@ -184,7 +187,8 @@ def test_the_examples_are_counted():
     marked = [b for b in shell_blocks() if b.marked is not None]
     marked_lines = sum(len(command_lines(b)) for b in marked)
     print(f"\nconvexp lines: {kinds.count('compose')} composed, {kinds.count('parse')} parsed, "
-          f"{kinds.count('run')} run as written; {len(marked)} blocks marked ({marked_lines} convexp lines)")  # fmt: skip
+          f"{kinds.count('run')} run as written; {len(marked)} blocks marked "
+          f"({marked_lines} convexp lines)")  # fmt: skip
     assert kinds and "compose" in kinds and "run" in kinds
 
 
@@ -227,12 +231,13 @@ def test_dev_py_verbs_in_the_docs_exist():
     source = (ROOT / "dev.py").read_text()
     for page in PAGES:
         for verb in re.findall(r"python3 dev\.py (\w+)", page.read_text()):
-            assert f'verb == "{verb}"' in source, f"{page.name}: `python3 dev.py {verb}` is not a verb of dev.py"
+            assert f'verb == "{verb}"' in source, f"{page.name}: `python3 dev.py {verb}` is not dev.py's"
 
 
 # ----------------------------------------------------------------------------- smoke runs (slow tier)
 
-SMOKE = re.compile(r"scale=smoke .*init=outputs/runs/pretrain/<id>|init=outputs/runs/pretrain/<id> .*scale=smoke")
+SMOKE = re.compile(r"scale=smoke .*init=outputs/runs/pretrain/<id>"
+                   r"|init=outputs/runs/pretrain/<id> .*scale=smoke")
 
 
 def smoke_examples() -> list[tuple[str, str]]:
@@ -260,7 +265,8 @@ def test_cli_reference_has_every_command_and_option_and_no_other():
     tree = ref.command_tree()
     headings = set(re.findall(r"^## `(convexp[^`]*)`$", text, re.M))
     assert headings == set(tree), f"missing {set(tree) - headings}, extra {headings - set(tree)}"
-    sections = dict(zip(re.findall(r"^## `(convexp[^`]*)`$", text, re.M), re.split(r"^## `convexp[^`]*`$", text, flags=re.M)[1:]))
+    names = re.findall(r"^## `(convexp[^`]*)`$", text, re.M)
+    sections = dict(zip(names, re.split(r"^## `convexp[^`]*`$", text, flags=re.M)[1:]))
     for path, cmd in tree.items():
         for p in cmd.params:
             for opt in [*p.opts, *p.secondary_opts]:
@@ -298,12 +304,11 @@ def test_config_reference_has_every_group_and_key_and_no_other():
         expected |= names
         assert f"## `{key}`" in text
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "sweep"}
-    assert listed == groups, f"groups without an entry: {groups - listed}, entries of no group: {listed - groups}"
+    assert listed == groups, f"groups without an entry: {groups - listed}, not groups: {listed - groups}"
     assert entries == expected, f"missing {expected - entries}, extra {entries - expected}"
-    for group, schema_key in (("trainer", "trainer"), ("optim", "optim"), ("data", "data"), ("tokenizer", "tokenizer"),
-                              ("objective", "objective"), ("logger", "logger"), ("launcher", "launcher")):  # fmt: skip
+    for group in ("trainer", "optim", "data", "tokenizer", "objective", "logger", "launcher"):
         for f in sorted((CONF_DIR / group).glob("*.yaml")):
-            unknown = {k for k in _yaml_keys(f) if f"{schema_key}.{k}" not in entries}
+            unknown = {k for k in _yaml_keys(f) if f"{group}.{k}" not in entries}
             assert not unknown, f"conf/{group}/{f.name} sets {unknown}, which the reference has no entry for"
     for f in sorted((CONF_DIR / "model").glob("*.yaml")):
         unknown = {k for k in _yaml_keys(f) if f"model.{k}" not in entries}
@@ -333,7 +338,8 @@ def test_bench_plot_draws_a_users_records_and_refuses_what_is_not_one(tmp_path):
 
     record = {"benchmark": "pretrain", "time": "2026-11-29T01:00:00+00:00", "model": "convbert-small",
               "objective": "mlm", "batch_size": 32, "seq_len": 64, "precision": "32-true", "device": "cpu",
-              "cpu": "Some CPU", "cpus": 2, "bare_tokens_per_s": 20000.0, "stage_tokens_per_s": 19000.0}  # fmt: skip
+              "cpu": "Some CPU", "cpus": 2, "bare_tokens_per_s": 20000.0,
+              "stage_tokens_per_s": 19000.0}  # fmt: skip
     records = tmp_path / "bench"
     records.mkdir()
     (records / "pretrain-1.json").write_text(json.dumps(record))

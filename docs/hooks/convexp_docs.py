@@ -70,7 +70,8 @@ def _param_rows(cmd) -> list[str]:
         else:
             names = [*p.opts, *p.secondary_opts]
             name = " / ".join(f"`{n}`" for n in names)
-            kind = "flag" if p.is_flag else "count" if getattr(p, "count", False) else f"option ({_param_type(p)})"
+            counted = getattr(p, "count", False)
+            kind = "flag" if p.is_flag else "count" if counted else f"option ({_param_type(p)})"
         default = p.default
         shown = "" if default in (None, (), [], "") or callable(default) else f"`{default}`"
         text = " ".join((getattr(p, "help", None) or "").split()).replace("|", "\\|")
@@ -179,7 +180,8 @@ def schema_rows(key: str, schema: type) -> list[tuple[str, str, str, str, str]]:
             default = f.default_factory()
         else:
             default = "???"
-        shown = "null" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
+        shown = "null" if default is None else str(default)
+        shown = shown.lower() if isinstance(default, bool) else shown
         dotted = f.name if key in STAGES else f"{key}.{f.name}"
         rows.append((dotted, _type_name(hints[f.name]), shown, allowed(schema, f.name, hints[f.name]),
                      notes.get(f.name, "")))  # fmt: skip
@@ -214,9 +216,11 @@ def config_markdown() -> str:
     groups = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "sweep")
     out += ["## Config groups", "", "| group | options (the first line of each file) |", "|---|---|"]
     for g in groups:
-        opts = "<br>".join(f"`{p.stem}`: {_first_comment(p)}".rstrip(": ") for p in sorted((CONF_DIR / g).glob("*.yaml")))
+        files = sorted((CONF_DIR / g).glob("*.yaml"))
+        opts = "<br>".join(f"`{p.stem}`: {_first_comment(p)}".rstrip(": ") for p in files)
         out.append(f"| `{g}` | {opts.replace('|', chr(92) + '|')} |")
-    out += ["", "Named sweeps (`sweep/`): `convexp ablate --list` and [Sweeps and reports](../sweeps.md).", ""]
+    out += ["", "Named sweeps (`sweep/`): `convexp ablate --list` and [Sweeps and reports](../sweeps.md).",
+            ""]  # fmt: skip
     for key, schema in schemas().items():
         title = f"`{key}` (the stage's own keys)" if key in STAGES else f"`{key}`"
         doc = inspect.cleandoc(schema.__doc__ or "").split("\n\n")[0].replace("\n", " ")
@@ -255,7 +259,8 @@ def plots_markdown() -> str:
         record = json.loads(path.read_text())
         title = bars(record)[0]
         out += [f"![{title}]({PLOTS}/{path.stem}.png)", "",
-                f"*{title}* — {machine(record)}, {date(record, path)}; record `docs/bench/{path.name}`.", ""]  # fmt: skip
+                f"*{title}* — {machine(record)}, {date(record, path)}; record `docs/bench/{path.name}`.",
+                ""]  # fmt: skip
     return "\n".join(out) or "(no records in docs/bench/)"
 
 
