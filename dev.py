@@ -5,6 +5,8 @@ registries are all it needs):
     python3 dev.py demo    the ten-minute path: a smoke sweep of one ablation and its report;
                            prints the figure's path at the end
     python3 dev.py test    the default test tier (extra arguments go to pytest)
+    python3 dev.py docs    the documentation site, served at http://127.0.0.1:8000 (extra
+                           arguments go to mkdocs serve)
 
 Set-up, skipped where it is done (a second call spends seconds on it):
 
@@ -13,8 +15,9 @@ Set-up, skipped where it is done (a second call spends seconds on it):
 2. torch, if the venv has none: ``$CONVEXP_TORCH`` when set (a pip requirement, e.g.
    ``torch==2.13.0``, or a wheel's path); else PyPI's CUDA build where ``nvidia-smi`` finds a GPU;
    else the CPU-only build from pytorch.org's CPU index.
-3. convexp itself, editable (``pip install -e .``; ``.[test]`` for ``test``), again only when
-   pyproject.toml or the extras changed since the last install (``.venv/.convexp-install``).
+3. convexp itself, editable (``pip install -e .``; ``.[test]`` for ``test``, ``.[docs]`` for
+   ``docs``), again only when pyproject.toml or the extras changed since the last install
+   (``.venv/.convexp-install``).
 """
 
 from __future__ import annotations
@@ -119,12 +122,19 @@ def test(args: list[str]) -> int:
     return subprocess.run([str(BIN / "pytest"), *TESTS, *args], cwd=ROOT).returncode
 
 
+def docs(args: list[str]) -> int:
+    set_up("docs")
+    return subprocess.run([str(BIN / "mkdocs"), "serve", *args], cwd=ROOT).returncode
+
+
 def main() -> int:
     verb, rest = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
     if verb == "demo" and not rest:
         return demo()
     if verb == "test":
         return test(rest)
+    if verb == "docs":
+        return docs(rest)
     print(__doc__.split("\n\n")[0].split("\n", 1)[1], file=sys.stderr)
     return 2
 

@@ -53,6 +53,9 @@ def _readme_invocations(readme: str):
     tree = _command_tree()
     pieces = [line.split(" #")[0] for line in readme.splitlines()] + re.findall(r"`([^`\n]+)`", readme)
     for piece in pieces:
+        for m in re.finditer(r"\bconvexp((?: --(?:user|config)-dir \S+)+)", piece):  # global, with a folder
+            yield "", set(re.findall(r"--[a-z][a-z-]*", m.group(1)))
+        piece = re.sub(r"\bconvexp(?: --(?:user|config)-dir \S+)+", "convexp", piece)
         for m in re.finditer(r"\bconvexp((?: [a-z][a-z-]*)*)([^`|]*)", piece):
             words = m.group(1).split()
             path = ""
@@ -61,20 +64,28 @@ def _readme_invocations(readme: str):
             yield path, set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", m.group(2) + " " + " ".join(words)))
 
 
-def test_every_command_and_flag_the_readme_shows_exists_and_vice_versa():
-    readme = (ROOT / "README.md").read_text()
+def _readme_and_site() -> str:
+    """README.md and the documentation site's pages (docs/), as one text."""
+    pages = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if "hooks" not in p.parts)]
+    return "\n".join(p.read_text() for p in pages)
+
+
+def test_every_command_and_flag_the_docs_show_exists_and_vice_versa():
+    """Every `convexp ...` of README.md and the site (docs/) names commands and flags that exist, and
+    every command and option is told about in the written pages (the generated CLI reference aside)."""
+    readme = _readme_and_site()
     tree = _command_tree()
     shown = {}
     for path, flags in _readme_invocations(readme):
         shown.setdefault(path, set()).update(flags)
         unknown = flags - set().union(*tree[path], *tree[""]) - {"--help"}
-        assert not unknown, f"README shows `convexp {path}` with {sorted(unknown)}, which --help does not have"
+        assert not unknown, f"the docs show `convexp {path}` with {sorted(unknown)}, which --help does not have"
     for path, (options, _negations) in tree.items():
         if path:  # a group (finetune) through its commands
-            assert any(p == path or p.startswith(f"{path} ") for p in shown), f"`convexp {path}` is not in the README"
+            assert any(p == path or p.startswith(f"{path} ") for p in shown), f"`convexp {path}` is not in the docs"
         typer_own = {"--help", "--install-completion", "--show-completion"}
         undocumented = {o for o in options - typer_own if o not in readme}
-        assert not undocumented, f"`convexp {path}`'s {sorted(undocumented)} are not in the README"
+        assert not undocumented, f"`convexp {path}`'s {sorted(undocumented)} are not in the docs"
 
 
 def test_ci_runs_the_readme_cpu_install_block():

@@ -325,14 +325,15 @@ print(json.dumps({"env": type(env).__name__, "global_rank": trainer.global_rank,
 
 
 @pytest.mark.slow
-def test_readme_multi_node_pretraining_script_gives_each_task_its_rank_and_batch(slurm, tmp_path):
-    """The README's sbatch script on 2 nodes x 2 tasks (CPU): the environment Lightning derives in
-    each srun task (ranks, world size) and the per-device batch of the paper-scale global batch."""
+def test_docs_multi_node_pretraining_script_gives_each_task_its_rank_and_batch(slurm, tmp_path):
+    """The docs' sbatch script (docs/pretraining.md) on 2 nodes x 2 tasks (CPU): the environment
+    Lightning derives in each srun task (ranks, world size) and the per-device batch of the
+    paper-scale global batch."""
     import json
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[1] / "docs" / "pretraining.md").read_text()
     [script] = [b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "#SBATCH" in b and "srun convexp pretrain" in b]
     small = (
         script.replace("--nodes=4", "--nodes=2")
@@ -343,7 +344,7 @@ def test_readme_multi_node_pretraining_script_gives_each_task_its_rank_and_batch
         .replace("trainer.precision=bf16-mixed", "trainer.precision=32-true")
         .replace("srun convexp pretrain", f"srun --output={tmp_path}/task-%t.out python {tmp_path}/probe.py pretrain")
     )
-    assert small.count("=2") >= 4 and "probe.py" in small  # the README's script still has these settings
+    assert small.count("=2") >= 4 and "probe.py" in small  # the docs' script still has these settings
     (tmp_path / "probe.py").write_text(PROBE)
     (tmp_path / "pretrain.sh").write_text(small)
     job = _sh(slurm, "sbatch", "--parsable", f"--output={tmp_path}/job.out", str(tmp_path / "pretrain.sh")).strip()

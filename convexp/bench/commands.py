@@ -4,7 +4,7 @@ this one; a bad option is one line and exit code 2 (a UserError, as every comman
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -279,3 +279,21 @@ def bench_data_cmd(
     if examples not in EXAMPLES:
         _refuse(f"--examples {examples!r}: use one of {', '.join(EXAMPLES)}")
     bench_data(size, vocab, seq_len, examples, processes, repeats, out, workdir, hf=not skip_hf)
+
+
+@bench_app.command("plot")
+def bench_plot_cmd(
+    records: List[Path] = typer.Argument(
+        ..., help="JSON records of the bench commands, or folders of them (e.g. outputs/bench)."
+    ),
+    out: Path = typer.Option(
+        Path("bench-plots"), "--out", help="Folder for the PNGs (one per record, named after it)."
+    ),
+) -> None:
+    """Plot benchmark records: one PNG per record, titled with what was measured and footed with
+    the GPU or CPU it ran on and the date (the docs' performance page is drawn by the same code)."""
+    from .plot import plot_records
+
+    for path in plot_records(records, out):
+        typer.echo(f"wrote {path}")
+

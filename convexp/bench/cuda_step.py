@@ -187,7 +187,10 @@ def run_cuda_benchmarks(rounds: int, hf: bool, compile_modes: tuple[str, ...] = 
     ratio = _ratio(rows, "convbert_small", "electra_small")
     if ratio:
         out.print(f"ConvBERT-small step / ELECTRA-small step (convexp, eager): {ratio:.2f}")
-    return {"device": device, "matmul_tflops": peak, "rows": rows}
+    import datetime as dt
+
+    when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # the plots' date
+    return {"device": device, "time": when, "torch": torch.__version__, "matmul_tflops": peak, "rows": rows}
 
 
 def _ratio(rows: list[dict], a: str, b: str) -> float | None:

@@ -301,7 +301,10 @@ def drop_keys(d: dict, *keys: str) -> dict:
 def machine_info() -> dict:
     import torch
 
+    import datetime as dt
+
     info = {
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),  # the plots' date
         "cpus": os.cpu_count(),
         "cpu": cpu_name(),
         "load_average": os.getloadavg(),

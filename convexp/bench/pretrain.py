@@ -217,6 +217,8 @@ def bench_pretrain(
     real_tokens = before["tokens"] if bare else _batch_tokens(cfg, data)
     bare_rate = real_tokens / seconds if bare else None
     cuda = torch.cuda.is_available() and (before["device"] if bare else cfg.trainer.accelerator) != "cpu"
+    from .jobs import cpu_name
+
     record = {
         "benchmark": "pretrain",
         "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -232,6 +234,7 @@ def bench_pretrain(
         "bare_tokens_per_s": bare_rate,
         "bare_step_memory_mib": before["memory_mib"] if bare else None,  # GPU: the device's peak allocation
         "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "cpu": cpu_name(),  # the plots' machine on a CPU run
         "peak_rss_mib": _peak_rss_mib(),
         "stage_tokens_per_s": stage["tokens_per_s"],
         "stage_wall_time_s": stage["wall_time_s"],
@@ -244,6 +247,7 @@ def bench_pretrain(
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),  # the plots say how busy the machine was
     }
     out = Path(record_dir) if record_dir else outputs / "bench"
     out.mkdir(parents=True, exist_ok=True)

@@ -328,10 +328,9 @@ def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
 
 def _configs_only(d: Path) -> Path:
     """What Hydra is shown of a user's directory: its config groups (the folders named as the
-    built-in ones: model/, task/, sweep/ ...) and top-level YAML files, as links in a folder of this
-    process's own. Hydra takes every folder of a search-path directory for a config group, so
-    ``--user-dir .`` in a project folder would make its ``outputs/`` (the run store) a group and
-    ``outputs=...`` an unknown default."""
+    built-in ones: model/, sweep/ ...) and top-level YAML files, linked from a folder of this
+    process's own. Hydra takes every folder of a search-path directory for a group: ``--user-dir .``
+    would make a project's ``outputs/`` (the run store) one, and ``outputs=...`` an unknown default."""
     import atexit
     import shutil
     import tempfile
@@ -393,9 +392,7 @@ def stage_overrides(stage: str, overrides: list[str]) -> list[str]:
 def _model_key(key: str) -> bool:
     """Whether ``key`` is ``model.<a ModelConfig field>`` (or a key below one: model.mixer_options.k)."""
     from dataclasses import fields
-
     from ..models.config import ModelConfig
-
     head, _, rest = key.partition(".")
     return head == "model" and rest.split(".")[0] in {f.name for f in fields(ModelConfig)}
 
