@@ -389,28 +389,36 @@ def test_scontrol_requeue_of_a_running_pretraining_on_a_real_slurm_resumes_clean
 
 @pytest.mark.slow
 def test_submitit_time_limit_warning_on_a_real_slurm_requeues_and_resumes(real_slurm, tmp_path):
-    """A sweep job of a 2-minute limit: SLURM sends submitit's USR2 (``--signal=USR2@90``) before
-    it; the run checkpoints at the end of its step, submitit requeues the job, which resumes the
-    run until it finishes."""
+    """A sweep job of a 3-minute limit, held in its second checkpoint until SLURM has sent
+    submitit's USR2 (``--signal=USR2@90``: 90 s before the limit): the run stops at the end of
+    that step, checkpoints, submitit requeues the job, and the requeued job resumes the run."""
     import json
+    import subprocess
 
-    from helpers import SHRINK, statuses
+    from helpers import SHRINK, held_at_second_checkpoint, ledger, release, statuses
+
+    from convexp.sweep import slurm
 
     sweep = write_sweep(tmp_path / "t.yaml", {"a": {}}, finetune=False)
-    steps = ["pretrain.trainer.max_steps=4000", "pretrain.trainer.checkpoint_every_n_steps=50",
-             "pretrain.trainer.val_every_n_steps=2000"]  # fmt: skip
-    args = [str(sweep), *SHRINK, *steps, "launcher=submitit", "launcher.cluster=slurm", *FITS, "launcher.timeout_min=2"]
-    out = tmp_path / "out"
-    env = {"WANDB_MODE": "disabled"}
-    res = convexp("ablate", *args, "launcher.poll_s=2", "--follow", outputs=out, env=env, timeout=1500)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    steps = ["pretrain.trainer.max_steps=60", "pretrain.trainer.checkpoint_every_n_steps=20",
+             "pretrain.trainer.val_every_n_steps=30"]  # fmt: skip
+    args = [str(sweep), *SHRINK, *steps, "launcher=submitit", "launcher.cluster=slurm", *FITS, "launcher.timeout_min=3"]
+    out, hold = tmp_path / "out", tmp_path / "hold"
+    proc = held_at_second_checkpoint(["ablate", *args, "launcher.poll_s=2", "--follow"], out, hold, {"WANDB_MODE": "disabled"},
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    job = ledger(out, "t")["nodes"]["pretrain/a"]["job"]
+    # USR2 goes out once 90 s are left, on SLURM's periodic check (every 30 s at most)
+    _until(lambda: slurm.jobs([job]).get(job, slurm.Job(job, "")).elapsed >= 125, 400, "125 s of the job")
+    release(hold)
+    stdout, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, stdout[-3000:]
     assert statuses(out, "t") == {"pretrain/a": "done"}
     [run] = out.glob("runs/pretrain/*")
     s = json.loads((run / "status.json").read_text())
     kinds = [a["status"] for a in s["attempts"]]
     assert kinds[0] == "interrupted" and kinds[-1] == "finished" and set(kinds[1:-1]) <= {"interrupted"}, s
-    assert "SIGUSR2 (time limit) at step" in s["attempts"][0]["error"] and "requeued by the job runner" in s["attempts"][0]["error"]
-    assert json.loads((run / "metrics.json").read_text())["steps"] == 4000
+    assert s["attempts"][0]["error"].startswith("interrupted by SIGUSR2 (time limit) at step 40: checkpointed"), s
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 60
 
 
 # ----------------------------------------------------------------------------- multi-node pre-training
