@@ -130,9 +130,10 @@ def _hold(phase, first=5):
     _calls.append(phase)
     if len(_calls) != first:
         return
-    (_folder / "held").write_text(phase)
     while True:
-        try:
+        try:  # "held" written inside: a signal that comes as it is written is swallowed too
+            if not (_folder / "held").exists():
+                (_folder / "held").write_text(phase)
             while not (_folder / "release").exists():
                 time.sleep(0.01)
             return
