@@ -50,7 +50,10 @@ WARNINGS = (
 # its source), asking nothing of a run started there. Inside a job the hint may matter (a multi-GPU
 # job step started without srun) and stays.
 OUTSIDE_A_JOB = (
-    (r"The `srun` command is available on your system but is not used", "a login node: no job, nothing to do"),
+    (
+        r"The `srun` command is available on your system but is not used",
+        "a login node: no job, nothing to do",
+    ),
 )
 
 

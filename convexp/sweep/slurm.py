@@ -1,5 +1,6 @@
 """What SLURM says about a sweep's jobs (``squeue`` for those it still holds, ``sacct`` for the
-rest where accounting is kept) and cancelling them (``scancel``). Job ids are SLURM's: ``N`` or, for an array task, ``N_T``."""
+rest where accounting is kept) and cancelling them (``scancel``). Job ids are SLURM's: ``N`` or,
+for an array task, ``N_T``."""
 
 from __future__ import annotations
 

@@ -389,10 +389,13 @@ def _stopped_while_stopping(trainer: pl.Trainer, health: Health, runner, error: 
     broke = error_line(error)
     if health.requeue_requested:
         _checkpoint_and_requeue(trainer, health.requeue_signal, runner, save=False, why=broke)
-    raise RunInterrupted(f"SIGTERM at step {trainer.global_step} ({broke} while stopping; the last checkpoint is kept)")
+    step = trainer.global_step
+    raise RunInterrupted(f"SIGTERM at step {step} ({broke} while stopping; the last checkpoint is kept)")
 
 
-def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str, runner=None, save: bool = True, why: str = "") -> None:
+def _checkpoint_and_requeue(
+    trainer: pl.Trainer, signame: str, runner=None, save: bool = True, why: str = ""
+) -> None:
     """Save ``last.ckpt`` where the run's ModelCheckpoint writes, have the job requeued (by the job
     runner's handler ``runner`` when there is one, else ``scontrol requeue``) and raise
     RunInterrupted so the attempt is recorded ``interrupted``, exiting with the runner's code.
@@ -415,4 +418,5 @@ def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str, runner=None, save
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
         if done.returncode != 0:
             print(f"warning: scontrol requeue {job} failed: {done.stderr.strip()}", file=sys.stderr)
-    raise RunInterrupted(f"{signame} (SLURM time limit) at step {trainer.global_step}: {saved}, job {job} requeued")
+    step = trainer.global_step
+    raise RunInterrupted(f"{signame} (SLURM time limit) at step {step}: {saved}, job {job} requeued")
