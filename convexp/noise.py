@@ -9,6 +9,7 @@ Library users who import convexp keep their own logging and warnings: only the C
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 # Loggers whose INFO lines are dropped (warnings and errors still shown).
@@ -22,6 +23,8 @@ LOGGERS = {
     "lightning_fabric.utilities.distributed": "'Initializing distributed: GLOBAL_RANK ...', once per process",
     "lightning.pytorch.utilities.rank_zero": "the same, under the `lightning` package name",
     "lightning.fabric.utilities.rank_zero": "the same, under the `lightning` package name",
+    # "[rank: 0] Received SIGTERM: 15": convexp says the run was interrupted and how it resumes
+    "pytorch_lightning.trainer.connectors.signal_connector": "Lightning's note of a SIGTERM",
 }
 
 # Warnings ignored: (regular expression the message starts with, why).
@@ -38,6 +41,18 @@ WARNINGS = (
         r"The '(train|val)_dataloader' does not have many workers",
         "convexp sizes its loaders itself (pre-training batches come from a background thread; "
         "trainer.num_workers sets the workers where they help)",
+    ),
+)
+
+
+# Ignored outside a SLURM job only (no SLURM_JOB_ID): on a login node, where `srun` exists but no job
+# runs, Lightning warns at every Trainer that `srun` is not used (~300 characters with a path to
+# its source), asking nothing of a run started there. Inside a job the hint may matter (a multi-GPU
+# job step started without srun) and stays.
+OUTSIDE_A_JOB = (
+    (
+        r"The `srun` command is available on your system but is not used",
+        "a login node: no job, nothing to do",
     ),
 )
 
@@ -60,5 +75,6 @@ def quiet(verbose: bool = False) -> None:
         return
     for name in LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    for message, _why in WARNINGS:
+    outside = () if "SLURM_JOB_ID" in os.environ else OUTSIDE_A_JOB
+    for message, _why in (*WARNINGS, *outside):
         warnings.filterwarnings("ignore", message=message)

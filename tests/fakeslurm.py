@@ -443,8 +443,9 @@ def _clock(seconds: float) -> str:
 
 
 def squeue(args: list[str]) -> None:
-    """``squeue [-h] [-r] [-j IDS] [-o FORMAT]``: %i id, %T state, %r reason, %M time used, %j name."""
-    fmt, ids, header = "%.18i %.9j %.8T %.10M %r", None, True
+    """``squeue [-h] [-r] [-t all] [-j IDS] [-o FORMAT]``: %i id, %T state, %r reason, %M time used,
+    %j name; ``-t all``: ended jobs too."""
+    fmt, ids, header, states = "%.18i %.9j %.8T %.10M %r", None, True, ACTIVE
     it = iter(args)
     for a in it:
         if a in ("-h", "--noheader"):
@@ -453,6 +454,8 @@ def squeue(args: list[str]) -> None:
             fmt = next(it)
         elif a.startswith("--format="):
             fmt = a.split("=", 1)[1]
+        elif a in ("-t", "--states"):
+            states = None if next(it).lower() == "all" else ACTIVE
         elif a in ("-j", "--jobs"):
             ids = next(it).split(",")
         elif a.startswith("--jobs="):
@@ -469,7 +472,7 @@ def squeue(args: list[str]) -> None:
     if header:
         print(line(None))
     for j in jobs:
-        if j["state"] in ACTIVE:
+        if states is None or j["state"] in states:
             print(line(j))
 
 

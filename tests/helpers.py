@@ -105,12 +105,88 @@ TorchCheckpointIO.save_checkpoint = _held_save
 """
 
 
+# sitecustomize for a pre-training subprocess: hold the run inside one phase of a training step
+# ($CONVEXP_TEST_PHASE: data, forward, backward, optimizer, checkpoint, validation) at its fifth
+# occurrence (the first checkpoint, the first validation), writing "held"; a KeyboardInterrupt that
+# comes while held is swallowed (as a finalizer or a library's `except BaseException` would),
+# writing "swallowed", and the run goes on once "release" exists.
+PHASE_HOOK = """
+import os, time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from convexp.tasks.pretraining import batches, stage
+
+_folder, _phase = Path(os.environ["CONVEXP_TEST_HOLD"]), os.environ["CONVEXP_TEST_PHASE"]
+_calls = []
+
+
+def _hold(phase, first=5):
+    if phase != _phase:
+        return
+    _calls.append(phase)
+    if len(_calls) != first:
+        return
+    while True:
+        try:  # "held" written inside: a signal that comes as it is written is swallowed too
+            if not (_folder / "held").exists():
+                (_folder / "held").write_text(phase)
+            while not (_folder / "release").exists():
+                time.sleep(0.01)
+            return
+        except KeyboardInterrupt:
+            (_folder / "swallowed").write_text(phase)
+
+
+def _wrap(owner, name, phase, first=5):
+    original = getattr(owner, name)
+
+    def held(*args, **kwargs):
+        _hold(phase, first)
+        return original(*args, **kwargs)
+
+    setattr(owner, name, held)
+
+
+_wrap(batches.Masker, "__call__", "data")  # a batch masked as the loader makes it
+_wrap(stage.PretrainModule, "training_step", "forward")
+_wrap(pl.LightningModule, "backward", "backward")
+_wrap(torch.optim.Optimizer, "zero_grad", "optimizer")  # the optimizer's step done, its gradients freed
+_wrap(stage.PretrainModule, "validation_step", "validation", first=1)
+_save = TorchCheckpointIO.save_checkpoint
+
+
+def _held_save(self, checkpoint, path, *args, **kwargs):
+    if Path(path).name.startswith("step="):
+        _hold("checkpoint", first=1)
+    return _save(self, checkpoint, path, *args, **kwargs)
+
+
+TorchCheckpointIO.save_checkpoint = _held_save
+"""
+
+
+def held_in_phase(args: list[str], outputs: Path, folder: Path, phase: str, env: dict | None = None,
+                  **popen) -> subprocess.Popen:  # fmt: skip
+    """Start `convexp pretrain ARGS` and return once it is held inside ``phase`` of a step
+    (PHASE_HOOK); ``release(folder)`` lets it go on."""
+    return _held(args, outputs, folder, PHASE_HOOK, {**(env or {}), "CONVEXP_TEST_PHASE": phase}, "in its " + phase, **popen)
+
+
 def held_at_second_checkpoint(args: list[str], outputs: Path, folder: Path, env: dict | None = None,
                               **popen) -> subprocess.Popen:  # fmt: skip
     """Start `convexp ARGS` (pre-training, or a sweep whose job pre-trains) and return once it is
     held before its second periodic checkpoint (HOLD_HOOK); ``release(folder)`` lets it go on."""
+    return _held(args, outputs, folder, HOLD_HOOK, env, "before its second checkpoint", **popen)
+
+
+def _held(args: list[str], outputs: Path, folder: Path, hook: str, env: dict | None, where: str,
+          **popen) -> subprocess.Popen:  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "sitecustomize.py").write_text(HOLD_HOOK)
+    (folder / "sitecustomize.py").write_text(hook)
     path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "WANDB_MODE": "offline", **(env or {}),
            "PYTHONPATH": path, "CONVEXP_TEST_HOLD": str(folder)}  # fmt: skip
@@ -118,7 +194,7 @@ def held_at_second_checkpoint(args: list[str], outputs: Path, folder: Path, env:
     proc = subprocess.Popen([sys.executable, "-m", "convexp.cli", *args], env=env, **popen)
     while not (folder / "held").exists():
         if proc.poll() is not None:
-            raise AssertionError(f"convexp {' '.join(args)} ended (exit {proc.returncode}) before its second checkpoint")
+            raise AssertionError(f"convexp {' '.join(args)} ended (exit {proc.returncode}) before it was held {where}")
         time.sleep(0.02)
     return proc
 

@@ -54,14 +54,30 @@ def test_a_cpu_run_on_a_gpu_host_says_so(monkeypatch):
     assert cpu_on_gpu_host(OmegaConf.create({"accelerator": "cpu"})) is None
 
 
+def login_node(tmp_path) -> dict:
+    """The PATH of a SLURM login node: an ``srun`` on it (a stand-in that is never run), no job."""
+    import os
+
+    bin_dir = tmp_path / "login-bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "srun").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    return {**env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+SLURM_NOISE = ("srun", "SLURM")
+
+
 @pytest.mark.slow
 def test_smoke_pretraining_output_fits_80_columns_without_announcements(tmp_path):
+    """On a SLURM login node (srun on PATH, outside a job) too: no line about srun or SLURM."""
     res = convexp("pretrain", *TINY, "trainer.max_steps=6", "trainer.val_every_n_steps=3", outputs=tmp_path,
-                  env={"WANDB_MODE": "offline", "COLUMNS": "80"})  # fmt: skip
+                  env={**login_node(tmp_path), "WANDB_MODE": "offline", "COLUMNS": "80"})  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout + res.stderr
     for noise_line in ("GPU available", "TPU available", "litlogger", "LeafSpec", "infer the `batch_size`",
-                       "`Trainer.fit` stopped", "v_num", "wandb:"):  # fmt: skip
+                       "`Trainer.fit` stopped", "v_num", "wandb:", *SLURM_NOISE):  # fmt: skip
         assert noise_line not in out, noise_line
     # (a line naming the run directory is as long as the outputs folder's path: a temporary one here)
     assert all(columns(line.replace(str(tmp_path), "outputs")) <= 80 for line in out.splitlines()), out
@@ -70,6 +86,35 @@ def test_smoke_pretraining_output_fits_80_columns_without_announcements(tmp_path
     assert res.stdout.splitlines()[0] == "threads: 1 (OMP_NUM_THREADS; set trainer.threads=N)"
     assert "W&B: offline (WANDB_MODE)" in res.stderr  # its one line
     assert "`wandb sync RUN/wandb/offline-run-*`" in res.stderr and list((tmp_path / "runs").glob("pretrain/*/wandb/offline-run-*"))
+
+
+@pytest.mark.slow
+def test_smoke_fine_tuning_on_a_login_node_says_nothing_of_srun(tmp_path):
+    from helpers import write_vocab
+
+    vocab = write_vocab(tmp_path / "vocab.txt", ["the", "a", "is", "not"])
+    res = convexp("finetune", "glue", "scale=smoke", "init=none", "model=bert_small", f"tokenizer_path={vocab}",
+                  "task=rte", "glue.synthetic_size=64",
+                  "epochs=1", "batch_size=16", "task.max_len=32", outputs=tmp_path,
+                  env={**login_node(tmp_path), "WANDB_MODE": "disabled", "COLUMNS": "80"})  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout + res.stderr
+    assert not [line for line in out.splitlines() if any(word in line for word in SLURM_NOISE)], out
+
+
+def test_the_srun_warning_is_silenced_outside_a_slurm_job_only(monkeypatch):
+    monkeypatch.setattr(warnings, "filters", list(warnings.filters))
+    srun = "The `srun` command is available on your system but is not used. HINT: If your intention is ..."
+    for job, kept in ((None, []), ("812", [srun])):
+        if job:
+            monkeypatch.setenv("SLURM_JOB_ID", job)
+        else:
+            monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            noise.quiet()
+            warnings.warn(srun)
+        assert [str(w.message) for w in caught] == kept
 
 
 def test_threads_auto_is_the_usable_cores_or_omp_num_threads(monkeypatch):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, convexp, held_at_second_checkpoint, kill_between_checkpoints, release, run_dirs
+from helpers import TINY, convexp, held_at_second_checkpoint, held_in_phase, kill_between_checkpoints, release, run_dirs
 
 from convexp.store.runs import Run, RunDiverged, RunLocked
 
@@ -505,6 +505,28 @@ def test_ctrl_c_or_sigterm_is_interrupted_and_the_resume_clears_it(tmp_path, sig
     s = status(run)
     assert s["status"] == "finished" and "error" not in s
     assert [a["status"] for a in s["attempts"]] == ["interrupted", "finished"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["data", "forward", "backward", "optimizer", "checkpoint", "validation"])
+def test_ctrl_c_in_any_phase_of_a_step_is_never_lost(tmp_path, phase):
+    """SIGINT while the run is held inside one phase of a step, its KeyboardInterrupt swallowed
+    there (as a finalizer or a library's ``except BaseException`` would): the run still stops,
+    recorded ``interrupted``, exit 130, no traceback, never finished."""
+    args = [*TINY, "trainer.max_steps=400", "trainer.checkpoint_every_n_steps=10", "trainer.val_every_n_steps=10"]
+    hold = tmp_path / "hold"
+    proc = held_in_phase(["pretrain", *args], tmp_path, hold, phase, QUIET, stderr=subprocess.PIPE, text=True)
+    proc.send_signal(signal.SIGINT)
+    while not (hold / "swallowed").exists() and proc.poll() is None:  # the signal landed in the phase
+        time.sleep(0.01)
+    release(hold)
+    _, err = proc.communicate(timeout=120)
+    assert (hold / "swallowed").read_text() == phase
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "interrupted:" in err, err[-2000:]
+    [run] = run_dirs(tmp_path)
+    s = status(run)
+    assert s["status"] == "interrupted" and "SIGINT" in s["error"] and not (run / "metrics.json").exists()
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from helpers import convexp, write_sweep
+from helpers import TINY, convexp, write_sweep
 
 # ----------------------------------------------------------------------------- the time estimate
 
@@ -140,7 +140,33 @@ def test_status_reads_each_node_from_the_ledger_the_run_store_and_slurm(tmp_path
     assert states["pretrain/a"].spent_s == 3 * 3600  # both attempts
 
 
+def test_a_failed_job_is_told_by_its_own_last_line_not_srun_s(tmp_path):
+    """A real SLURM's job log ends with srun's and slurmstepd's lines about the exit: --status
+    names the job's own error instead."""
+    from convexp.sweep.nodes import Node
+    from convexp.sweep.status import _error
+
+    log = tmp_path / "5_1_log.err"
+    log.write_text("W&B: disabled\nerror: data.path: no such file or folder: /x.txt\n"
+                   "srun: error: vm: task 0: Exited with exit code 1\nslurmstepd-vm: error: *** STEP 5.0 ***\n")  # fmt: skip
+    assert _error(Node("pretrain/b", "pretrain", "b", [], []), str(log)) == "error: data.path: no such file or folder: /x.txt"
+
+
 # ----------------------------------------------------------------------------- the SLURM stand-in
+
+
+@pytest.fixture(scope="session")
+def real_slurm():
+    """A real single-node SLURM (`.ci/slurm`: Debian's slurm-wlm and munge, installed and started
+    where this runs as root with apt-get); skipped, with the reason, where it cannot start."""
+    import subprocess
+    from pathlib import Path
+
+    start = Path(__file__).parents[1] / ".ci" / "slurm"
+    done = subprocess.run([str(start)], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        pytest.skip((done.stderr.strip().splitlines() or [f".ci/slurm exited {done.returncode}"])[-1])
+    return {}  # its commands are on PATH
 
 
 @pytest.fixture
@@ -152,6 +178,12 @@ def slurm(tmp_path):
     env = fakeslurm.install(tmp_path / "bin", tmp_path / "slurm", slots=1, kill_wait=3)  # minutes of 60 s
     yield env
     fakeslurm.shutdown(tmp_path / "slurm")
+
+
+@pytest.fixture(params=["stand-in", "real"])
+def any_slurm(request):
+    """The SLURM stand-in, then the real single-node SLURM (skipped where it cannot start)."""
+    return request.getfixturevalue("slurm" if request.param == "stand-in" else "real_slurm")
 
 
 def _sh(env: dict, *cmd: str) -> str:
@@ -219,12 +251,13 @@ def _status(args: list[str], outputs, env: dict) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dependants(slurm, tmp_path):
-    """Two variants through launcher=submitit on the stand-in: the driver exits right after
-    submitting; a pre-training array task warned of pre-emption (USR2) requeues and resumes to the
-    result of an uninterrupted run; the other variant's pre-training fails and blocks only its own
-    fine-tuning; --status tells the truth at each point; running ablate again submits only what is
-    missing, never what is queued."""
+def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dependants(any_slurm, tmp_path):
+    """Two variants through launcher=submitit on the stand-in and on a real SLURM: the driver exits
+    right after submitting; a pre-training array task warned of pre-emption (USR2) requeues and
+    resumes to the result of an uninterrupted run; the other variant's pre-training fails and blocks
+    only its own fine-tuning; --status tells the truth at each point; running ablate again submits
+    only what is missing, never what is queued."""
+    slurm = any_slurm
     import json
     import subprocess
     import time
@@ -236,7 +269,7 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
     # 2,000 steps of the tiny model (~30 s on a quiet CPU; 200 took 3 s): still running while the test
     # runs ablate again and pre-empts it
     steps = ["pretrain.trainer.max_steps=2000", "pretrain.trainer.checkpoint_every_n_steps=20", "pretrain.trainer.val_every_n_steps=1000"]
-    args = [str(sweep), *SHRINK, *steps, "launcher=submitit", "launcher.timeout_min=30"]
+    args = [str(sweep), *SHRINK, *steps, "launcher=submitit", "launcher.cluster=slurm", *FITS, "launcher.timeout_min=30"]
     out = tmp_path / "out"
     env = {**slurm, "WANDB_MODE": "disabled"}
     started = time.time()
@@ -303,6 +336,89 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
         "pretrain/a": "cached", "finetune/a/rte/s42": "cached", "pretrain/b": "failed", "finetune/b/rte/s42": "blocked"
     }  # fmt: skip
     assert time.time() - started < 900
+
+
+# what one job asks of a 2-core machine (the defaults, 8 cores and 32 GB, fit no such node)
+FITS = ["launcher.cpus_per_task=1", "launcher.mem_gb=1"]
+REQUEUE_STEPS = [*TINY, "trainer.max_steps=300", "trainer.checkpoint_every_n_steps=20", "trainer.val_every_n_steps=100",
+                 "trainer.deterministic=true"]  # fmt: skip
+
+
+def _until(check, timeout: float, what: str):
+    import time
+
+    deadline = time.time() + timeout
+    while not (found := check()):
+        assert time.time() < deadline, f"no {what} after {timeout:.0f} s"
+        time.sleep(0.5)
+    return found
+
+
+@pytest.mark.slow
+def test_scontrol_requeue_of_a_running_pretraining_on_a_real_slurm_resumes_cleanly(real_slurm, tmp_path):
+    """`scontrol requeue` of a running `srun convexp pretrain` (W&B offline: SLURM's SIGTERM reaches
+    its service process too): the first attempt is recorded interrupted at its step, the job's log
+    holds no traceback, the requeued job resumes and finishes with an uninterrupted run's metrics."""
+    import json
+    import sys
+
+    out = tmp_path / "out"
+    cmd = " ".join([sys.executable, "-m", "convexp.cli", "pretrain", *REQUEUE_STEPS])
+    (tmp_path / "job.sh").write_text(f"#!/bin/bash\nsrun {cmd}\n")
+    env = {"CONVEXP_OUTPUTS": str(out), "WANDB_MODE": "offline"}
+    job = _sh(env, "sbatch", "--parsable", "--requeue", "--open-mode=append", "--cpus-per-task=1", f"--output={tmp_path}/job-%j.out",
+              f"--error={tmp_path}/job-%j.err", str(tmp_path / "job.sh")).strip()  # fmt: skip
+    _until(lambda: list(out.glob("runs/pretrain/*/checkpoints/step=*.ckpt")), 600, "checkpoint")
+    _sh(env, "scontrol", "requeue", job)
+    state = lambda: _sh(env, "squeue", "-h", "-t", "all", "-j", job, "-o", "%T").strip()  # noqa: E731
+    _until(lambda: state() in ("COMPLETED", "FAILED", "CANCELLED"), 900, "end of the requeued job")
+    log = (tmp_path / f"job-{job}.err").read_text()
+    assert state() == "COMPLETED" and "Traceback" not in log, log[-3000:]
+    [run] = out.glob("runs/pretrain/*")
+    s = json.loads((run / "status.json").read_text())
+    assert [a["status"] for a in s["attempts"]] == ["interrupted", "finished"], s
+    assert s["attempts"][0]["error"].startswith("interrupted by SIGTERM after step "), s
+
+    ref = convexp("pretrain", *REQUEUE_STEPS, outputs=tmp_path / "ref", env={"WANDB_MODE": "disabled"})
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    [reference] = (tmp_path / "ref" / "runs" / "pretrain").glob("*")
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, run))
+    assert b["steps"] == 300 and b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-5)
+    assert b["final_train_loss"] == pytest.approx(a["final_train_loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_submitit_time_limit_warning_on_a_real_slurm_requeues_and_resumes(real_slurm, tmp_path):
+    """A sweep job of a 3-minute limit, held in its second checkpoint until SLURM has sent
+    submitit's USR2 (``--signal=USR2@90``: 90 s before the limit): the run stops at the end of
+    that step, checkpoints, submitit requeues the job, and the requeued job resumes the run."""
+    import json
+    import subprocess
+
+    from helpers import SHRINK, held_at_second_checkpoint, ledger, release, statuses
+
+    from convexp.sweep import slurm
+
+    sweep = write_sweep(tmp_path / "t.yaml", {"a": {}}, finetune=False)
+    steps = ["pretrain.trainer.max_steps=60", "pretrain.trainer.checkpoint_every_n_steps=20",
+             "pretrain.trainer.val_every_n_steps=30"]  # fmt: skip
+    args = [str(sweep), *SHRINK, *steps, "launcher=submitit", "launcher.cluster=slurm", *FITS, "launcher.timeout_min=3"]
+    out, hold = tmp_path / "out", tmp_path / "hold"
+    proc = held_at_second_checkpoint(["ablate", *args, "launcher.poll_s=2", "--follow"], out, hold, {"WANDB_MODE": "disabled"},
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    job = ledger(out, "t")["nodes"]["pretrain/a"]["job"]
+    # USR2 goes out once 90 s are left, on SLURM's periodic check (every 30 s at most)
+    _until(lambda: slurm.jobs([job]).get(job, slurm.Job(job, "")).elapsed >= 125, 400, "125 s of the job")
+    release(hold)
+    stdout, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, stdout[-3000:]
+    assert statuses(out, "t") == {"pretrain/a": "done"}
+    [run] = out.glob("runs/pretrain/*")
+    s = json.loads((run / "status.json").read_text())
+    kinds = [a["status"] for a in s["attempts"]]
+    assert kinds[0] == "interrupted" and kinds[-1] == "finished" and set(kinds[1:-1]) <= {"interrupted"}, s
+    assert s["attempts"][0]["error"].startswith("interrupted by SIGUSR2 (time limit) at step 40: checkpointed"), s
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 60
 
 
 # ----------------------------------------------------------------------------- multi-node pre-training

@@ -1,5 +1,6 @@
-"""What SLURM says about a sweep's jobs (``squeue`` for queued and running ones, ``sacct`` for the
-rest) and cancelling them (``scancel``). Job ids are SLURM's: ``N`` or, for an array task, ``N_T``."""
+"""What SLURM says about a sweep's jobs (``squeue`` for those it still holds, ``sacct`` for the
+rest where accounting is kept) and cancelling them (``scancel``). Job ids are SLURM's: ``N`` or,
+for an array task, ``N_T``."""
 
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ def jobs(ids: list[str]) -> dict[str, Job]:
         job, state, elapsed = (line.split("|") + ["", "", ""])[:3]
         if job in wanted:  # a pending array's tasks show as N_[0-9]: squeue lists them one by one
             out[job] = Job(job, state.split()[0] if state else "UNKNOWN", "", float(elapsed or 0))
-    for line in _lines(["squeue", "-h", "-r", "-j", ",".join(base), "-o", "%i|%T|%r|%M"]):
+    # every state: a cluster without accounting (sacct refuses) still lists an ended job for a
+    # while (its MinJobAge), and it is the only place its end is seen
+    for line in _lines(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(base), "-o", "%i|%T|%r|%M"]):
         job, state, reason, used = (line.split("|") + ["", "", "", ""])[:4]
         if job in wanted:
             out[job] = Job(job, state, reason, _clock(used) if ":" in used else 0.0)

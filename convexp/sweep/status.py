@@ -19,6 +19,7 @@ from .plan import Plan
 from .schedule import Throughput, dependency_makespan, job_hours, throughput
 
 ENDED_BADLY = ("failed", "blocked", "diverged")
+SLURM_SAYS = ("srun: ", "slurmstepd")  # SLURM's own lines in a job's log ("srun: error: ... exit code 1")
 
 
 @dataclasses.dataclass
@@ -57,13 +58,15 @@ def _spent(node: Node, now: float) -> float:
 
 
 def _error(node: Node, log: str | None) -> str:
-    """The failure's line: a run's recorded error, else the last line of the job's log."""
+    """The failure's line: a run's recorded error, else the last line of the job's log that is not
+    SLURM's own."""
     for run in node.runs:
         error = (run.read_json("status.json") or {}).get("error")
         if error:
             return error
     if log and Path(log).exists():
-        lines = [ln.strip() for ln in Path(log).read_text(errors="replace").splitlines() if ln.strip()]
+        text = Path(log).read_text(errors="replace")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(SLURM_SAYS)]
         if lines:
             return lines[-1][-300:]
     return "the job ended without a result"

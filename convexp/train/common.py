@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -11,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..errors import UserError
 from ..store.run_names import run_key
-from ..store.runs import Run
+from ..store.runs import Run, error_line
 from .grad_norm import clip_with_norm
 from .metrics_csv import AppendingCSVLogger
 from ..noise import is_quiet
@@ -20,8 +21,9 @@ from .wandb_mode import own_service, skip_unstaged_launch_inputs, wandb_mode
 
 def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ()) -> list:
     """CSV metrics in the run directory, and W&B (resuming the same W&B run on resume)."""
-    from pytorch_lightning.loggers import WandbLogger
     from pytorch_lightning.utilities import rank_zero_only
+
+    from .wandb_logger import SturdyWandbLogger
 
     loggers = [AppendingCSVLogger(run.dir / "csv")]
     mode, why = wandb_mode(cfg.logger)
@@ -38,7 +40,7 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
         if silent:  # set up silent before the run: wandb validates the run's settings (and warns
             wandb.setup(settings=wandb.Settings(silent=True))  # about Lightning's anonymous=None) first
         loggers.append(
-            WandbLogger(
+            SturdyWandbLogger(
                 project=cfg.logger.project,
                 entity=cfg.logger.entity,
                 group=cfg.logger.group,
@@ -88,14 +90,20 @@ def log_result(metrics: dict, run: Run) -> None:
 
 
 def finish_wandb() -> None:
-    """Close the W&B run so that the next run in this process starts a new one."""
-    import sys
-
+    """Close the W&B run so that the next run in this process starts a new one. As far as it can:
+    when W&B cannot (its service process gone — SLURM signals every process of a job it stops or
+    requeues — or its files unwritable) that is one line on stderr, and the run's own outcome
+    (finished, interrupted) stands; an offline run's records written so far are kept."""
     if "wandb" in sys.modules:
         import wandb
 
         if wandb.run is not None:
-            wandb.finish()
+            try:
+                wandb.finish()
+            except Exception as e:  # noqa: BLE001 - W&B's failure is not the run's
+                print(f"warning: W&B could not finish its run: {error_line(e)}", file=sys.stderr)
+                with contextlib.suppress(Exception):  # nothing left for W&B's exit hook to fail at
+                    wandb.teardown()
 
 
 def per_device_batch(total: int, trainer_cfg: DictConfig) -> int:

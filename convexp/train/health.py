@@ -66,7 +66,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from ..store.runs import RunDiverged, RunInterrupted
+from ..store.runs import RunDiverged, RunInterrupted, error_line
+from .ctrl_c import CtrlC
 from .grad_norm import total_norm
 from .metrics_csv import AppendingCSVLogger
 
@@ -334,19 +335,30 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, **kwargs) -> Health:
             trainer.should_stop = True  # the loop stops after the current step
 
         previous_requeue = signal.signal(requeue, on_time_limit)
+    ctrl_c = CtrlC()  # a Ctrl-C recorded as it comes: never lost, whatever swallows its exception
+    trainer.callbacks.append(ctrl_c)
     try:
-        trainer.fit(module, **kwargs)
+        with ctrl_c.installed():
+            trainer.fit(module, **kwargs)
+            ctrl_c.stop_if_seen()  # training returned although a Ctrl-C came
         if health.requeue_requested:
             _checkpoint_and_requeue(trainer, health.requeue_signal, runner)
     except SIGTERMException:  # raised at the end of a step: the state is consistent, keep it
+        ctrl_c.stop_if_seen()  # a Ctrl-C too: it stops at once, saving nothing
         _save_last(trainer)
         raise RunInterrupted(f"SIGTERM after step {trainer.global_step} (checkpointed)") from None
     except SystemExit:
-        if isinstance(health.exception, KeyboardInterrupt):  # Lightning turned it into exit(1)
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning left it ignored
+        if ctrl_c.seen or isinstance(health.exception, KeyboardInterrupt):  # Lightning made it exit(1)
             raise KeyboardInterrupt from None
         raise
+    except Exception as e:
+        if not (trainer.received_sigterm or health.requeue_requested):
+            raise
+        # broken by the stop itself: SLURM signals every process of the job, so W&B's service or a
+        # loader worker may die before the step ends; the run stopped all the same
+        _stopped_while_stopping(trainer, health, runner, e)
     finally:
+        trainer.callbacks.remove(ctrl_c)
         if main:
             signal.signal(signal.SIGTERM, previous)
         if slurm:
@@ -370,11 +382,27 @@ def _save_last(trainer: pl.Trainer) -> None:
         os.replace(partial, path)
 
 
-def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str, runner=None) -> None:
+def _stopped_while_stopping(trainer: pl.Trainer, health: Health, runner, error: Exception) -> None:
+    """A stop signal came, then ``error`` (something the signal also reached broke the step): no
+    checkpoint of that step (the last periodic one stays), the job requeued as the signal asked,
+    and RunInterrupted naming both, so the attempt is ``interrupted``, never ``failed``."""
+    broke = error_line(error)
+    if health.requeue_requested:
+        _checkpoint_and_requeue(trainer, health.requeue_signal, runner, save=False, why=broke)
+    step = trainer.global_step
+    raise RunInterrupted(f"SIGTERM at step {step} ({broke} while stopping; the last checkpoint is kept)")
+
+
+def _checkpoint_and_requeue(
+    trainer: pl.Trainer, signame: str, runner=None, save: bool = True, why: str = ""
+) -> None:
     """Save ``last.ckpt`` where the run's ModelCheckpoint writes, have the job requeued (by the job
     runner's handler ``runner`` when there is one, else ``scontrol requeue``) and raise
-    RunInterrupted so the attempt is recorded ``interrupted``, exiting with the runner's code."""
-    _save_last(trainer)
+    RunInterrupted so the attempt is recorded ``interrupted``, exiting with the runner's code.
+    ``save=False``: the step did not end cleanly (``why``), its last periodic checkpoint is kept."""
+    if save:
+        _save_last(trainer)
+    saved = "checkpointed" if save else f"{why} while stopping, the last checkpoint kept"
     if runner is not None:
         code = None
         try:
@@ -382,7 +410,7 @@ def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str, runner=None) -> N
         except SystemExit as e:
             code = e.code
         raise RunInterrupted(
-            f"{signame} (time limit) at step {trainer.global_step}: checkpointed, requeued by the job runner",
+            f"{signame} (time limit) at step {trainer.global_step}: {saved}, requeued by the job runner",
             exit_code=code,
         )
     job = slurm_job_id()
@@ -390,4 +418,5 @@ def _checkpoint_and_requeue(trainer: pl.Trainer, signame: str, runner=None) -> N
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
         if done.returncode != 0:
             print(f"warning: scontrol requeue {job} failed: {done.stderr.strip()}", file=sys.stderr)
-    raise RunInterrupted(f"{signame} (SLURM time limit) at step {trainer.global_step}: checkpointed, job {job} requeued")
+    step = trainer.global_step
+    raise RunInterrupted(f"{signame} (SLURM time limit) at step {step}: {saved}, job {job} requeued")
