@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -42,6 +43,10 @@ class CopiedAttention(nn.Module):
 MODULE = "convexp_bench_copied_attention"
 
 
+def _loss(model, ids, positions, labels):
+    return model(ids, labels=labels, positions=positions, padded=False).loss
+
+
 def bench_plugin(steps: int, batch_size: int, seq_len: int) -> Iterator[dict]:
     """One row: ms per training step (forward, backward, AdamW) of each, and their ratio."""
 
@@ -56,10 +61,8 @@ def bench_plugin(steps: int, batch_size: int, seq_len: int) -> Iterator[dict]:
         model = MaskedLM(cfg)
         ids, mask, labels = _mlm_batch(cfg.vocab_size, batch_size, seq_len)
         positions, slot_labels = prediction_slots(labels)
-        contenders[name] = _train_step(
-            model, lambda m=model, i=ids, p=positions, s=slot_labels: m(i, labels=s, positions=p, padded=False).loss,
-            False, fused,
-        )
+        loss = partial(_loss, model, ids, positions, slot_labels)
+        contenders[name] = _train_step(model, loss, False, fused)
     t = _time_interleaved(contenders, steps)
     yield {
         "model": f"chang_small, batch {batch_size} x {seq_len}",

@@ -327,18 +327,19 @@ def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
 
 
 def _configs_only(d: Path) -> Path:
-    """What Hydra is shown of a user's directory: its config groups (the folders named as the
-    built-in ones: model/, sweep/ ...) and top-level YAML files, linked from a folder of this
-    process's own. Hydra takes every folder of a search-path directory for a group: ``--user-dir .``
-    would make a project's ``outputs/`` (the run store) one, and ``outputs=...`` an unknown default."""
-    import atexit
-    import shutil
-    import tempfile
+    """What Hydra sees of a user's directory: its config groups (folders named as the built-in ones)
+    and top-level YAML files, linked from ``<a folder of this process's own>/<the directory's path>``.
+    Hydra takes every folder of a search-path directory for a group: ``--user-dir .`` would make a
+    project's ``outputs/`` (made later, by the run) one, and ``outputs=...`` an unknown default."""
+    import atexit, shutil, tempfile  # noqa: E401
 
-    view = Path(tempfile.mkdtemp(prefix="convexp-configs-"))
-    atexit.register(shutil.rmtree, view, ignore_errors=True)
+    root = Path(tempfile.mkdtemp(prefix="convexp-configs-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    view = root / str(d).lstrip("/")
+    view.mkdir(parents=True)
     for entry in d.iterdir():
-        if (entry.is_dir() and (CONF_DIR / entry.name).is_dir()) or (entry.is_file() and entry.suffix == ".yaml"):
+        group = entry.is_dir() and (CONF_DIR / entry.name).is_dir()
+        if group or (entry.is_file() and entry.suffix == ".yaml"):
             (view / entry.name).symlink_to(entry)
     return view
 

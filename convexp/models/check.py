@@ -49,7 +49,8 @@ def _built(cfg: ModelConfig, kind: str):
     except PartError:
         raise
     except Exception as e:
-        raise PartError(f"model.{kind}={getattr(cfg, kind)}: building it raised {type(e).__name__}: {e}") from None
+        name = f"model.{kind}={getattr(cfg, kind)}"
+        raise PartError(f"{name}: building it raised {type(e).__name__}: {e}") from None
 
 
 def _run(cfg: ModelConfig, kind: str, module, what: str, *args, shape: tuple, **kw):
@@ -63,7 +64,8 @@ def _run(cfg: ModelConfig, kind: str, module, what: str, *args, shape: tuple, **
     except Exception as e:
         raise PartError(f"{name}: forward on {what} raised {type(e).__name__}: {e}") from None
     if not isinstance(out, torch.Tensor):
-        raise PartError(f"{name}: forward on {what} must return a tensor {list(shape)}, got {type(out).__name__}")
+        got = type(out).__name__
+        raise PartError(f"{name}: forward on {what} must return a tensor {list(shape)}, got {got}")
     if tuple(out.shape) != shape:
         raise PartError(f"{name}: forward on {what} returned shape {list(out.shape)}, expected {list(shape)}")
     if not torch.isfinite(out).all():

@@ -60,7 +60,8 @@ def real_rows(keep: torch.Tensor | None, cfg: ModelConfig, x: torch.Tensor) -> t
     positions, or None. Only on a CPU, where a step's time is its matrix products (a GPU's short
     fine-tuning steps are bound by kernel launches, and finding the rows would wait for the device),
     and only where no mixer reads a padding position's value (``hf_padding`` lets them into
-    ConvBERT's convolutions; ``reads_padding``, into a user's mixer). The same outputs at every real position, to rounding."""
+    ConvBERT's convolutions; ``reads_padding``, into a user's mixer). The same outputs at every real
+    position, to rounding."""
     if keep is None or x.device.type != "cpu" or cfg.reads_padding_positions:
         return None
     return keep.reshape(-1).nonzero().squeeze(1)

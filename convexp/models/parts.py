@@ -121,7 +121,9 @@ def _split(name: str) -> tuple[str, str]:
 
 def _where() -> str:
     dirs = user_dirs()
-    return f"--user-dir / {USER_DIR_ENV}: {os.pathsep.join(map(str, dirs))}" if dirs else "no --user-dir given"
+    if not dirs:
+        return "no --user-dir given"
+    return f"--user-dir / {USER_DIR_ENV}: {os.pathsep.join(map(str, dirs))}"
 
 
 def resolve(kind: str, name: str) -> Callable:

@@ -213,7 +213,9 @@ def preset_table(names: list[str], seq_len: int = 128, user: set[str] = frozense
         )
     notes = ["* from your config directories (--config-dir / --user-dir)"] if user else []
     if any(is_measured(c) for c in cfgs.values()):
-        notes.append("† a user's mixer or FFN: parameters and FLOPs measured from the built blocks (FlopCounterMode)")
+        notes.append(
+            "† a user's mixer or FFN: parameters and FLOPs measured from the built blocks (FlopCounterMode)"
+        )
     if notes:
         table.caption = "\n".join(notes)
     Console(width=None if sys.stdout.isatty() else 160).print(table)

@@ -136,12 +136,11 @@ def layer_sizes(model: nn.Module) -> list[dict]:
     enc = find_encoder(model)
     out = []
     for i, block in enumerate(enc.layers):
-        size = {"heads": enc.cfg.layer_size(i)["heads"], "intermediate": enc.cfg.layer_size(i)["intermediate"]}
-        if isinstance(block.ffn, FeedForward):  # a user's FFN keeps the sizes it was built with
-            fc1 = block.ffn.fc1
-            size["intermediate"] = (
-                fc1.weight.shape[0] if isinstance(fc1, nn.Linear) else fc1.weight.shape[0] * fc1.weight.shape[2]
-            )
+        built = enc.cfg.layer_size(i)  # a user's part keeps the sizes it was built with
+        size = {"heads": built["heads"], "intermediate": built["intermediate"]}
+        if isinstance(block.ffn, FeedForward):
+            w1 = block.ffn.fc1.weight  # [I, D], or grouped [G, D/G, I/G]
+            size["intermediate"] = w1.shape[0] if w1.dim() == 2 else w1.shape[0] * w1.shape[2]
         if isinstance(block.mixer, (SelfAttention, MixedAttention)):
             size["heads"] = block.mixer.heads
         if enc.cfg.conv_qkv and isinstance(block.mixer, SelfAttention):
@@ -329,6 +328,7 @@ def remove_dead_structures(model: nn.Module, heads: bool = True, ffn: bool = Tru
     _check_unmasked(model)
     s = StructuredSummary(params_before=layers_parameters(model))
     before = layer_sizes(model)
+    cfg = find_encoder(model).cfg
     for block in find_encoder(model).layers:
         if heads:
             if isinstance(block.mixer, MixedAttention) and block.mixer.conv_type in ("sdconv", "dynamic"):
@@ -336,12 +336,12 @@ def remove_dead_structures(model: nn.Module, heads: bool = True, ffn: bool = Tru
             elif isinstance(block.mixer, (SelfAttention, MixedAttention)):
                 prune_heads(block.mixer)
             else:
-                _note(s, USER_PART_NOTE.format(kind="mixer", name=find_encoder(model).cfg.mixer, what="heads"))
+                _note(s, USER_PART_NOTE.format(kind="mixer", name=cfg.mixer, what="heads"))
         if ffn:
             if isinstance(block.ffn, FeedForward):
                 prune_ffn(block.ffn)
             else:
-                _note(s, USER_PART_NOTE.format(kind="ffn", name=find_encoder(model).cfg.ffn, what="units"))
+                _note(s, USER_PART_NOTE.format(kind="ffn", name=cfg.ffn, what="units"))
     after = layer_sizes(model)
     s.heads_before, s.heads_after = [x["heads"] for x in before], [x["heads"] for x in after]
     s.ffn_before, s.ffn_after = [x["intermediate"] for x in before], [x["intermediate"] for x in after]

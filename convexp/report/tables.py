@@ -204,7 +204,8 @@ def variant_row(
     by_seed: dict[str, dict[int, float]] = {}  # the seed scores of the columns aggregated over seeds
     for col in columns:
         if col in ("params", "flops"):  # † measured from a user's module (models/stats.py)
-            ours[col] = Cell(pretrain[col] if pretrain else None, n=1, note=MEASURED if (pretrain or {}).get("measured") else "")
+            measured = MEASURED if (pretrain or {}).get("measured") else ""
+            ours[col] = Cell(pretrain[col] if pretrain else None, n=1, note=measured)
         elif col.startswith("pretrain."):
             metrics = (pretrain or {}).get("metrics") or {}
             ours[col] = Cell(metrics.get(col.split(".", 1)[1]), n=1)
