@@ -328,7 +328,7 @@ def test_the_example_smoke_sweep_end_to_end(tmp_path):
     res = convexp("--user-dir", str(mine), "report", "gated-conv", outputs=tmp_path / "out", env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     ours = next(line for line in res.stdout.splitlines() if "Gated depthwise conv (yours)" in line)
-    cells = [c.strip() for c in ours.split("|")[2:-1]]
+    cells = [c.strip() for c in ours.split("|")[3:-1]]  # after the label and "ours"
     assert len(cells) == 12 and all(c not in ("", "–", "-") for c in cells), res.stdout
 
 
