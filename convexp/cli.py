@@ -314,7 +314,7 @@ def models(
     names: Optional[List[str]] = typer.Argument(None, help="Presets to show (default: all)."),
 ) -> None:
     """List every model preset with its parameter count and training FLOPs per token."""
-    from .config.compose import group_sources, is_builtin
+    from .config.compose import group_sources, is_builtin, model_configs
     from .models.stats import preset_table
 
     if seq_len < 1:
@@ -323,7 +323,8 @@ def models(
     for n in names or []:
         if n not in known:
             _fail(f"unknown model preset {n!r}; run `convexp models` to list them")
-    preset_table(names or list(known), seq_len, user={n for n, p in known.items() if not is_builtin(p)})
+    user = {n for n, p in known.items() if not is_builtin(p)}
+    preset_table(model_configs(names or list(known)), seq_len, user)
 
 
 @app.command()

@@ -321,7 +321,7 @@ def _diverged(run) -> dict:
 def test_a_diverged_run_is_not_trained_again_unless_asked(tmp_path, files, monkeypatch, stage):
     from convexp.config.compose import compose_stage
     from convexp.train.finetune import resolve_init
-    from convexp.store.rundirs import pretrain_run
+    from convexp.tasks.pretraining.runs import pretrain_run
     from convexp.tasks.finetune_runs import classification_runs, compose_finetune
 
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))

@@ -64,7 +64,7 @@ def test_the_revision_reaches_load_dataset_the_record_and_the_cache_key(hub_call
 
 
 def test_a_null_revision_changes_no_run_id_and_a_set_one_does(tmp_path, monkeypatch):
-    from convexp.store.rundirs import pretrain_run
+    from convexp.tasks.pretraining.runs import pretrain_run
     from convexp.tasks.finetune_runs import finetune_run
     from convexp.tasks.squad.runs import squad_source
 

@@ -80,7 +80,7 @@ def test_num_proc_zero_is_refused_and_not_in_the_run_id(tmp_path):
         build.build_processes(0)
     assert build.build_processes(3) == 3 and build.build_processes("auto") >= 1
     from convexp.config.compose import compose_stage
-    from convexp.store.rundirs import pretrain_run
+    from convexp.tasks.pretraining.runs import pretrain_run
 
     os.environ.setdefault("CONVEXP_OUTPUTS", str(tmp_path))
     base = pretrain_run(compose_stage("pretrain", [*TINY, f"outputs={tmp_path}"]))

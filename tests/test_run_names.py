@@ -10,7 +10,8 @@ import re
 from convexp.config.compose import compose_stage
 from convexp.store.run_names import NAME_MAX, VARIED_MAX, SharedHash, name_token, run_hash, run_key, run_name
 from convexp.store.runs import Run, said
-from convexp.store.rundirs import command_tokens, pretrain_run, variant_tokens
+from convexp.config.name_tokens import command_tokens, variant_tokens
+from convexp.tasks.pretraining.runs import pretrain_run
 from convexp.tasks.finetune_runs import finetune_run
 from convexp.sweep.args import sweep_settings
 from convexp.sweep.nodes import pretrain_node

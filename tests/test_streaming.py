@@ -350,7 +350,7 @@ def test_a_store_made_in_a_killed_pass_is_completed_without_rebuilding_it(corpus
 def test_the_store_is_off_with_store_chunks_false_and_out_of_run_ids(corpus, tmp_path):
     from convexp.config.compose import compose_stage
     from convexp.errors import UserError
-    from convexp.store.rundirs import pretrain_run
+    from convexp.tasks.pretraining.runs import pretrain_run
 
     data = streaming(corpus, "shards", tmp_path, store_chunks=False)
     reader_batches(data, 0, 1, 30)

@@ -116,6 +116,50 @@ def test_sweep_package_flows_one_way():
         assert inside <= set(order[:i]), f"{m} imports {sorted(inside - set(order[:i]))}"
 
 
+# The layers, from the command down (docs/architecture.md): a package imports nothing from those above
+# it. Tasks own their commands and checks; config composes and types; store, models and data answer
+# questions and are handed what they need (a task's choices are declared with their schema in
+# config/groups.py, a preset's ModelConfig is passed to models/stats.py).
+ABOVE = {
+    "tasks": ("sweep", "report", "bench", "cli"),
+    "train": ("tasks", "sweep", "report", "bench", "cli"),
+    "config": ("tasks", "train", "sweep", "report", "bench", "cli"),
+    "pruning": ("config", "tasks", "train", "sweep", "report", "bench", "cli"),
+    "store": ("config", "tasks", "train", "sweep", "report", "bench", "cli"),
+    "models": ("config", "store", "tasks", "train", "sweep", "report", "bench", "cli"),
+    "data": ("config", "store", "tasks", "train", "sweep", "report", "bench", "cli"),
+}
+
+
+def reaching_up() -> list[str]:
+    mods = modules()
+    out = []
+    for m, p in mods.items():
+        layer = m.split(".")[1] if m.count(".") else ""
+        for d in sorted(imports(m, p, set(mods))):
+            if d.count(".") and d.split(".")[1] in ABOVE.get(layer, ()):
+                out.append(f"{m} -> {d}")
+    return out
+
+
+def test_nothing_below_reaches_up():
+    """config/, store/, models/, data/, train/ import nothing from tasks/; store/, models/, data/
+    nothing from config/ (issue 56): an invocation walks down, lazy imports included."""
+    assert not reaching_up(), f"imports that run up a layer: {reaching_up()}"
+
+
+def test_layer_check_sees_a_lazy_import_up(tmp_path, monkeypatch):
+    """The check itself: an import inside a function from a lower layer to a higher one is found."""
+    pkg = tmp_path / "convexp"
+    for d in ("", "config", "tasks"):
+        (pkg / d).mkdir(exist_ok=True)
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "tasks" / "t.py").write_text("X = 1\n")
+    (pkg / "config" / "c.py").write_text("def f():\n    from ..tasks.t import X\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", pkg)
+    assert reaching_up() == ["convexp.config.c -> convexp.tasks.t"]
+
+
 def test_cycle_finder_sees_lazy_imports(tmp_path, monkeypatch):
     """The check itself: a circle closed by an import inside a function is found."""
     pkg = tmp_path / "convexp"

@@ -246,7 +246,7 @@ def test_a_measured_block_counts_what_the_formula_counts_for_the_presets(preset)
 def test_the_run_id_follows_the_module_source(tmp_path, user_dir):
     from convexp.config.compose import compose_stage
     from convexp.models.parts import add_user_dirs, code_digests
-    from convexp.store.rundirs import pretrain_run
+    from convexp.tasks.pretraining.runs import pretrain_run
 
     d, mod = user_dir
     add_user_dirs([d])

@@ -416,16 +416,15 @@ def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
 
 
 PROTOCOL_TABLES = ("lr", "epochs", "batch_size")  # task.<key>: a value per protocol, read by conf/protocol/
-FAMILY_KEYS = {"squad": ("squad",), "glue": ("glue",)}  # read by one task family only
+FAMILY_KEYS = {"squad": ("squad",), "glue": ("glue",)}  # task.kind -> the source nodes only it reads
 
 
 def _keys_read(cfg: DictConfig) -> None:
     """A fine-tuning config holds only what its run reads: the protocol's values stand in place
     of the task's per-protocol tables (``task.lr`` / ``epochs`` / ``batch_size``, dropped once
-    resolved), a SQuAD task drops the keys only GLUE and probing read, the others SQuAD's, and a
-    run from a checkpoint drops ``init_model`` (``model=``: the preset of ``init=none``)."""
-    from ..tasks import is_squad
-
+    resolved), a task drops the source nodes of the other kinds (``task.kind``: squad for SQuAD's,
+    glue where unset: GLUE's, probing, custom tasks), and a run from a checkpoint drops
+    ``init_model`` (``model=``: the preset of ``init=none``)."""
     with open_dict(cfg):
         if not OmegaConf.is_missing(cfg, "init") and str(cfg.init) != "none":  # model=: init=none's preset
             if cfg.init_model is not None:
@@ -439,9 +438,10 @@ def _keys_read(cfg: DictConfig) -> None:
             cfg[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
         for key in PROTOCOL_TABLES:
             cfg.task.pop(key, None)
-        other = "glue" if is_squad(cfg.task.name) else "squad"
-        for key in FAMILY_KEYS[other]:
-            cfg.pop(key, None)
+        kind = "squad" if cfg.task.get("kind") == "squad" else "glue"  # probing reads glue: as GLUE's
+        for other, keys in FAMILY_KEYS.items():
+            for key in keys if other != kind else ():
+                cfg.pop(key, None)
 
 
 def _task_pruning(cfg: DictConfig, overrides: list[str]) -> None:

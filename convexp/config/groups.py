@@ -11,6 +11,13 @@ from typing import Any, Dict, List, Optional
 
 from .ranges import choose, count, in_range, non_negative, positive
 
+# The choices of the task nodes below, declared here with the node that is checked against them; the
+# task code that implements each choice imports them from here (a lower layer never asks a task).
+EXAMPLES = ("packed", "sentence_pairs", "electra")  # data.examples: tasks/pretraining/packing.py
+PAIR_FORMATS = ("pairs", "nsp", "sop", "single")  # objective.pair_format: tasks/pretraining/packing.py
+GLUE_SOURCES = ("synthetic", "hub", "local", "disk")  # glue.source: tasks/classification/loading.py
+SQUAD_SOURCES = ("synthetic", "hub", "local")  # squad.source: tasks/squad/data.py
+
 @dataclass
 class DataSchema:
     """``conf/data/``: the pre-training corpus (read by data/corpus.py and tasks/pretraining/pretraining.py)."""
@@ -37,7 +44,6 @@ class DataSchema:
 
     def __post_init__(self) -> None:
         from ..data.corpus import SOURCES, check_store_chunks
-        from ..tasks.pretraining.packing import EXAMPLES
 
         choose("data.source", self.source, SOURCES, "wikitext103 (a preset: data=wikitext103)")
         choose("data.examples", self.examples, EXAMPLES, "sentence_pairs")
@@ -85,8 +91,6 @@ class ObjectiveSchema:
     temperature: float = 1.0
 
     def __post_init__(self) -> None:
-        from ..tasks.pretraining.packing import PAIR_FORMATS
-
         choose("objective.name", self.name, ("mlm", "electra"), "electra (objective=electra)")
         choose("objective.pair_format", self.pair_format, PAIR_FORMATS, "nsp")
         in_range("objective.mask_prob", self.mask_prob, 0, 1, low_open=True, high_open=True)
@@ -125,6 +129,7 @@ class TaskSchema:
     """``conf/task/``: a GLUE, probing, SQuAD or custom task; keys a kind of task lacks stay unset."""
 
     name: str = "?"
+    kind: Optional[str] = None  # squad (convexp finetune squad), probing; unset: glue (convexp/tasks/__init__.py)
     max_len: Optional[int] = None
     epochs: Dict[str, Optional[int]] = field(default_factory=dict)
     batch_size: Dict[str, Optional[int]] = field(default_factory=dict)
@@ -172,9 +177,7 @@ class GlueSourceSchema:
     synthetic_size: int = 2000
 
     def __post_init__(self) -> None:
-        from ..tasks.classification.loading import SOURCES
-
-        choose("glue.source", self.source, SOURCES, "local glue.path=<GLUE folder>")
+        choose("glue.source", self.source, GLUE_SOURCES, "local glue.path=<GLUE folder>")
         count("glue.synthetic_size", self.synthetic_size)
 
 
@@ -191,9 +194,7 @@ class SquadSourceSchema:
     doc_stride: Optional[int] = None
 
     def __post_init__(self) -> None:
-        from ..tasks.squad.data import SOURCES
-
-        choose("squad.source", self.source, SOURCES, "local squad.path=<folder of the JSON files>")
+        choose("squad.source", self.source, SQUAD_SOURCES, "local squad.path=<folder of the JSON files>")
         count("squad.synthetic_size", self.synthetic_size)
         count("squad.max_len", self.max_len, low=8, none_means="the protocol's")
         count("squad.doc_stride", self.doc_stride, none_means="the protocol's")

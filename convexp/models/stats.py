@@ -184,20 +184,17 @@ def count_parameters(cfg: ModelConfig) -> int:
     return model_stats(cfg)[0]
 
 
-def preset_table(names: list[str], seq_len: int = 128, user: set[str] = frozenset()) -> None:
-    """Print every preset with its parameter count and training FLOPs per token (``user``: the
-    presets from the user's config directories, marked *)."""
+def preset_table(cfgs: dict[str, ModelConfig], seq_len: int = 128, user: set[str] = frozenset()) -> None:
+    """Print every preset (name -> its ModelConfig) with its parameter count and training FLOPs per
+    token (``user``: the presets from the user's config directories, marked *)."""
     from rich.console import Console
     from rich.table import Table
-
-    from ..config.compose import model_configs
 
     table = Table(
         title=f"convexp model presets (params: encoder + tied MLM head; training FLOPs per token at length {seq_len})"
     )
     for col in ("preset", "mixer", "layers", "D", "heads", "E", "params", "train GFLOPs/token"):
         table.add_column(col, justify="left" if col in ("preset", "mixer") else "right")
-    cfgs = model_configs(names)
     for name, cfg in cfgs.items():
         params, flops = model_stats(cfg, seq_len)
         mixer = {"attention": "attention", "mixed": f"mixed/{cfg.conv_type}"}.get(cfg.mixer, cfg.mixer)

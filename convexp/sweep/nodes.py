@@ -101,7 +101,8 @@ def _quote(o: str) -> str:
 
 def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]):
     """(the variant's pre-training node, its composed config, its ModelConfig)."""
-    from ..store.rundirs import pretrain_run, variant_tokens
+    from ..config.name_tokens import variant_tokens
+    from ..tasks.pretraining.runs import pretrain_run
 
     where = f"sweep {sweep.name}, variant {v.name}"
     scale = settings.scale
@@ -140,7 +141,8 @@ def continuation_node(
     length is the smoke models' position table (model.max_position_embeddings: 128, twice the smoke
     pre-training's 64): the stage runs, at the length a smoke model can hold."""
     from ..config.compose import override_key, parse_overrides
-    from ..store.rundirs import pretrain_run, variant_tokens
+    from ..config.name_tokens import variant_tokens
+    from ..tasks.pretraining.runs import pretrain_run
 
     spec = sweep.squad_continuation
     where = f"sweep {sweep.name}, variant {v.name}, squad_continuation"
@@ -196,7 +198,7 @@ def finetune_nodes(
     """One node per (task, seed) fine-tuning the variant's start (MNLI included when the protocol
     starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
     run of that task (its first seed), which must be planned first."""
-    from ..store.rundirs import variant_tokens
+    from ..config.name_tokens import variant_tokens
     from ..tasks.finetune_runs import classification_runs, finetune_task_names
     from ..tasks.squad.runs import squad_runs
 

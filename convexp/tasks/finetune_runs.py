@@ -7,7 +7,7 @@ Configs arrive composed: an invocation's per-task configs are composed by the ca
 the sweep planner; :func:`compose_finetune`) for the tasks :func:`finetune_task_names` lists.
 :func:`classification_runs` plans a GLUE, probing or custom-task invocation; SQuAD's runs
 (squad/runs.py) take their ids and hyper-parameters from here too. What a run name shows, the
-pre-training run and the record of a planned run are in store/rundirs.py.
+pre-training run is tasks/pretraining/runs.py, the record of a planned run store/rundirs.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from ..config.compose import compose_stage, model_config, override_key, parse_ov
 from ..data.digests import input_digests
 from ..errors import UserError
 from ..models.parts import code_digests
-from ..store.rundirs import FinetuneRun, checkpoint_identity, command_tokens
+from ..config.name_tokens import command_tokens
+from ..store.rundirs import FinetuneRun, checkpoint_identity
 from ..store.run_names import SharedHash, run_key
 from ..store.runs import Run
 from . import PROBING

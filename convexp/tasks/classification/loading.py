@@ -30,6 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import custom
+from ...config.groups import GLUE_SOURCES
 from ...data.corpus import with_defaults
 from ...data.errors import TaskError, TaskFileError
 from .glue_files import classic_files, load_disk, load_hub, read_classic
@@ -39,7 +40,7 @@ from .synthetic_probing import synthetic_probing_task
 from .registry import Task, get_task, register
 
 HUB_NAME = "nyu-mll/glue"
-SOURCES = ("synthetic", "hub", "local", "disk")
+SOURCES = GLUE_SOURCES  # glue.source's choices, declared with its schema (config/groups.py)
 SOURCE_DEFAULTS: dict = {
     "source": "synthetic",
     "path": None,

@@ -68,8 +68,8 @@ import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-PAIR_FORMATS = ("pairs", "nsp", "sop", "single")
-EXAMPLES = ("packed", "sentence_pairs", "electra")
+from ...config.groups import EXAMPLES, PAIR_FORMATS  # noqa: F401  (the choices, declared with their schema)
+
 # ELECTRA's build_pretraining_dataset.py (ExampleBuilder._create_example)
 ELECTRA_SINGLE_SEGMENT = 0.1  # probability of a one-segment example (first-segment target 100,000)
 ELECTRA_SHORT_TARGET = 0.05  # probability that the next example's target is randint(5, seq_len)

@@ -25,7 +25,7 @@ from ...models import ModelConfig, ReplacedTokenDetector
 from ...models.io import save_model_dir
 from ...store.record import warn_if_other_version, write_record
 from ...store.runs import Run, RunDiverged, non_finite, said
-from ...store.rundirs import pretrain_run
+from .runs import pretrain_run
 from ...train.common import (
     OptimizerStep,
     adamw_with_linear_schedule,

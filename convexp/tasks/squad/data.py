@@ -37,6 +37,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from ...config.groups import SQUAD_SOURCES
 from ...data.corpus import with_defaults
 from ...data.errors import DataError, HubDatasetError
 from ...data.hub import load_hub
@@ -46,7 +47,7 @@ from ...data.text_files import quoted
 from ...data.grammar import Clause, Words, sentence
 
 VERSIONS = ("v1.1", "v2.0")
-SOURCES = ("synthetic", "hub", "local")
+SOURCES = SQUAD_SOURCES  # squad.source's choices, declared with its schema (config/groups.py)
 SPLITS = ("train", "validation")
 HUB_NAMES = {"v1.1": "rajpurkar/squad", "v2.0": "rajpurkar/squad_v2"}
 SQUAD_SOURCE_DEFAULTS: dict[str, Any] = {

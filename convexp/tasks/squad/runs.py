@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from .. import is_squad
 from .data import squad_source_settings
 from ...errors import UserError
-from ...store.rundirs import FinetuneRun, command_tokens
+from ...config.name_tokens import command_tokens
+from ...store.rundirs import FinetuneRun
 from ..finetune_runs import finetune_run, hyperparameters
 
 SQUAD_PROTOCOLS = ("convbert", "bermo")  # ELECTRA's QA recipe, BERMO's (Sanh et al.'s masked_run_squad.py)
