@@ -143,17 +143,25 @@ def _composed(stage: str, overrides: list[str], print_cfg: str | None):
     return None
 
 
+def _task_command(kind: str, overrides: list[str], print_cfg: str | None) -> None:
+    """``convexp pretrain`` and ``convexp finetune KIND``: the task's own command (its
+    ``command.py``, from the task table), composed, checked in one pass before the stage's heavy
+    imports, then run."""
+    from .tasks import command
+
+    task = command(kind)
+    given = task.arguments(overrides, kind)
+    composed = _composed(task.STAGE, given, print_cfg)
+    if composed is not None:
+        invocation = task.compose(given, composed)
+        task.check(invocation)
+        task.run(invocation)
+
+
 @app.command(cls=stage_command("pretrain"))
 def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Pre-train a model preset (MLM or ELECTRA) into outputs/runs/pretrain/<id>; re-running resumes."""
-    composed = _composed("pretrain", overrides or [], cfg)
-    if composed is not None:
-        from .train.inputs import check_pretrain_inputs
-
-        check_pretrain_inputs(composed)  # before the stage's imports (torch, Lightning): at once
-        from .tasks.pretraining.stage import run_pretrain
-
-        run_pretrain(composed)
+    _task_command("pretrain", overrides or [], cfg)
 
 
 finetune_app = typer.Typer(no_args_is_help=True, help="Fine-tune and evaluate (GLUE, SentEval probing, SQuAD).")
@@ -163,56 +171,21 @@ app.add_typer(finetune_app, name="finetune")
 @finetune_app.command("glue", cls=stage_command("finetune"))
 def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on GLUE: task=<name|all> init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]."""
-    _finetune(overrides or [], cfg)
+    _task_command("glue", overrides or [], cfg)
 
 
 @finetune_app.command("probing", cls=stage_command("finetune"))
 def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on BERMO's SentEval probing tasks: task=<name|all> init=<run dir | HF dir | none> [KEY=VALUE ...]
     (protocol=bermo; data: glue.source=local glue.path=<SentEval data/probing> or glue.source=synthetic)."""
-    from .tasks.finetune_runs import probing_overrides
-
-    _finetune(probing_overrides(overrides or []), cfg)
+    _task_command("probing", overrides or [], cfg)
 
 
 @finetune_app.command("squad", cls=stage_command("finetune"))
 def finetune_squad(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on SQuAD: task=squad1|squad2 init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]
     (data: squad.source=hub | local squad.path=<folder of the official JSON files> | synthetic)."""
-    given = overrides or []
-    if not any(o.startswith("task=") for o in given):
-        given = ["task=squad1", *given]
-    composed = _composed("finetune", given, cfg)
-    if composed is not None:
-        from .tasks.squad.data import check_source
-        from .tasks.squad.runs import check_squad_config, squad_source
-        from .train.inputs import check_finetune_inputs
-
-        check_squad_config(composed)  # before the stage's imports (torch, Lightning): at once
-        check_finetune_inputs(composed)
-        check_source(squad_source(composed))
-        from .tasks.squad.stage import run_squad
-
-        run_squad(composed)
-
-
-def _finetune(overrides: list[str], print_cfg: str | None) -> None:
-    """Compose the invocation and, for each task it fine-tunes, the same command for that task;
-    run them (stages receive composed configs)."""
-    composed = _composed("finetune", overrides, print_cfg)
-    if composed is not None:
-        from .tasks.classification.loading import check_source
-        from .tasks.finetune_runs import TASK_SETS, compose_finetune
-        from .train.inputs import check_finetune_inputs
-
-        cfg, task_cfgs = compose_finetune(overrides, composed)
-        check_finetune_inputs(cfg, task_cfgs.values())  # before the stage's imports (torch, Lightning)
-        for c in (cfg, *task_cfgs.values()):
-            if c.task.name not in TASK_SETS:  # task=all: each of its tasks is among task_cfgs
-                check_source(c.task, c.glue)
-        from .tasks.classification.stage import run_classification
-
-        run_classification(cfg, task_cfgs)
+    _task_command("squad", overrides or [], cfg)
 
 
 @app.command()

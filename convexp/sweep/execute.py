@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..config.compose import compose_stage, override_key, parse_overrides
 from ..errors import UserError
-from ..tasks import is_squad
+from ..tasks import command
+from ..tasks import kind as task_kind
 from ..store.record import invocation_record
 from ..store.runs import Run
 from .node_state import node_state
@@ -26,19 +27,12 @@ def run_node(stage: str, overrides: list[str]) -> None:
 
 
 def _run_stage(stage: str, overrides: list[str]) -> None:
-    if stage == "pretrain":
-        from ..tasks.pretraining.stage import run_pretrain
-
-        run_pretrain(compose_stage("pretrain", overrides))
-    elif any(o.startswith("task=") and is_squad(o.split("=", 1)[1]) for o in overrides):  # finetune squad
-        from ..tasks.squad.stage import run_squad
-
-        run_squad(compose_stage("finetune", overrides))
-    else:
-        from ..tasks.classification.stage import run_classification
-        from ..tasks.finetune_runs import compose_finetune
-
-        run_classification(*compose_finetune(overrides), summary=False)
+    """The node's task command (tasks/*/command.py), as the CLI runs it: composed, checked, run."""
+    tasks = [o.split("=", 1)[1] for o in overrides if o.startswith("task=")]
+    task = command("pretrain" if stage == "pretrain" else task_kind(tasks[-1] if tasks else "all"))
+    invocation = task.compose(overrides, compose_stage(task.STAGE, overrides))
+    task.check(invocation)
+    task.run(invocation, summary=False)
 
 
 def weights_again(path: str | Path) -> None:

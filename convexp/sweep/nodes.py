@@ -13,12 +13,11 @@ from omegaconf import DictConfig, OmegaConf
 from ..config.compose import CONF_DIR, compose_stage, to_model_config
 from ..errors import ConfigError, UserError
 from ..store.runs import Run
-from ..train.inputs import check_model_parts
 from ..train.weights import has_weights
 from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
 from .disk import pretrain_bytes, pretraining_data, results_bytes, weights_bytes
-from ..tasks import is_squad
+from ..tasks import Invocation, command, is_squad
 from ..tasks import kind as task_kind
 from .gpus import job_gpus
 from .memory import finetune_mib, pretrain_mib
@@ -112,7 +111,7 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     cfg = _compose(where, "pretrain", over)
     try:
         model_cfg = to_model_config(cfg.model)
-        check_model_parts(cfg)  # a user's mixer or FFN, tried on a tiny batch before any node runs
+        command("pretrain").check(Invocation(cfg, {}), planned=True)  # as the node will: a user's mixer too
         flops = pretrain_flops(cfg, model_cfg)
     except (ConfigError, ValueError) as e:  # e.g. seq_len beyond the position table
         raise SweepError(f"{where}: {e}") from e
@@ -238,10 +237,11 @@ def finetune_nodes(
                 "finetune.glue.path=<SentEval data/probing> (or scale=smoke: synthetic stand-ins)"
             )
         try:
+            task_cfgs = {} if is_squad(t) else {n: compose_task(n) for n in finetune_task_names(tcfg) if n != t}
+            command(task_kind(t)).check(Invocation(tcfg, task_cfgs), planned=True)  # as its node will
             if is_squad(t):  # `convexp finetune squad`: one task, no intermediate tasks
                 planned = squad_runs(tcfg, start.slug, start.width, variant_tokens(v.finetune))
             else:
-                task_cfgs = {n: compose_task(n) for n in finetune_task_names(tcfg) if n != t}
                 planned = classification_runs(tcfg, start.slug, start.width, task_cfgs, variant_tokens(v.finetune))
         except UserError as e:
             raise SweepError(f"{where}: {e}") from e

@@ -6,13 +6,26 @@
 
 What every stage shares is in ``convexp/train/``, the data every task shares in ``convexp/data/``.
 
-This module is the one table of which fine-tuning task is of which kind: every other module asks
-it (:func:`kind`, :func:`is_squad`) instead of testing names. It imports nothing, so a config
-check can ask it before torch is imported. Adding a GLUE-like task: its entry in
-``classification/registry.py`` (files, labels, metrics) and its ``conf/task/<name>.yaml``.
+This module is the task table: which command each kind of task is (:data:`COMMANDS`: the folder
+whose ``command.py`` owns it), and which fine-tuning task is of which kind (:func:`kind`,
+:func:`is_squad`; a task's conf/task file says the same in ``kind:``). Every other module asks it
+instead of testing names. It imports nothing of convexp, so it can be asked before torch is imported.
+
+A task's ``command.py`` owns its command, called alike by the CLI, a sweep's planner and a sweep's
+worker: ``STAGE`` (pretrain or finetune: the config it composes), ``arguments(overrides)`` (the
+command's own defaults), ``compose(overrides, cfg) -> Invocation``, ``check(invocation,
+planned=False)`` (everything the runs will read, one pass, before the heavy imports: the first
+problem as one line) and ``run(invocation, summary=True)``.
+
+Adding a GLUE-like task: its entry in ``classification/registry.py`` (files, labels, metrics) and
+its ``conf/task/<name>.yaml``. Adding a kind of task: its folder here with a ``command.py``, its
+conf/task files (``kind: <its kind>``), and its line in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Mapping, NamedTuple
 
 # GLUE's eight tasks that the papers report, in ConvBERT's column order (WNLI, the ninth, is in
 # classification/registry.py for its files and submissions, and no table reports it)
@@ -21,6 +34,23 @@ GLUE = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
 PROBING = ("sentlen", "wc", "treedepth", "topconst", "bshift", "tense", "subjnum", "objnum", "somo", "coordinv")
 # SQuAD: task name (conf/task/<name>.yaml) -> dataset version
 SQUAD = {"squad1": "v1.1", "squad2": "v2.0"}
+
+
+# kind -> the task folder whose command.py runs it (`convexp pretrain`, `convexp finetune <kind>`)
+COMMANDS = {"pretrain": "pretraining", "glue": "classification", "probing": "classification", "squad": "squad"}
+
+
+class Invocation(NamedTuple):
+    """One command's composed configs: its own, and for every other task it fine-tunes
+    (``task=all``) the same command's, by task name (empty for a single task)."""
+
+    cfg: object  # DictConfig
+    task_cfgs: Mapping[str, object]
+
+
+def command(kind: str):
+    """The ``command.py`` module of a kind of task (:data:`COMMANDS`)."""
+    return importlib.import_module(f"convexp.tasks.{COMMANDS[kind]}.command")
 
 
 def is_squad(task: str) -> bool:

@@ -1,21 +1,20 @@
-"""What a stage's config names on disk, checked before a stage is imported (no torch, no
-Lightning, no file's content read): ``init=`` and ``distill.teacher=`` (the kind of checkpoint
-their files make: :mod:`convexp.store.locate`), the tokenizer file, and, for ``init=none``, that
-``task.max_len`` fits the preset's position table. A mistake is one line at once, before any
-input is hashed, any dataset cached or any run folder made; what needs a file's content (damaged
-weights, a malformed TSV) is refused by the stage, still before anything is written."""
+"""The checks every stage shares, called by each task's ``command.check`` (tasks/*/command.py)
+before the stage is imported (no torch, no Lightning): the outputs folder can be written, a file
+can be read, ``init=`` and ``distill.teacher=`` (the kind of checkpoint their files make:
+:mod:`convexp.store.locate`), the tokenizer file, a user's mixer or FFN on a tiny batch, and, for
+``init=none``, that ``task.max_len`` fits the preset's position table. A mistake is one line at
+once, before any input is hashed, any dataset cached or any run folder made."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from omegaconf import DictConfig
 
 from ..config.schema import init_none_problem
-import os
-from pathlib import Path
-
-from ..data.corpus import data_settings, find_data_files
 from ..data.errors import DataPathError
-from ..data.tokenizer import tokenizer_file, tokenizer_settings
+from ..data.tokenizer import tokenizer_file
 from ..errors import UserError
 from ..store.locate import locate
 
@@ -34,22 +33,6 @@ def check_outputs_writable(outputs) -> None:
             f"outputs {str(outputs)!r} cannot be made in {existing} ({e.strerror}); set outputs= "
             "(or CONVEXP_OUTPUTS) to a folder you can write, e.g. outputs=~/convexp-outputs"
         ) from None
-
-
-def check_pretrain_inputs(cfg: DictConfig) -> None:
-    """``init=`` (a checkpoint to continue from), the corpus files (``data=files``: each there and
-    readable), a pretrained tokenizer's file, and that the outputs folder can be written."""
-    check_outputs_writable(cfg.outputs)
-    if cfg.get("init"):
-        locate(str(cfg.init), "init")
-    d = data_settings(cfg.data)
-    if d["source"] == "files":
-        for f in find_data_files(d["path"])[1]:
-            readable(f, "data.path")
-    t = tokenizer_settings(cfg.tokenizer)
-    if t["kind"] == "pretrained":
-        tokenizer_file(t["path"])
-    check_model_parts(cfg)
 
 
 def check_model_parts(cfg: DictConfig) -> None:
@@ -75,20 +58,21 @@ def readable(path, key: str) -> Path:
     return p
 
 
-def check_finetune_inputs(cfg: DictConfig, task_cfgs=()) -> None:
+def check_finetune_inputs(cfg: DictConfig, task_cfgs=(), planned: bool = False) -> None:
     """``cfg``: a composed fine-tuning config; ``task_cfgs``: the other tasks' configs of the same
-    command (task=all), whose ``task.max_len`` must fit as well."""
+    command (task=all), whose ``task.max_len`` must fit as well. ``planned``: a sweep's plan, whose
+    init and teachers may be runs it has yet to make (the sweep checks its starts: sweep/start.py)."""
     check_outputs_writable(cfg.outputs)
     problem = init_none_problem(cfg)
     if problem:
         raise UserError(problem)
-    if str(cfg.init) != "none":
+    if str(cfg.init) != "none" and not planned:
         locate(str(cfg.init), "init")
-    if cfg.get("tokenizer_path"):
+    if cfg.get("tokenizer_path") and not planned:
         tok = tokenizer_file(cfg.tokenizer_path)
         if tok is not None:
             readable(tok, "tokenizer_path")
-    if cfg.distill.get("teacher"):
+    if cfg.distill.get("teacher") and not planned:
         locate(str(cfg.distill.teacher), "distill.teacher", weights=False)
     if str(cfg.init) == "none":
         from ..config.compose import model_config

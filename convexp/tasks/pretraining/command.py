@@ -1,0 +1,56 @@
+"""``convexp pretrain``: the command this task owns. The CLI, a sweep's planner (for each variant's
+pre-training node) and a sweep's worker (running that node) call the same three steps, in order:
+
+  compose  the composed configuration of the run (no other task config: one run per command)
+  check    everything the run will read, in one pass before the stage's heavy imports (torch,
+           Lightning, datasets): the outputs folder, ``init=``, the corpus files, a pretrained
+           tokenizer's file, and a user's mixer or FFN tried on a tiny batch; the first problem
+           found is raised as one line (:class:`convexp.errors.UserError`), nothing written
+  run      plan the run (its id and directory: runs.py) and pre-train (stage.py)
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from .. import Invocation
+from ...data.corpus import data_settings, find_data_files
+from ...data.tokenizer import tokenizer_file, tokenizer_settings
+from ...store.locate import locate
+from ...train.inputs import check_model_parts, check_outputs_writable, readable
+
+STAGE = "pretrain"
+
+
+def arguments(overrides: list[str], kind: str) -> list[str]:
+    """The command line's overrides as the stage's (pre-training adds nothing of its own)."""
+    return list(overrides)
+
+
+def compose(overrides: list[str], cfg: DictConfig) -> Invocation:
+    return Invocation(cfg, {})
+
+
+def check(inv: Invocation, planned: bool = False) -> None:
+    """``planned``: a sweep's plan (``--dry-run``, ``--status``, a submission): what the config
+    alone decides; the files it names are checked when its node runs (made by then, or on the
+    machine that runs it), as ``init=`` may be a run of the same plan."""
+    cfg = inv.cfg
+    check_outputs_writable(cfg.outputs)
+    if not planned:
+        if cfg.get("init"):
+            locate(str(cfg.init), "init")
+        d = data_settings(cfg.data)
+        if d["source"] == "files":
+            for f in find_data_files(d["path"])[1]:
+                readable(f, "data.path")
+        t = tokenizer_settings(cfg.tokenizer)
+        if t["kind"] == "pretrained":
+            tokenizer_file(t["path"])
+    check_model_parts(cfg)
+
+
+def run(inv: Invocation, summary: bool = True) -> None:
+    from .stage import run_pretrain
+
+    run_pretrain(inv.cfg)
