@@ -17,7 +17,8 @@ revision=revision, **kwargs)`` for every hub source (pre-training corpora, GLUE,
 
 :func:`hub_reads` lists what this process read (path, config, split, the revision asked for, the
 one read and, when the hub can be asked, its commit): the run record keeps it
-(``store/record.py``).
+(``store/record.py``). :func:`load_hub_or` is :func:`load_hub` with its other failures raised as a
+task's own error, in one line.
 """
 
 from __future__ import annotations
@@ -64,6 +65,21 @@ def load_hub(path: str, name: str | None, revision: str | None, setting: str, **
          "commit": _commit(path, read)}
     )  # fmt: skip
     return ds
+
+
+def load_hub_or(
+    error: type[Exception], what: str, fix: str,
+    path: str, name: str | None, revision: str | None, setting: str, **kwargs,
+):  # fmt: skip
+    """:func:`load_hub`; a failure other than its own HubDatasetError (offline, an unknown name: the user
+    can fix it) raised as ``error`` in one line: ``<what>: <exception type>: <its text, 160 characters
+    at most>; <fix>``."""
+    try:
+        return load_hub(path, name, revision, setting, **kwargs)
+    except HubDatasetError:
+        raise
+    except Exception as e:
+        raise error(f"{what}: {type(e).__name__}: {' '.join(str(e).split())[:160]}; {fix}") from e
 
 
 def forget_reads() -> None:

@@ -2,9 +2,9 @@
 
 :class:`TaskModule` is the LightningModule base of every fine-tuning stage (GLUE/probing
 classification in tasks/classification/stage.py, SQuAD span extraction in tasks/squad/stage.py). A subclass builds
-``self.model`` (an encoder under ``model.encoder`` plus a head) and ``self._teacher`` (a list
-holding a frozen teacher or nothing, so the teacher is not saved), then calls
-:meth:`prune_model`; its ``training_step`` calls :meth:`pruning_step` first and
+``self.model`` (an encoder under ``model.encoder`` plus a head), ``self._teacher`` (a list
+holding a frozen teacher or nothing, so the teacher is not saved) and the pruning masks with
+:meth:`build`; its ``training_step`` calls :meth:`pruning_step` first and
 :meth:`regularized` on its loss.
 
 Fine-pruning (cfg.pruning: masks on the encoder's matrices, their threshold on Sanh et al.'s
@@ -26,6 +26,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 
 from .. import pruning as pruner
 from ..errors import UserError
+from ..store.checkpoint import Checkpoint
 from ..store.record import write_record
 from ..store.runs import Run
 from .accel import fused_adamw, heap_mmap_threshold, kept_word_grad, on_cuda, set_threads
@@ -44,6 +45,23 @@ from .progress import refresh_every, step_progress
 
 class TaskModule(OptimizerStep, pl.LightningModule):
     """Fine-tuning state shared by the task stages (see the module docstring)."""
+
+    def build(
+        self,
+        model: Callable[[], torch.nn.Module],
+        encoder_state: dict | None,
+        teacher: Checkpoint | None,
+        load_teacher: Callable[[Checkpoint], torch.nn.Module],
+    ) -> None:
+        """Build what the stage trains, in the seeded initialisation order (a head, a teacher's head
+        and the mask scores start the same for a given seed): ``self.model = model()`` with
+        ``encoder_state`` loaded (:meth:`load_encoder`), then ``self._teacher``: ``[load_teacher(teacher)]``
+        (frozen; in a list, so that it is not saved) or ``[]`` without a teacher, then the pruning masks
+        (:meth:`prune_model`)."""
+        self.model = model()
+        self.load_encoder(encoder_state)
+        self._teacher = [load_teacher(teacher)] if teacher is not None else []
+        self.prune_model()
 
     def load_encoder(self, encoder_state: dict | None) -> None:
         """The start weights into ``self.model.encoder`` (None: keep the random initialisation). A

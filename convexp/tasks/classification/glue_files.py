@@ -21,8 +21,9 @@ import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ...data.errors import HubDatasetError, TaskError, TaskFileError
+from ...data.errors import TaskError, TaskFileError
 from ...data.hub import load_hub as load_hub_dataset
+from ...data.hub import load_hub_or
 from ...data.text_files import quoted, read_lines
 from .registry import PAIR, Task
 
@@ -30,15 +31,9 @@ log = logging.getLogger(__name__)
 
 
 def load_hub(t: Task, name: str, revision: str | None = None) -> dict:
-    try:
-        dd = load_hub_dataset(name, t.name, revision, "glue.revision")
-    except HubDatasetError:
-        raise
-    except Exception as e:  # offline, unknown name: the user can fix it
-        raise TaskError(
-            f"cannot load GLUE task {t.name!r} from hub dataset {name!r}: {type(e).__name__}: "
-            f"{' '.join(str(e).split())[:160]}; go online or use source=local with the classic TSV files"
-        ) from e
+    what = f"cannot load GLUE task {t.name!r} from hub dataset {name!r}"
+    fix = "go online or use source=local with the classic TSV files"
+    dd = load_hub_or(TaskError, what, fix, name, t.name, revision, "glue.revision")
     splits = dict(dd)
     if "test_ax" in t.test_splits:
         try:

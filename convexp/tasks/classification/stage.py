@@ -67,10 +67,10 @@ class FinetuneModule(TaskModule):
         """``settings``: TaskModule's (pruning, prune_warmup, distill, fused_adamw)."""
         super().__init__(hp, total_steps, seed, **settings)
         self.task = task
-        self.model = SequenceClassifier(model_cfg, task.num_labels)
-        self.load_encoder(encoder_state)
-        self._teacher = [load_teacher(teacher, task, model_cfg)] if teacher is not None else []  # not saved
-        self.prune_model()
+        self.build(
+            lambda: SequenceClassifier(model_cfg, task.num_labels), encoder_state,
+            teacher, lambda ckpt: load_teacher(ckpt, task, model_cfg),
+        )  # fmt: skip
         self._val: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         # (logits, labels, idx) of the validation after the last step: the run's dev predictions
         self.final_val: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None

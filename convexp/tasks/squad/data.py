@@ -39,8 +39,8 @@ from typing import Any
 
 from ...config.groups import SQUAD_SOURCES
 from ...data.corpus import with_defaults
-from ...data.errors import DataError, HubDatasetError
-from ...data.hub import load_hub
+from ...data.errors import DataError
+from ...data.hub import load_hub_or
 from ...data.text_files import quoted
 
 # The synthetic language's phrase builders; one import site, so moving the grammar touches one line.
@@ -180,15 +180,9 @@ def check_records(records: list[dict], where: str) -> list[dict]:
 
 
 def _load_hub(name: str, version: str, revision: str | None = None) -> dict[str, list[dict]]:
-    try:
-        dd = load_hub(name, None, revision, "squad.revision")
-    except HubDatasetError:
-        raise
-    except Exception as e:  # offline, unknown name: the user can fix it
-        raise SquadError(
-            f"cannot load SQuAD {version} from hub dataset {name!r}: {type(e).__name__}: "
-            f"{' '.join(str(e).split())[:160]}; go online or use source=local with the official JSON files"
-        ) from e
+    what = f"cannot load SQuAD {version} from hub dataset {name!r}"
+    fix = "go online or use source=local with the official JSON files"
+    dd = load_hub_or(SquadError, what, fix, name, None, revision, "squad.revision")
     out = {}
     for split in SPLITS:
         if split not in dd:

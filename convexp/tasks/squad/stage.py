@@ -89,7 +89,7 @@ def load_qa_teacher(ckpt: Checkpoint, qa: dict, student: ModelConfig) -> Questio
 class SquadModule(TaskModule):
     """Span-extraction fine-tuning, optionally fine-pruned and distilled (see the module docstring).
 
-    Builds, in this order (the seeded initialisation order of finetune.FinetuneModule): the
+    Builds, in this order (the seeded initialisation order of ``TaskModule.build``): the
     QuestionAnswerer with ``encoder_state`` loaded, the teacher, the pruning masks."""
 
     def __init__(
@@ -99,10 +99,10 @@ class SquadModule(TaskModule):
         """``settings``: TaskModule's (pruning, prune_warmup, distill, fused_adamw)."""
         super().__init__(hp, total_steps, seed, **settings)
         self.qa = qa
-        self.model = build_qa_model(model_cfg, qa)
-        self.load_encoder(encoder_state)
-        self._teacher = [load_qa_teacher(teacher, qa, model_cfg)] if teacher is not None else []
-        self.prune_model()
+        self.build(
+            lambda: build_qa_model(model_cfg, qa), encoder_state,
+            teacher, lambda ckpt: load_qa_teacher(ckpt, qa, model_cfg),
+        )  # fmt: skip
 
     @staticmethod
     def _inputs(batch) -> dict:
