@@ -320,6 +320,40 @@ def _load_files(s: dict):
     return ds, "text" if builder == "text" else s["text_field"]
 
 
+JSON_CHUNK = 10 << 20  # what datasets' json builder parses at once (its chunksize)
+
+
+def peek_files(path) -> None:
+    """The first chunk of each JSON-lines file of ``data.path`` parsed as the stage's reader will
+    parse it (pyarrow, the same block size): a malformed line there is refused before the stage's
+    heavy imports, with :func:`_load_files`' line. What the peek cannot tell for sure (a JSON
+    document that is not lines, a later chunk) is left to the stage."""
+    builder, files = find_data_files(path)
+    if builder != "json":
+        return
+    import io
+
+    import pyarrow as pa
+    import pyarrow.json as paj
+
+    for f in files:
+        with open(f, "rb") as fh:
+            batch = fh.read(JSON_CHUNK)
+            if len(batch) == JSON_CHUNK:  # a whole last line only
+                batch = batch[: batch.rfind(b"\n") + 1]
+        if not batch.strip() or batch.lstrip().startswith((b"[", b"\xef\xbb\xbf")):
+            continue
+        block = max(JSON_CHUNK // 32, 16 << 10)
+        block = len(batch) if len(batch) // 8 > block else block
+        try:
+            paj.read_json(io.BytesIO(batch), read_options=paj.ReadOptions(block_size=block))
+        except pa.ArrowInvalid as e:
+            if "straddling" in str(e) or "JSON parse error" not in str(e):
+                continue
+            cause = " ".join(str(e).split())[:200]
+            raise DataError(f"cannot read json data from {path}: {cause}; fix or remove the file") from e
+
+
 def _text_column(ds, field: str, where: str):
     """Keep only the text field, renamed to ``text``."""
     columns = ds.column_names

@@ -180,6 +180,13 @@ class Tokenizer:
         raise TokenizerError(f"unsupported tokenizer file {p.name!r}; use a tokenizer.json or a vocab.txt")
 
 
+def check_tokenizer(path) -> None:
+    """A local tokenizer file (or folder) that exists, can be read and loads (the check made before
+    a stage's heavy imports: tokenizers alone); a hub name is left to the stage."""
+    if tokenizer_file(path) is not None:
+        Tokenizer.load(path)
+
+
 def tokenizer_file(path) -> Path | None:
     """The local file a tokenizer path names (a tokenizer.json or vocab.txt, or the folder holding
     one), None for a hub model name; TokenizerError when there is none. Reads nothing."""

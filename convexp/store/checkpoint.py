@@ -40,6 +40,7 @@ from ..models import ModelConfig, SequenceClassifier
 from ..models.files import CONFIG, TOKENIZER_FILES, WEIGHTS
 from ..models.io import load_model_dir, read_model_config
 from .locate import HF_WEIGHTS, CheckpointError, locate, named
+from .peek import damaged_weights, first as _first, unreadable_checkpoint, unreadable_config
 
 class CheckpointNotCached(CheckpointError):
     """A hub name that is not in the Hugging Face cache, while the hub cannot be asked (offline, or
@@ -141,8 +142,7 @@ def _open_convexp(ref: str, label: str, kind: str, d: Path, source: str, weights
     try:
         cfg = read_model_config(d)
     except (ValueError, TypeError) as e:  # not JSON, or fields ModelConfig refuses
-        name = named(label, ref)
-        raise CheckpointError(f"{name}: cannot read {d / CONFIG} ({_first(e)}); re-create it") from e
+        raise unreadable_config(named(label, ref), d, e) from e
     slug = Path(ref).name if kind == "hub" else d.parent.name if d.name == "model" else d.name
     ckpt = Checkpoint(ref, kind, d, source, slug, cfg, None, label)
     return dataclasses.replace(ckpt, state=_read_weights(ckpt)) if weights else ckpt
@@ -161,10 +161,7 @@ def _readable(ckpt: Checkpoint):
     try:
         yield
     except SafetensorError as e:
-        raise CheckpointError(
-            f"{ckpt.name}: the weights in {ckpt.path} are damaged ({_first(e)}); "
-            "re-create or re-download them"
-        ) from e
+        raise damaged_weights(ckpt.name, ckpt.path, e) from e
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,10 +198,7 @@ def _hf_load(ckpt: Checkpoint, **kw):
     except UserError as e:  # unsupported architecture, tensors that do not match
         raise CheckpointError(f"{ckpt.name}: {_first(e)}") from e
     except (ValueError, OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:  # a damaged file
-        raise CheckpointError(
-            f"{ckpt.name}: cannot read the checkpoint in {ckpt.path} ({type(e).__name__}: {_first(e)}); "
-            "re-create or re-download it"
-        ) from e
+        raise unreadable_checkpoint(ckpt.name, ckpt.path, e) from e
     # named after the reference, not the snapshot directory (a hub snapshot is a commit hash)
     return model, dataclasses.replace(cfg, name=f"hf:{ckpt.slug}")
 
@@ -237,7 +231,3 @@ def _hub_snapshot(ref: str, name: str, weights: bool) -> Path:
         return resolve_checkpoint(ref)
     except UserError as e:
         raise CheckpointError(f"{name}: {_first(e)}") from e
-
-
-def _first(e: BaseException) -> str:
-    return " ".join(str(e).split())[:300]

@@ -14,9 +14,9 @@ from omegaconf import DictConfig
 
 from ..config.schema import init_none_problem
 from ..data.errors import DataPathError
-from ..data.tokenizer import tokenizer_file
+from ..data.tokenizer import check_tokenizer, tokenizer_file
 from ..errors import UserError
-from ..store.locate import locate
+from ..store.peek import peek_checkpoint
 
 
 def check_outputs_writable(outputs) -> None:
@@ -67,13 +67,14 @@ def check_finetune_inputs(cfg: DictConfig, task_cfgs=(), planned: bool = False) 
     if problem:
         raise UserError(problem)
     if str(cfg.init) != "none" and not planned:
-        locate(str(cfg.init), "init")
+        peek_checkpoint(str(cfg.init), "init")
     if cfg.get("tokenizer_path") and not planned:
         tok = tokenizer_file(cfg.tokenizer_path)
         if tok is not None:
             readable(tok, "tokenizer_path")
+            check_tokenizer(tok)
     if cfg.distill.get("teacher") and not planned:
-        locate(str(cfg.distill.teacher), "distill.teacher", weights=False)
+        peek_checkpoint(str(cfg.distill.teacher), "distill.teacher", weights=False)
     if str(cfg.init) == "none":
         from ..config.compose import model_config
         from ..models.check import check_parts

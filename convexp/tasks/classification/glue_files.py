@@ -189,6 +189,41 @@ def read_classic(t: Task, root: Path) -> dict[str, dict[str, list]]:
     return {split: _read_tsv(t, path, specs[split]) for split, path in classic_files(t, root).items()}
 
 
+def check_headers(t: Task, root: Path) -> None:
+    """The header line of each classic file of a task (read alone: the check made before a run is
+    planned), with :func:`_read_tsv`'s line for one that lacks a column. A first line that is not
+    plain text is left to the reader, which says what is wrong with the file."""
+    specs = _classic_specs(t)
+    for split, path in classic_files(t, root).items():
+        spec = specs[split]
+        if not spec.header:
+            continue
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                line = f.readline(1 << 16)
+        except (OSError, UnicodeDecodeError):
+            continue
+        line = line.rstrip("\r\n")
+        plain = line.replace("\t", " ")
+        if plain.strip() and plain.isprintable():
+            _columns(t, path, spec, line.split("\t"))
+
+
+def _columns(t: Task, path: Path, spec: _TsvSpec, header: list[str]) -> tuple[int, dict]:
+    """(width, {column: position}) of a classic file's header, or a TaskFileError naming what lacks."""
+    wanted = [c for c in (*spec.fields, spec.label, spec.index) if c is not None]
+    lacking = [c for c in wanted if c not in header]
+    if lacking:
+        raise TaskFileError(
+            f"{path}: header lacks column(s) {', '.join(lacking)} (has {quoted(chr(9).join(header))}); "
+            f"use the classic {t.folder} file"
+        )
+    width, pos = len(header), {c: header.index(c) for c in wanted}
+    if spec.label == "gold_label":  # MNLI: the gold label is the last column
+        pos["gold_label"] = width - 1
+    return width, pos
+
+
 def _read_tsv(t: Task, path: Path, spec: _TsvSpec) -> dict[str, list]:
     """Rows of one classic file. Quotes are literal (no CSV quoting): lines are split on tabs."""
     lines = read_lines(path, TaskFileError, "utf-8-sig")
@@ -196,17 +231,7 @@ def _read_tsv(t: Task, path: Path, spec: _TsvSpec) -> dict[str, list]:
     if spec.header:
         if not rows:
             raise TaskFileError(f"{path} is empty; it needs a header line and rows")
-        header = rows.pop(0)[1]
-        wanted = [c for c in (*spec.fields, spec.label, spec.index) if c is not None]
-        lacking = [c for c in wanted if c not in header]
-        if lacking:
-            raise TaskFileError(
-                f"{path}: header lacks column(s) {', '.join(lacking)} (has {quoted(chr(9).join(header))}); "
-                f"use the classic {t.folder} file"
-            )
-        width, pos = len(header), {c: header.index(c) for c in wanted}
-        if spec.label == "gold_label":  # MNLI: the gold label is the last column
-            pos["gold_label"] = width - 1
+        width, pos = _columns(t, path, spec, rows.pop(0)[1])
     else:
         width, pos = spec.width, {c: c for c in (*spec.fields, spec.label) if c is not None}
     columns: dict[str, list] = {f: [] for f in (*t.text_fields, "label", "idx")}

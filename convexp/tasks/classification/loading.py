@@ -33,7 +33,7 @@ from . import custom
 from ...config.groups import GLUE_SOURCES
 from ...data.corpus import with_defaults
 from ...data.errors import TaskError, TaskFileError
-from .glue_files import classic_files, load_disk, load_hub, read_classic
+from .glue_files import check_headers, load_disk, load_hub, read_classic
 from .senteval import read_senteval, senteval_file
 from .synthetic_glue import synthetic_task
 from .synthetic_probing import synthetic_probing_task
@@ -147,7 +147,7 @@ def check_source(task_cfg, source_cfg) -> None:
     if s["source"] == "local" and t.benchmark == "probing":
         senteval_file(t, root)
     elif s["source"] == "local":
-        classic_files(t, root)
+        check_headers(t, root)
     elif s["source"] == "disk":
         folder = root / t.name if (root / t.name).is_dir() else root
         if not folder.is_dir():

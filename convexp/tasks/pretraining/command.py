@@ -3,7 +3,8 @@ pre-training node) and a sweep's worker (running that node) call the same three 
 
   compose  the composed configuration of the run (no other task config: one run per command)
   check    everything the run will read, in one pass before the stage's heavy imports (torch,
-           Lightning, datasets): the outputs folder, ``init=``, the corpus files, a pretrained
+           Lightning, datasets), with the light readers (json, safetensors' header, pyarrow's JSON
+           reader, tokenizers): the outputs folder, ``init=``, the corpus files, a pretrained
            tokenizer's file, and a user's mixer or FFN tried on a tiny batch; the first problem
            found is raised as one line (:class:`convexp.errors.UserError`), nothing written
   run      plan the run (its id and directory: runs.py) and pre-train (stage.py)
@@ -14,9 +15,9 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from .. import Invocation
-from ...data.corpus import data_settings, find_data_files
-from ...data.tokenizer import tokenizer_file, tokenizer_settings
-from ...store.locate import locate
+from ...data.corpus import data_settings, find_data_files, peek_files
+from ...data.tokenizer import check_tokenizer, tokenizer_settings
+from ...store.peek import peek_checkpoint
 from ...train.inputs import check_model_parts, check_outputs_writable, readable
 
 STAGE = "pretrain"
@@ -39,14 +40,15 @@ def check(inv: Invocation, planned: bool = False) -> None:
     check_outputs_writable(cfg.outputs)
     if not planned:
         if cfg.get("init"):
-            locate(str(cfg.init), "init")
+            peek_checkpoint(str(cfg.init), "init")
         d = data_settings(cfg.data)
         if d["source"] == "files":
             for f in find_data_files(d["path"])[1]:
                 readable(f, "data.path")
+            peek_files(d["path"])
         t = tokenizer_settings(cfg.tokenizer)
         if t["kind"] == "pretrained":
-            tokenizer_file(t["path"])
+            check_tokenizer(t["path"])
     check_model_parts(cfg)
 
 
