@@ -164,7 +164,37 @@ def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PR
     _task_command("pretrain", overrides or [], cfg)
 
 
-finetune_app = typer.Typer(no_args_is_help=True, help="Fine-tune and evaluate (GLUE, SentEval probing, SQuAD).")
+class FinetuneGroup(TyperGroup):
+    """``convexp finetune KIND``: a kind in the task table (``tasks.COMMANDS``) with no command written
+    below gets one, so a new kind of task is its folder, its conf/task files and its table line."""
+
+    def list_commands(self, ctx):
+        from .tasks import COMMANDS
+
+        return sorted({*super().list_commands(ctx), *(k for k in COMMANDS if k != "pretrain")})
+
+    def get_command(self, ctx, name):
+        from .tasks import COMMANDS
+
+        found = super().get_command(ctx, name)
+        return _kind_command(name) if found is None and name in COMMANDS and name != "pretrain" else found
+
+
+def _kind_command(kind: str):
+    from .tasks import COMMANDS
+
+    one = typer.Typer()
+
+    @one.command(kind, cls=stage_command("finetune"), help=f"Fine-tune a task of kind {kind} ({COMMANDS[kind]}).")
+    def run(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
+        _task_command(kind, overrides or [], cfg)
+
+    return typer.main.get_command(one)
+
+
+finetune_app = typer.Typer(
+    cls=FinetuneGroup, no_args_is_help=True, help="Fine-tune and evaluate (GLUE, SentEval probing, SQuAD)."
+)
 app.add_typer(finetune_app, name="finetune")
 
 

@@ -28,6 +28,12 @@ def files(tmp_path):
         d.mkdir(parents=True)
         (d / "train.tsv").write_bytes(junk)
         (d / "dev.tsv").write_bytes(junk)
+    nolabel = bad / "nolabel_glue" / "SST-2"  # a header without the label column
+    nolabel.mkdir(parents=True)
+    for split in ("train", "dev"):
+        (nolabel / f"{split}.tsv").write_text("sentence\na b\n")
+    (bad / "corpus.jsonl").write_text('{"text": "a b c"}\n' * 50 + '{"text": "broken\n' + '{"text": "a"}\n')
+    (bad / "broken_tokenizer.json").write_text('{"version": "1.0", "model": nonsense')
     (bad / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
     corrupt = bad / "corrupt_model"
     corrupt.mkdir()
@@ -116,6 +122,12 @@ CASES = [
     ("GLUE folder missing", [*FT, "glue.source=local", "glue.path={bad}/nope"], ["nope"]),
     ("GLUE folder missing, task=all", [*FT, "task=all", "glue.source=local", "glue.path={bad}/nope"], ["nope"]),
     ("SentEval folder missing, task=all", [*PROBING, "glue.source=local", "glue.path={bad}/nope"], ["nope"]),
+    ("TSV header lacks label", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/nolabel_glue"],
+     ["train.tsv", "header lacks column(s) label"]),
+    ("tokenizer does not load", ["finetune", "glue", "scale=smoke", "init=none", "model=bert_small",
+                                 "tokenizer_path={bad}/broken_tokenizer.json"], ["broken_tokenizer.json", "cannot read"]),
+    ("corpus malformed JSON line", [*PRE, "data.source=files", "data.path={bad}/corpus.jsonl"],
+     ["corpus.jsonl", "JSON parse error", "row 50"]),
     ("header-only TSV", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/glue"], ["train", "no rows"]),
     ("binary TSV", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/binary_glue"], ["train.tsv:1", "not text"]),
     ("undecodable TSV", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/undecodable_glue"],
@@ -392,12 +404,15 @@ def test_bad_input_on_a_gpu_host_is_still_one_line(tmp_path, files, monkeypatch,
     test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, files, monkeypatch, args, words)
 
 
-# The refusals that read a file's content (weights, a config's JSON, a TSV's rows): made by the
-# stage, which imports torch first. Every other refusal needs no file's content.
+# The refusals that need a whole file's content or torch: a TSV's rows (empty, binary, undecodable,
+# unreadable past its first line), a corpus that cannot be read past os.access, a pytorch_model.bin,
+# and convexp export's weights: made by the stage (or export), which imports torch first. Every other
+# refusal comes from the task's check, with the light readers (json, safetensors' header, a TSV's
+# header line, pyarrow's JSON reader, tokenizers): a damaged safetensors file or config, a header
+# without its column, a malformed JSON line, a tokenizer that does not load (issue 56).
 READS_CONTENT = {
-    "corrupt safetensors", "header-only TSV", "pretrain init damaged weights", "pretrain init truncated config",
-    "init truncated config.json", "init unreadable safetensors", "init unreadable pytorch_model.bin",
-    "export damaged weights", "binary TSV", "undecodable TSV", "corpus file unreadable", "GLUE train.tsv unreadable",
+    "header-only TSV", "binary TSV", "undecodable TSV", "GLUE train.tsv unreadable", "corpus file unreadable",
+    "init unreadable pytorch_model.bin", "export damaged weights",
 }
 HEAVY = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "transformers", "datasets")
 BLOCKED = f'''

@@ -416,14 +416,14 @@ def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
 
 
 PROTOCOL_TABLES = ("lr", "epochs", "batch_size")  # task.<key>: a value per protocol, read by conf/protocol/
-FAMILY_KEYS = {"squad": ("squad",), "glue": ("glue",)}  # task.kind -> the source nodes only it reads
+SOURCE_NODES = ("glue", "squad")  # where a task's data comes from: each read by the tasks of one kind
 
 
 def _keys_read(cfg: DictConfig) -> None:
     """A fine-tuning config holds only what its run reads: the protocol's values stand in place
     of the task's per-protocol tables (``task.lr`` / ``epochs`` / ``batch_size``, dropped once
-    resolved), a task drops the source nodes of the other kinds (``task.kind``: squad for SQuAD's,
-    glue where unset: GLUE's, probing, custom tasks), and a run from a checkpoint drops
+    resolved), a task drops the source nodes it does not read (``task.kind``: squad reads
+    ``squad:``, glue (where unset) and probing ``glue:``, another kind neither), and a run from a checkpoint drops
     ``init_model`` (``model=``: the preset of ``init=none``)."""
     with open_dict(cfg):
         if not OmegaConf.is_missing(cfg, "init") and str(cfg.init) != "none":  # model=: init=none's preset
@@ -438,10 +438,11 @@ def _keys_read(cfg: DictConfig) -> None:
             cfg[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
         for key in PROTOCOL_TABLES:
             cfg.task.pop(key, None)
-        kind = "squad" if cfg.task.get("kind") == "squad" else "glue"  # probing reads glue: as GLUE's
-        for other, keys in FAMILY_KEYS.items():
-            for key in keys if other != kind else ():
-                cfg.pop(key, None)
+        kind = cfg.task.get("kind") or "glue"
+        reads = "glue" if kind == "probing" else kind  # a probing task reads GLUE's node (glue.source=local)
+        for node in SOURCE_NODES:
+            if node != reads:
+                cfg.pop(node, None)
 
 
 def _task_pruning(cfg: DictConfig, overrides: list[str]) -> None:

@@ -6,8 +6,8 @@
 
 What every stage shares is in ``convexp/train/``, the data every task shares in ``convexp/data/``.
 
-This module is the task table: which command each kind of task is (:data:`COMMANDS`: the folder
-whose ``command.py`` owns it), and which fine-tuning task is of which kind (:func:`kind`,
+This module is the task table: which command each kind of task is (:data:`COMMANDS`: the
+``command.py`` that owns it), and which fine-tuning task is of which kind (:func:`kind`,
 :func:`is_squad`; a task's conf/task file says the same in ``kind:``). Every other module asks it
 instead of testing names. It imports nothing of convexp, so it can be asked before torch is imported.
 
@@ -36,8 +36,13 @@ PROBING = ("sentlen", "wc", "treedepth", "topconst", "bshift", "tense", "subjnum
 SQUAD = {"squad1": "v1.1", "squad2": "v2.0"}
 
 
-# kind -> the task folder whose command.py runs it (`convexp pretrain`, `convexp finetune <kind>`)
-COMMANDS = {"pretrain": "pretraining", "glue": "classification", "probing": "classification", "squad": "squad"}
+# kind -> the module that owns its command (`convexp pretrain`, `convexp finetune <kind>`)
+COMMANDS = {
+    "pretrain": "convexp.tasks.pretraining.command",
+    "glue": "convexp.tasks.classification.command",
+    "probing": "convexp.tasks.classification.command",
+    "squad": "convexp.tasks.squad.command",
+}
 
 
 class Invocation(NamedTuple):
@@ -50,7 +55,7 @@ class Invocation(NamedTuple):
 
 def command(kind: str):
     """The ``command.py`` module of a kind of task (:data:`COMMANDS`)."""
-    return importlib.import_module(f"convexp.tasks.{COMMANDS[kind]}.command")
+    return importlib.import_module(COMMANDS[kind])
 
 
 def is_squad(task: str) -> bool:
@@ -63,4 +68,4 @@ def kind(task: str) -> str:
     which ``convexp finetune`` command runs it."""
     if task in SQUAD:
         return "squad"
-    return "probing" if task in PROBING else "glue"
+    return "probing" if task in PROBING or task == "probing_all" else "glue"
