@@ -143,13 +143,10 @@ def _composed(stage: str, overrides: list[str], print_cfg: str | None):
     return None
 
 
-def _task_command(kind: str, overrides: list[str], print_cfg: str | None) -> None:
-    """``convexp pretrain`` and ``convexp finetune KIND``: the task's own command (its
-    ``command.py``, from the task table), composed, checked in one pass before the stage's heavy
-    imports, then run."""
-    from .tasks import command
-
-    task = command(kind)
+def _task_command(task, kind: str, overrides: list[str], print_cfg: str | None) -> None:
+    """``convexp pretrain`` and ``convexp finetune KIND``: the task's own command (``task``: its
+    ``command.py``, as the task table names it), composed, checked in one pass before the stage's
+    heavy imports, then run."""
     given = task.arguments(overrides, kind)
     composed = _composed(task.STAGE, given, print_cfg)
     if composed is not None:
@@ -161,7 +158,9 @@ def _task_command(kind: str, overrides: list[str], print_cfg: str | None) -> Non
 @app.command(cls=stage_command("pretrain"))
 def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Pre-train a model preset (MLM or ELECTRA) into outputs/runs/pretrain/<id>; re-running resumes."""
-    _task_command("pretrain", overrides or [], cfg)
+    from .tasks.pretraining import command
+
+    _task_command(command, "pretrain", overrides or [], cfg)
 
 
 class FinetuneGroup(TyperGroup):
@@ -181,13 +180,13 @@ class FinetuneGroup(TyperGroup):
 
 
 def _kind_command(kind: str):
-    from .tasks import COMMANDS
+    from .tasks import COMMANDS, command
 
     one = typer.Typer()
 
     @one.command(kind, cls=stage_command("finetune"), help=f"Fine-tune a task of kind {kind} ({COMMANDS[kind]}).")
     def run(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
-        _task_command(kind, overrides or [], cfg)
+        _task_command(command(kind), kind, overrides or [], cfg)
 
     return typer.main.get_command(one)
 
@@ -201,21 +200,27 @@ app.add_typer(finetune_app, name="finetune")
 @finetune_app.command("glue", cls=stage_command("finetune"))
 def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on GLUE: task=<name|all> init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]."""
-    _task_command("glue", overrides or [], cfg)
+    from .tasks.classification import command
+
+    _task_command(command, "glue", overrides or [], cfg)
 
 
 @finetune_app.command("probing", cls=stage_command("finetune"))
 def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on BERMO's SentEval probing tasks: task=<name|all> init=<run dir | HF dir | none> [KEY=VALUE ...]
     (protocol=bermo; data: glue.source=local glue.path=<SentEval data/probing> or glue.source=synthetic)."""
-    _task_command("probing", overrides or [], cfg)
+    from .tasks.classification import command
+
+    _task_command(command, "probing", overrides or [], cfg)
 
 
 @finetune_app.command("squad", cls=stage_command("finetune"))
 def finetune_squad(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
     """Fine-tune on SQuAD: task=squad1|squad2 init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]
     (data: squad.source=hub | local squad.path=<folder of the official JSON files> | synthetic)."""
-    _task_command("squad", overrides or [], cfg)
+    from .tasks.squad import command
+
+    _task_command(command, "squad", overrides or [], cfg)
 
 
 @app.command()
