@@ -35,7 +35,7 @@ def test_the_next_process_reads_the_composition_without_hydra(fresh, monkeypatch
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "a"))
     first = compose_stage("finetune", ["scale=paper", "task=rte", "init=x"])
     fresh()
-    monkeypatch.setattr(compose, "_initialize_hydra", lambda dirs: pytest.fail("composed again"))
+    monkeypatch.setattr(compose, "initialize_hydra", lambda conf, dirs: pytest.fail("composed again"))
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "b"))  # resolved in this process
     again = compose_stage("finetune", ["scale=paper", "task=rte", "init=x"])
     assert _plain(again) == {**_plain(first), "outputs": str(tmp_path / "b")}

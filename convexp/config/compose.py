@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..errors import ConfigError
 from . import compose_cache
+from .hydra_init import initialize_hydra
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the built-in configs (package data)
 CONFIG_PATH_ENV = "CONVEXP_CONFIG_PATH"
@@ -280,7 +280,7 @@ def _hydra_compose(config_name: str | None, overrides: list[str], hydra_node: bo
     if kept and (cfg := compose_cache.kept(dirs, config_name, overrides, hydra_node)) is not None:
         return cfg  # composed by an earlier process from the same files (compose_cache.py)
     try:
-        _initialize_hydra(tuple(user_config_dirs()))
+        initialize_hydra(CONF_DIR, tuple(user_config_dirs()))
         cfg = hydra_compose(config_name=config_name, overrides=list(overrides), return_hydra_config=hydra_node)
         compose_cache.keep(dirs, config_name, overrides, hydra_node, cfg)
         return cfg
@@ -295,70 +295,6 @@ def _hydra_compose(config_name: str | None, overrides: list[str], hydra_node: bo
             "a config inherits from itself through its defaults list (a config of yours with the name "
             "of a built-in one it inherits from?): rename it"
         ) from e
-
-
-_initialized_with: list = []
-
-
-def _initialize_hydra(user_dirs: tuple[Path, ...]) -> None:
-    """Initialise Hydra once per process (later composes are fast), again only when the user's
-    config directories change: ``initialize_config_dir`` over ``conf/``, the user's directories
-    first (:func:`_user_dirs_plugin`; ``hydra.searchpath`` would put them after the built-ins, and a
-    user's config would no longer shadow a built-in one). Version base 1.1: Hydra's when given none."""
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.plugins import Plugins
-    from hydra.errors import Hydra14MigrationWarning
-
-    hydra = GlobalHydra.instance()
-    if hydra.is_initialized() and _initialized_with == [user_dirs]:
-        return
-    hydra.clear()
-    plugin = _user_dirs_plugin()
-    Plugins.instance().register(plugin)  # Hydra's public way to add a plugin (again: a no-op)
-    plugin.dirs = tuple(_configs_only(d) for d in user_dirs)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Hydra14MigrationWarning)
-            initialize_config_dir(str(CONF_DIR), job_name="convexp", version_base="1.1")  # sets GlobalHydra
-    finally:
-        plugin.dirs = ()  # any other Hydra initialisation in this process keeps its own search path
-    _initialized_with[:] = [user_dirs]
-
-
-def _configs_only(d: Path) -> Path:
-    """What Hydra sees of a user's directory: its config groups (folders named as the built-in ones)
-    and top-level YAML files, linked from ``<a folder of this process's own>/<the directory's path>``.
-    Hydra takes every folder of a search-path directory for a group: ``--user-dir .`` would make a
-    project's ``outputs/`` (made later, by the run) one, and ``outputs=...`` an unknown default."""
-    import atexit, shutil, tempfile  # noqa: E401
-
-    root = Path(tempfile.mkdtemp(prefix="convexp-configs-"))
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
-    view = root / str(d).lstrip("/")
-    view.mkdir(parents=True)
-    for entry in d.iterdir():
-        group = entry.is_dir() and (CONF_DIR / entry.name).is_dir()
-        if group or (entry.is_file() and entry.suffix == ".yaml"):
-            (view / entry.name).symlink_to(entry)
-    return view
-
-
-@lru_cache(maxsize=None)
-def _user_dirs_plugin() -> type:
-    """A Hydra search-path plugin: its ``dirs`` (set while :func:`_initialize_hydra` runs) first,
-    provider ``convexp-user``. Made on first use: commands that never compose do not import Hydra."""
-    from hydra.core.config_search_path import ConfigSearchPath
-    from hydra.plugins.search_path_plugin import SearchPathPlugin
-
-    class UserConfigDirs(SearchPathPlugin):
-        dirs: tuple[Path, ...] = ()
-
-        def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-            for d in reversed(self.dirs):
-                search_path.prepend(provider="convexp-user", path=f"file://{d}")
-
-    return UserConfigDirs
 
 
 # `scale=` on the command line selects the stage's own scale group.
