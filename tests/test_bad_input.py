@@ -437,7 +437,8 @@ print(json.dumps(out))
 '''
 
 
-def test_refusals_that_need_no_file_content_come_before_torch_and_lightning(tmp_path, files):
+@pytest.mark.parametrize("part", range(4))  # four processes, so that two workers share them
+def test_refusals_that_need_no_file_content_come_before_torch_and_lightning(tmp_path, files, part):
     """Every bad input whose refusal needs no file's content is refused (exit 2) with torch,
     Lightning, datasets and transformers unimportable: refused before they are imported, at once."""
     import os
@@ -448,6 +449,7 @@ def test_refusals_that_need_no_file_content_come_before_torch_and_lightning(tmp_
     outputs.mkdir()
     env = {**os.environ, "CONVEXP_OUTPUTS": str(outputs), "CONVEXP_CONFIG_PATH": "", "WANDB_MODE": "disabled"}
     cases = [(c[0], [a.replace("{bad}", str(files)) for a in c[1]]) for c in CASES if c[0] not in READS_CONTENT]
+    cases = cases[part::4]
     done = subprocess.run([sys.executable, "-c", BLOCKED], input=json.dumps(cases), capture_output=True,
                           text=True, env=env, cwd=tmp_path, check=True)  # fmt: skip
     got = json.loads(done.stdout.splitlines()[-1])

@@ -473,6 +473,7 @@ def test_masked_lm_cross_entropy_equals_torchs_and_its_gradient():
 # ----------------------------------------------------------------------------- torch.compile
 
 
+@pytest.mark.slow  # torch.compile of every mixer: ~90 s of the default tier's 2 cores
 @pytest.mark.parametrize("name", list(MIXERS))
 def test_every_mixer_block_compiles_without_graph_breaks(name):
     """fullgraph=True fails on any graph break; aot_eager traces the backward too."""
@@ -485,6 +486,7 @@ def test_every_mixer_block_compiles_without_graph_breaks(name):
         assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
+@pytest.mark.slow  # torch.compile of whole objectives
 @pytest.mark.parametrize("objective,mixer", [("electra", "convbert_sdconv"), ("electra", "bert"),
                                              ("mlm", "chang_composite")])  # fmt: skip
 def test_whole_pretraining_objective_compiles_without_graph_breaks(objective, mixer):
@@ -510,6 +512,7 @@ def test_whole_pretraining_objective_compiles_without_graph_breaks(objective, mi
         assert torch.isfinite(out.loss) and all(torch.isfinite(v) for v in out.metrics.values())
 
 
+@pytest.mark.slow
 def test_compiled_blocks_of_an_electra_objective_stay_compiled_in_every_variant():
     """ELECTRA's generator and discriminator blocks share one compiled Block.forward, in variants
     by width, input dtype, padding and grad mode: 16 here (on a GPU under autocast the first
@@ -537,6 +540,7 @@ def test_compiled_blocks_of_an_electra_objective_stay_compiled_in_every_variant(
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pruning", ["none", "topk"])
 def test_fine_tuning_compiles_its_blocks_and_checkpoints_them_with_the_same_gradients(pruning):
     """Fine-tuning honours trainer.compile (its blocks, for step and graphs too: its batches change

@@ -269,6 +269,7 @@ def _losses(run: Path) -> list[float]:
     return [float(r[k]) for k in ("train/loss", "val/loss") for r in rows if r.get(k)]
 
 
+@pytest.mark.slow  # two pre-trainings
 def test_a_copy_of_self_attention_trains_as_the_builtin(tmp_path, user_dir):
     """The plug-in path costs nothing in the math: a user's file with the built-in's self-attention
     gives the built-in's losses, step for step."""
