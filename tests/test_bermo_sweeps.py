@@ -389,6 +389,7 @@ def check_printed(node, method, bermo, epochs=None):
         assert {k: qa[k] for k in SANH_SQUAD_WINDOWS} == SANH_SQUAD_WINDOWS, node.key
 
 
+@pytest.mark.slow  # plans paper-scale sweeps
 def test_prune_methods_plan_runs_bermos_printed_settings():
     """Table 4's sweep at scale=paper: every node's lambda, warm-ups, scores' rate, thresholds,
     epochs, batch, length and learning rate as Tables 7-10 print them, per model and task."""
@@ -402,6 +403,7 @@ def test_prune_methods_plan_runs_bermos_printed_settings():
         check_printed(n, method, model == "bermo")
 
 
+@pytest.mark.slow  # plans paper-scale sweeps
 def test_stability_convergence_and_distillation_plans_run_bermos_printed_settings():
     """Table 6 (SST-2 stability), Table 7 (convergence: epochs are the figure's x) and Table 11
     (distillation: alpha_ce 0.1, alpha_distil 0.9) at scale=paper."""
@@ -424,6 +426,7 @@ def test_stability_convergence_and_distillation_plans_run_bermos_printed_setting
             assert (cfg.distill.alpha_ce, cfg.distill.alpha_distil) == (0.1, 0.9)
 
 
+@pytest.mark.slow  # plans and reports sweeps
 def test_reports_state_the_qqp_learning_rate_deviation(tmp_path):
     """Tables 7, 10, 11 print 3e-6 for QQP; convexp runs 3e-5 and the rendered report says so."""
     from convexp.report.build import make_report

@@ -13,6 +13,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 WAIT_S = 120  # a safety net against a hung test only: the spies wait on the other process's state
 
 
@@ -89,6 +91,7 @@ def _rank(root: str, out: str) -> None:
     Path(out).write_text(json.dumps(got))
 
 
+@pytest.mark.slow  # two processes build
 def test_two_processes_asking_for_the_same_entries_build_each_once(tmp_path):
     context = multiprocessing.get_context("spawn")
     ranks = [context.Process(target=_rank, args=(str(tmp_path), str(tmp_path / f"rank{r}.json"))) for r in range(2)]

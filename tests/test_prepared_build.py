@@ -49,6 +49,7 @@ def prepared(tmp_path_factory):
     return one, two, root
 
 
+@pytest.mark.slow  # builds on several processes
 def test_the_rows_do_not_depend_on_the_process_count(prepared):
     one, two, _ = prepared
     assert one.stats["num_train_docs"] == DOCS - 20 and one.stats["num_train_blocks"] > 1000

@@ -271,6 +271,7 @@ def test_bad_input_one_line_exit_2(tmp_path, pretrained, make, message):
 # ----------------------------------------------------------------------------- the sweep
 
 
+@pytest.mark.slow  # a sweep's dry run in a process
 def test_convbert_squad_sweep_plans_squad_nodes(tmp_path):
     res = convexp("ablate", "convbert-squad", "scale=smoke", "--dry-run", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
     assert res.returncode == 0, res.stderr[-3000:]
@@ -285,6 +286,7 @@ def test_convbert_squad_sweep_plans_squad_nodes(tmp_path):
     assert "continue/small" in res.stdout  # the dry-run shows the continuation node
 
 
+@pytest.mark.slow  # plans a sweep
 def test_length_512_continuation_is_a_node_between_pretraining_and_squad(tmp_path):
     """ConvBERT Table 4: 10% more updates at length 512 before SQuAD, from the pre-training run;
     GLUE tasks of the same variant keep the length-128 model; at smoke, the smoke length 128."""

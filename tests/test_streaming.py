@@ -323,6 +323,7 @@ def test_later_passes_and_resumes_read_the_store_and_give_the_same_batches(corpu
     assert same(reader_batches(data, 0, 1, 60), whole) and 0 < len(encoded) < len(corpus["docs"]) - VAL_DOCS
 
 
+@pytest.mark.slow  # a killed pass and a resumed one
 def test_a_store_made_in_a_killed_pass_is_completed_without_rebuilding_it(corpus, tmp_path, encoded, opened):
     """A reader killed mid-shard leaves whole chunk files and no shard record: the next run reads the
     shard again, takes the stored chunks and records the shard; a missing chunk is read alone."""

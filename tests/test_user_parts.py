@@ -299,6 +299,7 @@ def _example_here(where: Path) -> Path:
     return where
 
 
+@pytest.mark.slow  # a whole sweep and its report
 def test_the_example_runs_beside_the_paper_row_and_reports_both(tmp_path):
     """examples/gated_conv at smoke size on a tiny model: the sweep pre-trains both rows, fine-tunes
     them, and the report puts the user's row beside the paper's, its parameters and FLOPs filled."""
