@@ -264,8 +264,12 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
 
     from helpers import SHRINK, ledger, statuses
 
-    missing = tmp_path / "no-such-corpus.txt"
-    sweep = write_sweep(tmp_path / "s.yaml", {"a": {}, "b": {"pretrain": ["data=files", f"data.path={missing}"]}})
+    # b's corpus is an empty file: refused by the stage once it has read it, after its imports (a missing
+    # file is refused by the node's check within a second, and b would have failed before the re-run
+    # below, which expects every node still queued)
+    empty = tmp_path / "empty-corpus.txt"
+    empty.write_text("")
+    sweep = write_sweep(tmp_path / "s.yaml", {"a": {}, "b": {"pretrain": ["data=files", f"data.path={empty}"]}})
     # 2,000 steps of the tiny model (~30 s on a quiet CPU; 200 took 3 s): still running while the test
     # runs ablate again and pre-empts it
     steps = ["pretrain.trainer.max_steps=2000", "pretrain.trainer.checkpoint_every_n_steps=20", "pretrain.trainer.val_every_n_steps=1000"]
@@ -303,7 +307,7 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
         time.sleep(2)
     assert rows["pretrain/a"] == "done; requeued 1 time", text
     assert rows["finetune/a/rte/s42"] == "done", text
-    assert rows["pretrain/b"].startswith("failed: ") and f"no such file or folder: {missing}" in rows["pretrain/b"], text
+    assert rows["pretrain/b"].startswith("failed: ") and f"{empty} holds only empty files" in rows["pretrain/b"], text
     assert rows["finetune/b/rte/s42"] == "blocked by pretrain/b", text
     assert "GPU-hours:" in text and "nothing left to run" in text
     assert statuses(out, "s") == {

@@ -376,7 +376,8 @@ def submit_plan(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
         if not groups:
             break
         for after, nodes in groups.items():
-            extra = {**dict(cfg.additional), "requeue": True}
+            # open-mode=append: a requeued job's .out and .err keep what its earlier attempts said
+            extra = {"open-mode": "append", **dict(cfg.additional), "requeue": True}
             if after:
                 extra |= {"dependency": "afterok:" + ":".join(after), "kill-on-invalid-dep": "yes"}
             executor.update_parameters(slurm_additional_parameters=extra)
