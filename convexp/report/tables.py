@@ -22,7 +22,7 @@ import io
 import statistics
 from dataclasses import dataclass, field
 
-from .. import results
+from ..tasks.classification import results
 from ..tasks.classification import scores
 from ..tasks import PROBING, is_squad
 from ..tasks.classification.registry import GROUPS
@@ -126,7 +126,7 @@ class Row:
 
 
 def aggregate(values: list[float], how: str) -> Cell:
-    """One cell of seed statistics (:func:`convexp.results.seed_stats`): ``how`` = mean (± s.e.),
+    """One cell of seed statistics (:func:`convexp.tasks.classification.results.seed_stats`): ``how`` = mean (± s.e.),
     median or best."""
     if not values:
         return Cell(None)
@@ -135,7 +135,7 @@ def aggregate(values: list[float], how: str) -> Cell:
 
 
 def chosen_runs(finetunes: list[dict]) -> dict[str, list[dict]]:
-    """{task: the runs of its chosen setting} (:func:`convexp.results.best_setting`)."""
+    """{task: the runs of its chosen setting} (:func:`convexp.tasks.classification.results.best_setting`)."""
     by_task: dict[str, list[dict]] = {}
     for m in finetunes:
         by_task.setdefault(m["task"], []).append(m)

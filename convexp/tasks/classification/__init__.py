@@ -12,6 +12,7 @@ Data flows down this list; each imports only those above it:
   loading.py            load_task / prepare_task: {split: Dataset} from the configured source
   encoding.py           tokenize_task (cached), collate
   scores.py             metrics, task scores, GLUE averages, collapsed runs
+  results.py            seed statistics, the chosen grid setting, scores in a paper's style
   submissions.py        the GLUE server's files
 
 The stage: stage.py (`convexp finetune glue|probing`), evaluate.py (dev metrics, predictions),

@@ -1,7 +1,7 @@
 """The summary of a ``convexp finetune`` invocation: every seed's result and the aggregates.
 
 ``outputs/runs/glue/<slug>-<hash>/`` (``runs/probing/`` for SentEval probing) holds summary.json —
-per task the runs, the chosen setting (:func:`convexp.results.best_setting`), its seed statistics
+per task the runs, the chosen setting (:func:`results.best_setting`), its seed statistics
 (mean ± s.e., median, best) and the GLUE columns in ConvBERT's and Chang et al.'s styles, the GLUE
 averages both ways (BERMO Table 1's probing averages for probing) — and submission.zip (each
 task's best-dev run). The table printed at the end shows the same numbers.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ... import results
+from . import results
 from ...atomic import config_hash
 from .scores import glue_average, task_score
 from .submissions import zip_submission

@@ -1,7 +1,7 @@
 """Fine-tuning results as the papers report them: seed statistics, the chosen setting, task scores.
 
-Shared by the summary of a ``convexp finetune`` invocation (tasks/classification/summary.py) and the tables
-of ``convexp report`` (report/tables.py), so both aggregate and choose the same way:
+Shared by the summary of a ``convexp finetune`` invocation (summary.py) and the tables of
+``convexp report`` (report/tables.py), so both aggregate and choose the same way:
 
 * seed statistics: n, mean ± standard error (Chang et al.'s appendix), median (ConvBERT: the median
   of nine runs) and best (Chang et al.'s test tables: the best dev run);
@@ -21,8 +21,8 @@ import math
 import statistics
 from typing import Callable, Iterable, TypeVar
 
-from .tasks.classification import scores
-from .tasks.classification.registry import Task
+from . import scores
+from .registry import Task
 
 T = TypeVar("T")
 STATS = ("mean", "median", "best")
