@@ -324,10 +324,12 @@ JSON_CHUNK = 10 << 20  # what datasets' json builder parses at once (its chunksi
 
 
 def peek_files(path) -> None:
-    """The first chunk of each JSON-lines file of ``data.path`` parsed as the stage's reader will
-    parse it (pyarrow, the same block size): a malformed line there is refused before the stage's
-    heavy imports, with :func:`_load_files`' line. What the peek cannot tell for sure (a JSON
-    document that is not lines, a later chunk) is left to the stage."""
+    """The first chunk of the first JSON-lines file of ``data.path`` parsed as the stage's reader
+    will parse it (pyarrow, the same block size): a malformed line there is refused before the
+    stage's heavy imports, with :func:`_load_files`' line. One chunk of one file, whatever the
+    corpus's size, in every process that checks (each DDP rank, each sweep worker). What the peek
+    cannot tell for sure (a JSON document that is not lines, a later chunk or file) is left to the
+    stage."""
     builder, files = find_data_files(path)
     if builder != "json":
         return
@@ -336,7 +338,7 @@ def peek_files(path) -> None:
     import pyarrow as pa
     import pyarrow.json as paj
 
-    for f in files:
+    for f in files[:1]:
         with open(f, "rb") as fh:
             batch = fh.read(JSON_CHUNK)
             if len(batch) == JSON_CHUNK:  # a whole last line only
