@@ -5,6 +5,8 @@ the environment a multi-node pre-training gets."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -264,9 +266,7 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
 
     from helpers import SHRINK, ledger, statuses
 
-    # b's corpus is an empty file: refused by the stage once it has read it, after its imports (a missing
-    # file is refused by the node's check within a second, and b would have failed before the re-run
-    # below, which expects every node still queued)
+    # b's corpus is an empty file: refused by the stage once it has read it, after its imports
     empty = tmp_path / "empty-corpus.txt"
     empty.write_text("")
     sweep = write_sweep(tmp_path / "s.yaml", {"a": {}, "b": {"pretrain": ["data=files", f"data.path={empty}"]}})
@@ -287,12 +287,18 @@ def test_sweep_on_slurm_submits_and_returns_requeues_resumes_and_blocks_only_dep
     rows, _ = _status(args, out, env)
     assert rows["finetune/a/rte/s42"].startswith("pending on pretrain/a (job ")
     assert rows["finetune/b/rte/s42"].startswith("pending on pretrain/b (job ")
-    # again while everything is queued: nothing is submitted twice
+    # again while a is queued or running: nothing queued or running is submitted twice. b's pre-training
+    # may have failed by now (its job refuses the empty corpus as soon as it reads it: how soon depends on
+    # the machine's load); a failed node and its blocked dependant are then submitted again, as they should
     res = convexp("ablate", *args, outputs=out, env=env)
-    assert res.returncode == 0 and "submitted 1" not in res.stdout and "submitted 2" not in res.stdout, res.stdout
+    assert res.returncode == 0, res.stdout
+    again_submitted = {key for ln in res.stdout.splitlines() if re.match(r"submitted \d+ jobs? \(", ln)
+                       for key in ln.split(": ", 1)[1].split(", ")}  # fmt: skip
+    assert again_submitted <= {"pretrain/b", "finetune/b/rte/s42"}, res.stdout
     again = ledger(out, "s")["nodes"]
     for key, job in jobs.items():  # each keeps its job (one that has finished meanwhile is cached)
-        assert again[key]["job"] == job or again[key]["status"] == "cached", (key, again[key])
+        if key not in again_submitted:
+            assert again[key]["job"] == job or again[key]["status"] == "cached", (key, again[key])
     assert again["pretrain/a"]["job"] == jobs["pretrain/a"], "pretrain/a finished before the test could pre-empt it"
 
     # pre-empt pretrain/a (an array task) once it has a checkpoint: submitit's USR2 to the job's step
