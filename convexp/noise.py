@@ -38,6 +38,12 @@ WARNINGS = (
         "Lightning's own use of a torch API that torch 2.13 deprecates: nothing to change in a run",
     ),
     (
+        r"Checkpoint directory .* exists and is not empty",
+        "the run's own checkpoints folder when it resumes (resume=true, a requeued or restarted job): "
+        "convexp resumes from it on purpose and says so; on each requeued attempt of a SLURM job it "
+        "was a line of the job's log that asked nothing",
+    ),
+    (
         r"The '(train|val)_dataloader' does not have many workers",
         "convexp sizes its loaders itself (pre-training batches come from a background thread; "
         "trainer.num_workers sets the workers where they help)",

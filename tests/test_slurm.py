@@ -368,7 +368,7 @@ def _until(check, timeout: float, what: str):
 def test_scontrol_requeue_of_a_running_pretraining_on_a_real_slurm_resumes_cleanly(real_slurm, tmp_path):
     """`scontrol requeue` of a running `srun convexp pretrain` (W&B offline: SLURM's SIGTERM reaches
     its service process too): the first attempt is recorded interrupted at its step, the job's log
-    holds no traceback, the requeued job resumes and finishes with an uninterrupted run's metrics."""
+    holds no traceback and no note of the checkpoints folder it resumes from, the requeued job resumes and finishes with an uninterrupted run's metrics."""
     import json
     import sys
 
@@ -384,6 +384,7 @@ def test_scontrol_requeue_of_a_running_pretraining_on_a_real_slurm_resumes_clean
     _until(lambda: state() in ("COMPLETED", "FAILED", "CANCELLED"), 900, "end of the requeued job")
     log = (tmp_path / f"job-{job}.err").read_text()
     assert state() == "COMPLETED" and "Traceback" not in log, log[-3000:]
+    assert "Checkpoint directory" not in log, log[-3000:]  # the requeued attempt resumes from its own folder, quietly
     [run] = out.glob("runs/pretrain/*")
     s = json.loads((run / "status.json").read_text())
     assert [a["status"] for a in s["attempts"]] == ["interrupted", "finished"], s
