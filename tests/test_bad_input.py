@@ -134,6 +134,12 @@ CASES = [
      ["train.tsv", "header lacks", "'…"]),  # a short escaped excerpt of the bytes
     ("max_len beyond positions", [*FT, "task.max_len=100000"], ["max_len", "512"]),
     ("max_train_samples zero", [*FT, "task.max_train_samples=0"], ["max_train_samples"]),
+    ("task max_len too short", [*FT, "task=rte", "task.max_len=3"], ["max_len 3", "too short for rte"]),
+    ("both orders of single sentences", [*FT, "task=sst2", "both_orders=true"], ["both_orders", "single sentences"]),
+    ("probing from the hub", [*PROBING, "task=sentlen", "glue.source=hub"], ["sentlen", "no hub source"]),
+    ("grid replaces a given lr", ["finetune", "glue", "init=none", "model=bert_small", "tokenizer_path={bad}/vocab.txt",
+                                  "task=rte", "lr=2e-5"],
+     ["lr=", "grid", "grid=false"]),
     ("unknown probing task", ["finetune", "probing", "scale=smoke", "init=x", "task=sst2"], ["sst2"]),
     ("models unknown", ["models", "nope"], ["nope"]),
     ("models seq-len zero", ["models", "--seq-len", "0"], ["--seq-len"]),

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from convexp.cli import app
 from convexp.config.compose import compose_stage
 from convexp.errors import UserError
+from convexp.tasks import Invocation, command
 from convexp.tasks.finetune_runs import hyperparameters
 
 SMALL, BASE = 256, 768  # ConvBERT-small / ELECTRA-small width; BERT-base / ConvBERT-base width
@@ -88,9 +89,10 @@ def test_command_line_values_win_and_smoke_keeps_its_own():
     assert hp["lr"] == 1e-3
     [hp] = hyperparameters(compose_stage("finetune", ["init=x", "task=rte", "scale=smoke", "lr=2e-5"]), SMALL)
     assert (hp["lr"], hp["epochs"]) == (2e-5, 2)  # conf/finetune_scale/smoke.yaml: 2 epochs
-    # the grid would replace a given lr: refused with the fix
+    # the grid would replace a given lr: refused with the fix, by the command's one pass of checks
+    given = compose_stage("finetune", ["init=x", "task=rte", "lr=2e-5"])
     with pytest.raises(UserError, match="grid=false"):
-        hyperparameters(compose_stage("finetune", ["init=x", "task=rte", "lr=2e-5"]), SMALL)
+        command("glue").check(Invocation(given, {}), planned=True)
     with pytest.raises(Exception, match="no grid"):
         compose_stage("finetune", ["init=x", "task=rte", "protocol=chang", "grid=true"])
 

@@ -283,16 +283,15 @@ def test_the_finetuning_stage_reads_the_device_only_at_logging_steps(tmp_path, m
     common = [f"init={pretrained}", "scale=smoke", *GPU, "epochs=1", "batch_size=8", "seeds=[42]",
               "trainer.log_every_n_steps=5", f"outputs={tmp_path}"]  # fmt: skip
     with _watching(seen):
+        from convexp.tasks import Invocation, command
+        from convexp.tasks.finetune_runs import compose_finetune
+
         if kind == "glue":
-            from convexp.tasks.classification.stage import run_classification
-            from convexp.tasks.finetune_runs import compose_finetune
-
-            run_classification(*compose_finetune(["task=sst2", "glue.synthetic_size=96", "task.max_len=48", *common]),
-                               summary=False)  # fmt: skip
+            over = ["task=sst2", "glue.synthetic_size=96", "task.max_len=48", *common]
+            command("glue").run(Invocation(*compose_finetune(over)), summary=False)
         else:
-            from convexp.tasks.squad.stage import run_squad
-
-            run_squad(compose_stage("finetune", ["task=squad1", "squad.synthetic_size=96", "squad.max_len=96", *common]))
+            over = ["task=squad1", "squad.synthetic_size=96", "squad.max_len=96", *common]
+            command("squad").run(Invocation(compose_stage("finetune", over), {}))
     # read by design: the logging steps (5, 10), the first steps (allocation) and the last (the final check)
     quiet = {step: n for step, n in seen.items() if step % 5 not in (0, 1) and 2 < step < max(seen)}
     assert quiet and not any(quiet.values()), seen
@@ -303,13 +302,14 @@ def test_the_pretraining_stage_reads_the_device_only_at_logging_steps(tmp_path, 
     monkeypatch.setenv("WANDB_MODE", "disabled")  # in-process: no W&B service left in this worker
     from convexp.config.compose import compose_stage
     from convexp.tasks.pretraining import stage as pretrain
+    from convexp.tasks.pretraining.runs import pretrain_run
 
     seen: dict[int, int] = {}
     cfg = compose_stage("pretrain", [*TINY, *GPU, "objective=electra", "model=convbert_small", "trainer.max_steps=12",
                                      "trainer.log_every_n_steps=5", "trainer.val_every_n_steps=100",
                                      f"outputs={tmp_path}"])  # fmt: skip
     with _watching(seen):
-        pretrain.run_pretrain(cfg)
+        pretrain.run_pretrain(cfg, pretrain_run(cfg))
     # read by design: the logging steps (5, 10), the first steps (allocation) and the last (the final check)
     quiet = {step: n for step, n in seen.items() if step % 5 not in (0, 1) and 2 < step < 12}
     assert quiet and not any(quiet.values()), seen

@@ -1,7 +1,7 @@
 """Step-by-step parity with Hugging Face: convexp's fine-tuning stages against plain `transformers`.
 
 A tiny Hugging Face BERT (made here, dropout off) is the init of both sides. convexp runs its real
-stage (`run_squad` / `run_classification`, in-process, W&B off); the reference is a plain loop over
+stage (the task's command, in-process, W&B off); the reference is a plain loop over
 ``BertForQuestionAnswering`` / ``BertForSequenceClassification`` with Hugging Face Trainer's
 optimiser (torch AdamW, no weight decay on biases and LayerNorm weights, linear schedule, gradient
 norm clipped at the recipe's value), fed the same training rows in the same order (the order
@@ -271,7 +271,9 @@ def test_squad_bert_head_training_matches_transformers(tmp_path, monkeypatch, sq
     losses and dev start / end logits as BertForQuestionAnswering trained on the same windows in
     the same order, and the same answers as run_qa's post-processing of those logits."""
     import convexp.tasks.squad.stage as squad_stage
-    from convexp.tasks.squad.stage import run_squad, squad_data
+    from convexp.store.runs import Run
+    from convexp.tasks import Invocation, command
+    from convexp.tasks.squad.stage import squad_data
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     data = tmp_path / "squad"
@@ -293,7 +295,8 @@ def test_squad_bert_head_training_matches_transformers(tmp_path, monkeypatch, sq
             "trainer.log_every_n_steps=1",
         ],
     )  # fmt: skip
-    [run] = run_squad(cfg)
+    command("squad").run(Invocation(cfg, {}))
+    [run] = [Run(d) for d in (tmp_path / "out" / "runs" / "finetune").iterdir()]
     hp = run.read_json("metrics.json")["hp"]
     ours = train_losses(run.dir)
 
@@ -353,7 +356,7 @@ def test_glue_classifier_training_matches_transformers(tmp_path, monkeypatch):
     from convexp.tasks.classification.encoding import collate, tokenize_task
     from convexp.tasks.classification.loading import prepare_task
     from convexp.models.io import load_model_dir
-    from convexp.tasks.classification.stage import run_classification
+    from convexp.tasks import Invocation, command
     from convexp.tasks.finetune_runs import classification_runs, compose_finetune
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
@@ -373,7 +376,7 @@ def test_glue_classifier_training_matches_transformers(tmp_path, monkeypatch):
             "group_by_length=false", "trainer.log_every_n_steps=1",
         ]
     )  # fmt: skip
-    run_classification(cfg, others)
+    command("glue").run(Invocation(cfg, others))
     [planned] = classification_runs(cfg, "x", TINY["hidden_size"], others)
     run = next((tmp_path / "out" / "runs" / "finetune").glob("*-rte-*"))
     hp = planned.hp

@@ -796,13 +796,14 @@ def test_bench_pretrain_profiles_the_stage_step_by_phase(tmp_path, monkeypatch):
 
 
 def _stage(tmp_path, name: str, *extra: str):
+    from convexp.tasks.pretraining.runs import pretrain_run
     from convexp.tasks.pretraining.stage import run_pretrain
 
     cfg = compose_stage(
         "pretrain", [*TINY, "objective=electra", "trainer.max_steps=12", "trainer.val_every_n_steps=6",
                      "logger.mode=disabled", f"outputs={tmp_path / name}", *extra],
     )  # fmt: skip
-    return run_pretrain(cfg)
+    return run_pretrain(cfg, pretrain_run(cfg))
 
 
 @pytest.mark.slow

@@ -35,8 +35,12 @@ def check(inv, planned=False):
         raise UserError(f"task.max_len={inv.cfg.task.max_len}: the toy task reads at most 64 tokens; lower it")
 
 
+def plan(inv, start, tokens=None):
+    return [Path(inv.cfg.outputs) / "toy.txt"]
+
+
 def run(inv, summary=True):
-    out = Path(inv.cfg.outputs) / "toy.txt"
+    [out] = plan(inv, None)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(f"{inv.cfg.task.name} {inv.cfg.task.kind} {inv.cfg.task.max_len} {inv.cfg.protocol}")
 '''
@@ -62,10 +66,12 @@ def test_every_kind_has_a_command_with_the_protocol():
     for kind in tasks.COMMANDS:
         cmd = tasks.command(kind)
         assert cmd.STAGE in ("pretrain", "finetune")
-        assert all(callable(getattr(cmd, f)) for f in ("arguments", "compose", "check", "run")), kind
+        assert all(callable(getattr(cmd, f)) for f in ("arguments", "compose", "check", "plan", "run")), kind
 
 
-def test_a_new_kind_of_task_is_its_folder_its_task_file_and_one_table_line(tmp_path, monkeypatch):
+def toy_kind(tmp_path, monkeypatch) -> Path:
+    """The toy kind in a user's folder: its command's folder and its task file, and its line in the
+    task table; the folder."""
     user = tmp_path / "mine"
     (user / "toykind").mkdir(parents=True)
     (user / "toykind" / "__init__.py").write_text("")
@@ -73,6 +79,11 @@ def test_a_new_kind_of_task_is_its_folder_its_task_file_and_one_table_line(tmp_p
     (user / "task").mkdir()
     (user / "task" / "toy.yaml").write_text(TOY_TASK)
     monkeypatch.setitem(tasks.COMMANDS, "toy", "toykind.command")  # ... and its line in the table
+    return user
+
+
+def test_a_new_kind_of_task_is_its_folder_its_task_file_and_one_table_line(tmp_path, monkeypatch):
+    user = toy_kind(tmp_path, monkeypatch)
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.delenv("CONVEXP_USER_DIR", raising=False)
     monkeypatch.setattr("sys.path", list(__import__("sys").path))
@@ -93,3 +104,16 @@ def test_a_new_kind_of_task_is_its_folder_its_task_file_and_one_table_line(tmp_p
     shown = runner.invoke(app, [*base, "--cfg"])
     cfg = yaml.safe_load(shown.output)
     assert "glue" not in cfg and "squad" not in cfg and cfg["task"]["kind"] == "toy"
+
+
+def test_a_sweep_node_of_a_new_kind_runs_its_own_command(tmp_path, monkeypatch):
+    """A sweep's worker routes a fine-tuning node by its composed config's ``kind:``, not by the
+    papers' task names: a task of a user's own kind runs its own command there too."""
+    from convexp.sweep.execute import run_node
+
+    user = toy_kind(tmp_path, monkeypatch)
+    monkeypatch.setenv("CONVEXP_USER_DIR", str(user))
+    monkeypatch.setattr("sys.path", [str(user), *__import__("sys").path])
+    out = tmp_path / "outputs"
+    run_node("finetune", ["task=toy", "init=none", "model=bert_small", "scale=smoke", f"outputs={out}", "seeds=[1]"])
+    assert (out / "toy.txt").read_text() == "toy toy 32 convbert"

@@ -170,12 +170,13 @@ def _peak_rss_mib() -> float:
 def stage_tokens_per_s(cfg, profile: bool = False) -> dict:
     """Run the stage on ``cfg`` (its outputs a scratch store); its own tokens/s and wall time, and
     with ``profile`` where its steps' time goes (stage_profile.py), timed from its middle on."""
+    from ..tasks.pretraining.runs import pretrain_run
     from ..tasks.pretraining.stage import run_pretrain
     from .stage_profile import PHASE_STEPS, PROFILE_STEPS, StageProfile
 
     steps = int(cfg.trainer.max_steps)
     probe = StageProfile(start=max(3, steps - PHASE_STEPS - PROFILE_STEPS - 5)) if profile else None
-    run = run_pretrain(cfg, callbacks=(probe,) if probe else ())
+    run = run_pretrain(cfg, pretrain_run(cfg), callbacks=(probe,) if probe else ())
     m = json.loads((run.dir / "metrics.json").read_text())
     out = {"tokens_per_s": m["tokens_per_s"], "wall_time_s": m["wall_time_s"], "steps": m["steps"],
            "final_train_loss": m["final_train_loss"], "val_loss": m["val_loss"]}  # fmt: skip

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from ..config.compose import compose_stage, override_key, parse_overrides
 from ..errors import UserError
-from ..tasks import command
-from ..tasks import kind as task_kind
+from ..tasks import command, config_kind
 from ..store.record import invocation_record
 from ..store.runs import Run
 from .node_state import node_state
@@ -28,9 +27,9 @@ def run_node(stage: str, overrides: list[str]) -> None:
 
 def _run_stage(stage: str, overrides: list[str]) -> None:
     """The node's task command (tasks/*/command.py), as the CLI runs it: composed, checked, run."""
-    tasks = [o.split("=", 1)[1] for o in overrides if o.startswith("task=")]
-    task = command("pretrain" if stage == "pretrain" else task_kind(tasks[-1] if tasks else "all"))
-    invocation = task.compose(overrides, compose_stage(task.STAGE, overrides))
+    cfg = compose_stage(stage, overrides)
+    task = command("pretrain" if stage == "pretrain" else config_kind(cfg))
+    invocation = task.compose(overrides, cfg)
     task.check(invocation)
     task.run(invocation, summary=False)
 

@@ -17,7 +17,7 @@ from ..train.weights import has_weights
 from .cards import finetune_settings
 from .compute import finetune_flops, pretrain_flops, squad_flops
 from .disk import pretrain_bytes, pretraining_data, results_bytes, weights_bytes
-from ..tasks import Invocation, command, is_squad
+from ..tasks import Invocation, command, config_kind
 from ..tasks import kind as task_kind
 from .gpus import job_gpus
 from .memory import finetune_mib, pretrain_mib
@@ -48,6 +48,7 @@ class Node:
     disk: float = 0.0  # bytes each run keeps (disk.py): results, or a checkpoint and the final model
     weights: float = 0.0  # fine-tuning: the bytes of the weights each run keeps where it keeps them
     data: tuple | None = None  # pre-training: disk.pretraining_data (its corpus, for the bill)
+    kind: str | None = None  # fine-tuning: which `convexp finetune` command runs it (tasks.config_kind)
 
     @property
     def reads(self) -> list[str]:
@@ -89,7 +90,7 @@ class Node:
 
     @property
     def command(self) -> str:
-        kind = task_kind(self.task)
+        kind = self.kind or task_kind(self.task or "all")  # a node the planner made says its kind
         head = "convexp pretrain" if self.stage == "pretrain" else f"convexp finetune {kind}"
         return " ".join([head, *(_quote(o) for o in self.stage_args)])
 
@@ -101,7 +102,6 @@ def _quote(o: str) -> str:
 def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]):
     """(the variant's pre-training node, its composed config, its ModelConfig)."""
     from ..config.name_tokens import variant_tokens
-    from ..tasks.pretraining.runs import pretrain_run
 
     where = f"sweep {sweep.name}, variant {v.name}"
     scale = settings.scale
@@ -111,11 +111,12 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     cfg = _compose(where, "pretrain", over)
     try:
         model_cfg = to_model_config(cfg.model)
-        command("pretrain").check(Invocation(cfg, {}), planned=True)  # as the node will: a user's mixer too
+        pretrain = command("pretrain")
+        pretrain.check(Invocation(cfg, {}), planned=True)  # as the node will: a user's mixer too
         flops = pretrain_flops(cfg, model_cfg)
     except (ConfigError, ValueError) as e:  # e.g. seq_len beyond the position table
         raise SweepError(f"{where}: {e}") from e
-    run = pretrain_run(cfg, variant_tokens(v.pretrain))  # named by what differs from the sweep's base
+    [run] = pretrain.plan(Invocation(cfg, {}), None, variant_tokens(v.pretrain))  # named by what differs from the sweep's base
     over.append(
         f"outputs={Path(cfg.outputs).resolve()}"
     )  # absolute: workers and cluster jobs start elsewhere
@@ -141,7 +142,6 @@ def continuation_node(
     pre-training's 64): the stage runs, at the length a smoke model can hold."""
     from ..config.compose import override_key, parse_overrides
     from ..config.name_tokens import variant_tokens
-    from ..tasks.pretraining.runs import pretrain_run
 
     spec = sweep.squad_continuation
     where = f"sweep {sweep.name}, variant {v.name}, squad_continuation"
@@ -172,7 +172,7 @@ def continuation_node(
         flops = pretrain_flops(cfg, model_cfg)
     except (ConfigError, ValueError) as e:
         raise SweepError(f"{where}: {e}") from e
-    run = pretrain_run(cfg, variant_tokens(v.pretrain))
+    [run] = command("pretrain").plan(Invocation(cfg, {}), None, variant_tokens(v.pretrain))
     node = Node(f"continue/{v.name}", "pretrain", v.name, over, [run], deps=[pre.key], flops=flops,
                 gpus=job_gpus(cfg), memory_mib=pretrain_mib(cfg, model_cfg), disk=sum(pretrain_bytes(cfg, model_cfg)),
                 data=pretraining_data(cfg))  # fmt: skip
@@ -198,8 +198,7 @@ def finetune_nodes(
     starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
     run of that task (its first seed), which must be planned first."""
     from ..config.name_tokens import variant_tokens
-    from ..tasks.finetune_runs import classification_runs, finetune_task_names
-    from ..tasks.squad.runs import squad_runs
+    from ..tasks.finetune_runs import finetune_task_names
 
     where = f"sweep {sweep.name}, variant {v.name}"
     start = starts[v.name]
@@ -231,18 +230,16 @@ def finetune_nodes(
     settings_of: dict[tuple, tuple] = {}  # (task, its settings' hp) -> (hp, cards.finetune_settings)
     for t in tasks:
         tcfg = compose_task(t)
-        if task_kind(t) == "probing" and tcfg.glue.source not in ("local", "synthetic"):
+        kind = config_kind(tcfg)
+        if kind == "probing" and tcfg.glue.source not in ("local", "synthetic"):
             raise SweepError(
                 f"{where}: probing task {t} needs SentEval's files: finetune.glue.source=local "
                 "finetune.glue.path=<SentEval data/probing> (or scale=smoke: synthetic stand-ins)"
             )
-        try:
-            task_cfgs = {} if is_squad(t) else {n: compose_task(n) for n in finetune_task_names(tcfg) if n != t}
-            command(task_kind(t)).check(Invocation(tcfg, task_cfgs), planned=True)  # as its node will
-            if is_squad(t):  # `convexp finetune squad`: one task, no intermediate tasks
-                planned = squad_runs(tcfg, start.slug, start.width, variant_tokens(v.finetune))
-            else:
-                planned = classification_runs(tcfg, start.slug, start.width, task_cfgs, variant_tokens(v.finetune))
+        try:  # as its node will run it (tasks/*/command.py): checked, then planned
+            inv = Invocation(tcfg, {n: compose_task(n) for n in finetune_task_names(tcfg) if n != t})
+            command(kind).check(inv, planned=True)
+            planned = command(kind).plan(inv, start, variant_tokens(v.finetune))
         except UserError as e:
             raise SweepError(f"{where}: {e}") from e
         for p in planned:
@@ -253,7 +250,8 @@ def finetune_nodes(
                 distils = [teachers[p.task].key] if p.task in teachers else []
                 over = [*base, f"task={p.task}", f"seeds=[{p.seed}]", *task_overrides(p.task)]
                 nodes[key] = Node(key, "finetune", v.name, over, [], [*deps, *starts, *distils], p.task, p.seed,
-                                  starts_from=starts, distils_from=distils, keep_weights=str(tcfg.keep_weights))  # fmt: skip
+                                  starts_from=starts, distils_from=distils, keep_weights=str(tcfg.keep_weights),
+                                  kind=kind)  # fmt: skip
             if p.run.dir not in known.setdefault(key, set()):
                 known[key].add(p.run.dir)
                 nodes[key].runs.append(p.run)
@@ -268,7 +266,7 @@ def finetune_nodes(
         batch = max(int(hp["batch_size"]) for hp in node.hparams.values())  # its largest setting's
         if (node.task, batch) not in sized:
             tcfg = compose_task(node.task)
-            flops = squad_flops if is_squad(node.task) else finetune_flops
+            flops = squad_flops if node.kind == "squad" else finetune_flops
             sized[(node.task, batch)] = (
                 flops(tcfg, start.model_cfg, node.task),
                 job_gpus(tcfg),

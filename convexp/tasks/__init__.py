@@ -7,15 +7,24 @@
 What every stage shares is in ``convexp/train/``, the data every task shares in ``convexp/data/``.
 
 This module is the task table: which command each kind of task is (:data:`COMMANDS`: the
-``command.py`` that owns it), and which fine-tuning task is of which kind (:func:`kind`,
-:func:`is_squad`; a task's conf/task file says the same in ``kind:``). Every other module asks it
+``command.py`` that owns it), and which fine-tuning task is of which kind (a composed config's:
+:func:`config_kind`, from its conf/task file's ``kind:``; a paper task's by name: :func:`kind`,
+:func:`is_squad`). Every other module asks it
 instead of testing names. It imports nothing of convexp, so it can be asked before torch is imported.
 
 A task's ``command.py`` owns its command, called alike by the CLI, a sweep's planner and a sweep's
-worker: ``STAGE`` (pretrain or finetune: the config it composes), ``arguments(overrides)`` (the
-command's own defaults), ``compose(overrides, cfg) -> Invocation``, ``check(invocation,
-planned=False)`` (everything the runs will read, one pass, before the heavy imports: the first
-problem as one line) and ``run(invocation, summary=True)``.
+worker, in this order:
+
+  STAGE                              pretrain or finetune: the config it composes
+  arguments(overrides, kind)         the command's own defaults
+  compose(overrides, cfg)            -> Invocation: its config, and every other task's it fine-tunes
+  check(invocation, planned=False)   everything the runs will read, one pass, before the heavy
+                                     imports: the first problem as one line
+  plan(invocation, start, tokens)    -> its runs, named before any runs (``start``: the init's
+                                     ``slug`` and ``width``; pre-training: None)
+  run(invocation, summary=True)      open what it starts from, plan, train what has work left
+
+A sweep's planner calls check(planned=True) and plan; the CLI and a sweep's worker check and run.
 
 Adding a GLUE-like task: its entry in ``classification/registry.py`` (files, labels, metrics) and
 its ``conf/task/<name>.yaml``. Adding a kind of task: its folder here with a ``command.py``, its
@@ -61,6 +70,12 @@ def command(kind: str):
 def is_squad(task: str) -> bool:
     """Whether ``task`` is extractive question answering (``convexp finetune squad``)."""
     return task in SQUAD
+
+
+def config_kind(cfg) -> str:
+    """The kind of a composed fine-tuning config's task: its conf/task file's ``kind:`` (unset:
+    glue), so that a task of a kind added with its own conf/task files is routed by its config."""
+    return cfg.task.get("kind") or "glue"
 
 
 def kind(task: str) -> str:

@@ -60,7 +60,8 @@ def model_size(cfg: DictConfig, hidden_size: int) -> str:
 def hyperparameters(cfg: DictConfig, hidden_size: int) -> list[dict]:
     """The settings of one task's runs, for an init model of ``hidden_size``: the composed recipe
     (conf/protocol/<protocol>.yaml and the command line) with each per-size value picked for the
-    model's size, once, or once per combination of ``grid_values`` when ``grid`` is on."""
+    model's size, once, or once per combination of ``grid_values`` when ``grid`` is on (a value
+    the command line gives as well is refused by the command's check: :func:`check_grid`)."""
     size = model_size(cfg, hidden_size)
     keys = [*RECIPE_KEYS, *(["scalar_mix_lr"] if cfg.get("scalar_mix_lr") is not None else [])]
     hp = {}
@@ -76,14 +77,15 @@ def hyperparameters(cfg: DictConfig, hidden_size: int) -> list[dict]:
         hp[key] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
     if not cfg.grid:
         return [hp]
-    _check_grid_overrides(cfg)
     axes = {k: list(v) for k, v in cfg.grid_values.items()}
     return [{**hp, **dict(zip(axes, values))} for values in itertools.product(*axes.values())]
 
 
-def _check_grid_overrides(cfg: DictConfig) -> None:
-    """A value given on the command line that the grid would vary is refused (one line): the
-    user meant that value, and the grid would silently replace it."""
+def check_grid(cfg: DictConfig) -> None:
+    """With ``grid`` on, a value given on the command line that the grid would vary is refused (one
+    line): the user meant that value, and the grid would silently replace it. The commands' check."""
+    if not cfg.get("grid"):
+        return
     given = {override_key(o) for o in parse_overrides(list(cfg.get("invocation", {}).get("overrides", [])))}
     for key in cfg.grid_values:
         if key in given:

@@ -1,9 +1,12 @@
-"""What every fine-tuning run shares, whatever its task: where it starts (:func:`resolve_init`), the
-teacher check, and the one-run driver (:func:`train_one`) that GLUE, probing and SQuAD give their
-module, data and evaluation to.
+"""What every fine-tuning run shares, whatever its task: where it starts (:func:`open_init`) and the
+one-run driver (:func:`train_one`) that GLUE, probing and SQuAD give their module, data and
+evaluation to.
 
-  resolve_init(cfg) -> Init       the start model, weights and tokenizer (init=, tokenizer_path=)
-  check_teacher(cfg)              a bad distill.teacher fails before any data or run folder
+  open_init(cfg, lengths) -> Init
+                                  the start model, weights and tokenizer (init=, tokenizer_path=),
+                                  and what only the opened models say: the vocabulary, task.max_len
+                                  against the position table, a hub teacher (the command's check
+                                  reads the local files before torch)
   FinetuneJob                     one task's part of a run: its module, data module, evaluation
   Trained                         a run just trained, as its task's evaluation reads it
   build(cfg, planned, job)        the seeded module and data a run trains from
@@ -29,6 +32,7 @@ from ..store.rundirs import FinetuneRun
 from ..store.runs import Run
 from .accel import prepare_encoders
 from .clock import StepClock
+from .inputs import check_max_len
 from .task_module import TaskModule, finetune_trainer, schedule, train_attempt
 from .weights import adopt_weights, keeps_weights, say_training_again, wants_weights_again, weights_run
 
@@ -49,12 +53,27 @@ class Init:
     slug: str
     ref: str | None = None
 
+    @property
+    def width(self) -> int:
+        """The hidden size (the protocols' learning rates depend on it; tasks/*/command.py ``plan``)."""
+        return self.model_cfg.hidden_size
+
     def take_state(self) -> dict | None:
         """The encoder's start weights (None: random initialisation), for one run to load."""
         if self.ref is None:
             return None
         state, self.state = self.state, None
         return state if state is not None else open_checkpoint(self.ref).encoder_state
+
+
+def open_init(cfg: DictConfig, lengths=()) -> Init:
+    """Where the fine-tuning command starts (:func:`resolve_init`), with what the command's check
+    (tasks/*/command.py, before torch) cannot read: a hub checkpoint, the opened model's position
+    table against the ``task.max_len`` of each config in ``lengths``, a hub teacher."""
+    init = resolve_init(cfg)
+    check_teacher(cfg)
+    check_max_len(init.model_cfg, lengths)
+    return init
 
 
 def resolve_init(cfg: DictConfig) -> Init:

@@ -116,13 +116,14 @@ def load_custom(task_cfg) -> tuple[Task, dict[str, dict[str, list]]]:
     return t, out
 
 
-def check_files(task_cfg) -> None:
+def check_files(task_cfg) -> Task:
     """A custom task's settings and files (each given one exists, with a known suffix), before
-    anything reads them."""
-    custom_task(task_cfg)
+    anything reads them; its Task (label names: filled by ``load_custom``)."""
+    t = custom_task(task_cfg)
     for key in FILE_KEYS.values():
         if task_cfg.get(key):
             _file(task_cfg[key], key)
+    return t
 
 
 def _file(file: str, key: str) -> Path:

@@ -84,6 +84,12 @@ def _split_digest(ds) -> str:
     return h.hexdigest()
 
 
+def check_length(t: Task, max_len: int) -> None:
+    """``max_len`` holds a row's [CLS] and [SEP] tokens and one token of each sentence."""
+    if max_len < (4 if t.is_pair else 3):
+        raise TaskError(f"max_len {max_len} is too short for {t.name}; use e.g. 128")
+
+
 def tokenize_task(task: str | Task, splits: Mapping, tokenizer, max_len: int, cache_dir: Path | None = None):
     """{split: Dataset} with input_ids, token_type_ids, attention_mask, label and idx.
 
@@ -98,8 +104,7 @@ def tokenize_task(task: str | Task, splits: Mapping, tokenizer, max_len: int, ca
     import datasets
 
     t = get_task(task)
-    if max_len < (4 if t.is_pair else 3):
-        raise TaskError(f"max_len {max_len} is too short for {t.name}; use e.g. 128")
+    check_length(t, max_len)
     if cache_dir is None:
         return {name: _tokenize_split(t, ds, tokenizer, max_len)[0] for name, ds in splits.items()}
     digests = {name: _split_digest(ds) for name, ds in splits.items()}

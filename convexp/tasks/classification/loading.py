@@ -5,6 +5,8 @@
                                       a registered task or ``task=custom`` (``custom.py``), cut
                                       to ``task.max_train_samples`` / ``task.max_eval_samples``,
                                       the training pairs in both orders when asked
+  check_task(task_cfg, source_cfg, both_orders)
+                                      the task's settings and its files, before anything is read
   in_both_orders(task, ds)            a pair split with every row twice: (a, b), then (b, a)
   task_data(task_cfg)                 the task keys that change a run's data (its run id)
   source_settings(source_cfg, task)   the ``glue:`` config node with defaults, validated
@@ -33,6 +35,7 @@ from . import custom
 from ...config.groups import GLUE_SOURCES
 from ...data.corpus import with_defaults
 from ...data.errors import TaskError, TaskFileError
+from .encoding import check_length
 from .glue_files import check_headers, load_disk, load_hub, read_classic
 from .senteval import read_senteval, senteval_file
 from .synthetic_glue import synthetic_task
@@ -103,16 +106,21 @@ def prepare_task(task_cfg, source_cfg, both_orders: bool = False) -> tuple[Task,
     return t, splits
 
 
+def check_both_orders(t: Task, both_orders: bool) -> None:
+    """``both_orders=true`` needs sentence pairs."""
+    if both_orders and not t.is_pair:
+        raise TaskError(
+            f"both_orders=true: {t.name} has single sentences, nothing to swap; give both_orders=false"
+        )
+
+
 def in_both_orders(t: Task, ds):
     """The rows of a sentence-pair split, then the same rows with the two sentences swapped
     (ELECTRA's ``double_unordered``: classification_tasks.py, MRPC and STS ``_create_examples``).
     The swapped rows keep their label and ``idx``."""
     import datasets
 
-    if not t.is_pair:
-        raise TaskError(
-            f"both_orders=true: {t.name} has single sentences, nothing to swap; give both_orders=false"
-        )
+    check_both_orders(t, True)
     a, b = t.text_fields
     swapped = ds.rename_columns({a: b, b: a}).select_columns(list(ds.column_names))
     return datasets.concatenate_datasets([ds, swapped])
@@ -123,6 +131,11 @@ def source_settings(source_cfg, task: Task | None = None) -> dict:
     s = with_defaults(source_cfg, SOURCE_DEFAULTS, "GLUE source", TaskError)
     if s["source"] not in SOURCES:
         raise TaskError(f"unknown GLUE source {s['source']!r}; use one of: {', '.join(SOURCES)}")
+    if task is not None and task.benchmark == "probing" and s["source"] == "hub":
+        raise TaskError(
+            f"SentEval probing task {task.name} has no hub source; use source=local with SentEval's "
+            "data/probing folder as path, or source=synthetic"
+        )
     if s["source"] in ("local", "disk") and not s["path"]:
         local = "classic GLUE root folder (CoLA/, SST-2/, ...)"
         if task is not None and task.benchmark == "probing":
@@ -134,14 +147,21 @@ def source_settings(source_cfg, task: Task | None = None) -> dict:
     return s
 
 
-def check_source(task_cfg, source_cfg) -> None:
-    """What a task's data is on disk, checked before anything is read, hashed or cached: the
-    source's settings, and its folder and files (classic GLUE, SentEval, a saved dataset, a custom
-    task's files) are there. One-line TaskError otherwise; no datasets import."""
+def check_task(task_cfg, source_cfg, both_orders: bool = False) -> None:
+    """A task's settings and its data on disk, checked before anything is read, hashed or cached:
+    ``task.max_len`` holds its [CLS]/[SEP] tokens, ``both_orders`` has pairs to swap, the source's
+    settings, and its folder and files (classic GLUE, SentEval, a saved dataset, a custom task's
+    files) are there. One-line TaskError otherwise; no datasets import."""
     if task_cfg.get("name") == custom.NAME:
-        custom.check_files(task_cfg)
-        return
-    t = get_task(task_cfg.name)
+        t = custom.check_files(task_cfg)
+    else:
+        t = get_task(task_cfg.name)
+        _check_source(t, source_cfg)
+    check_length(t, task_cfg.max_len)
+    check_both_orders(t, both_orders)
+
+
+def _check_source(t: Task, source_cfg) -> None:
     s = source_settings(source_cfg, t)
     root = Path(str(s["path"])).expanduser() if s["path"] else None
     if s["source"] == "local" and t.benchmark == "probing":
@@ -162,11 +182,6 @@ def load_task(task: str | Task, source_cfg=None) -> dict:
     gives no test splits."""
     t = get_task(task)
     s = source_settings(source_cfg, t)
-    if t.benchmark == "probing" and s["source"] == "hub":
-        raise TaskError(
-            f"SentEval probing task {t.name} has no hub source; use source=local with SentEval's "
-            "data/probing folder as path, or source=synthetic"
-        )
     if s["source"] == "synthetic":
         make = synthetic_probing_task if t.benchmark == "probing" else synthetic_task
         rows = make(t, int(s["synthetic_size"]), int(s["seed"]))

@@ -6,11 +6,12 @@ holds metrics.json (dev metrics), predictions/ (dev and test), submission/ (the 
 files), checkpoints/ and model/ (the fine-tuned encoder, for intermediate-task initialisation);
 see evaluate.py. One invocation = ``outputs/runs/glue/<slug>-<hash>/`` with summary.json and
 submission.zip; see summary.py. The run directories are named before anything runs
-(tasks/finetune_runs.py), from configs composed by the caller: :func:`run_classification` takes the
-invocation's config and one composed config per task.
+(tasks/finetune_runs.py, the command's ``plan``), from configs composed by the caller:
+:func:`fine_tune` takes the invocation's config, one composed config per other task, the opened
+init and the planned runs (command.py).
 
-Here: where fine-tuning starts (:func:`resolve_init`), the LightningModule (fine-tuning, optionally
-fine-pruning and distillation), the LightningDataModule, one run, and the invocation.
+Here: the LightningModule (fine-tuning, optionally fine-pruning and distillation), the
+LightningDataModule, one run, and the invocation's runs.
 """
 
 from __future__ import annotations
@@ -37,11 +38,10 @@ from ...train.common import seed_step, step_seed
 from .evaluate import Padded, by_idx, eval_loader, evaluate_and_save
 from .summary import write_summary
 from ...store.rundirs import FinetuneRun
-from ..finetune_runs import classification_runs, task_config
+from ..finetune_runs import task_config
 from ...train.streams import training_loader
-from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
+from ...train.finetune import FinetuneJob, Init, Trained, train_one
 from ...train.weights import has_work
-from ...train.inputs import check_max_len
 from ...train.accel import loader_workers
 from ...train.task_module import TaskModule
 
@@ -186,21 +186,19 @@ def classification_job(cfg: DictConfig, init: Init, planned: FinetuneRun, splits
 # ----------------------------------------------------------------------------- an invocation
 
 
-def run_classification(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], summary: bool = True) -> Path | None:
-    """Fine-tune every requested task and seed (finished runs are reused); aggregate; print the
-    GLUE table. ``task_cfgs``: the composed config of each task of ``finetune_runs.finetune_task_names(cfg)``
-    (the same command for another task: task=all, MNLI before the intermediate tasks).
+def fine_tune(
+    cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], init: Init, runs: list[FinetuneRun], summary: bool = True
+) -> Path | None:
+    """Fine-tune the planned runs (command.py ``plan``; finished runs are reused), task by task;
+    aggregate; print the GLUE table. ``task_cfgs``: the composed config of each other task of
+    the command (task=all, MNLI before the intermediate tasks).
 
     summary=False (a sweep's single run) skips the invocation summary; returns its directory."""
     import datasets
 
     datasets.disable_progress_bars()
-    init = resolve_init(cfg)
-    check_teacher(cfg)
-    check_max_len(init.model_cfg, [cfg, *task_cfgs.values()])
     if cfg.task.name == "custom":  # a user's task: its config says what it is (custom.py)
         register(custom_task(cfg.task), replace=True)
-    runs = classification_runs(cfg, init.slug, init.model_cfg.hidden_size, task_cfgs)
     diverged: list[Run] = []
     for p in runs:
         if p.run.finished:

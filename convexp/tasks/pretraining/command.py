@@ -1,5 +1,5 @@
 """``convexp pretrain``: the command this task owns. The CLI, a sweep's planner (for each variant's
-pre-training node) and a sweep's worker (running that node) call the same three steps, in order:
+pre-training node) and a sweep's worker (running that node) call the same steps, in order:
 
   compose  the composed configuration of the run (no other task config: one run per command)
   check    everything the run will read, in one pass before the stage's heavy imports (torch,
@@ -7,7 +7,8 @@ pre-training node) and a sweep's worker (running that node) call the same three 
            reader, tokenizers): the outputs folder, ``init=``, the corpus files, a pretrained
            tokenizer's file, and a user's mixer or FFN tried on a tiny batch; the first problem
            found is raised as one line (:class:`convexp.errors.UserError`), nothing written
-  run      plan the run (its id and directory: runs.py) and pre-train (stage.py)
+  plan     the run, named before it runs (its id and directory: runs.py)
+  run      plan, and pre-train (stage.py)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ...data.corpus import data_settings, find_data_files, peek_files
 from ...data.tokenizer import check_tokenizer, tokenizer_settings
 from ...store.peek import peek_checkpoint
 from ...train.inputs import check_model_parts, check_outputs_writable, readable
+from .runs import pretrain_run
 
 STAGE = "pretrain"
 
@@ -52,7 +54,14 @@ def check(inv: Invocation, planned: bool = False) -> None:
     check_model_parts(cfg)
 
 
+def plan(inv: Invocation, start=None, tokens: list[str] | None = None) -> list:
+    """The run (store/runs.Run), alone in a list as the fine-tuning commands' runs are. ``start``:
+    none (a pre-training run starts from ``init=`` or nothing, both in its config); ``tokens``: the
+    name's tokens (a sweep's; None: the command's)."""
+    return [pretrain_run(inv.cfg, tokens)]
+
+
 def run(inv: Invocation, summary: bool = True) -> None:
     from .stage import run_pretrain
 
-    run_pretrain(inv.cfg)
+    run_pretrain(inv.cfg, *plan(inv))

@@ -25,7 +25,6 @@ from ...models import ModelConfig, ReplacedTokenDetector
 from ...models.io import save_model_dir
 from ...store.record import warn_if_other_version, write_record
 from ...store.runs import Run, RunDiverged, non_finite, said
-from .runs import pretrain_run
 from ...train.common import (
     OptimizerStep,
     adamw_with_linear_schedule,
@@ -263,10 +262,10 @@ class PretrainData(pl.LightningDataModule):
         return DataLoader(batches, batch_size=None, num_workers=self.num_workers, pin_memory=self.pin_memory)
 
 
-def run_pretrain(cfg: DictConfig, callbacks: tuple = ()) -> Run:
-    """Pre-train as configured; returns the run. A finished run with the same config is reused.
-    ``callbacks``: Lightning callbacks added to the stage's own (``bench pretrain --profile``)."""
-    run = pretrain_run(cfg)
+def run_pretrain(cfg: DictConfig, run: Run, callbacks: tuple = ()) -> Run:
+    """Pre-train as configured into ``run`` (planned: command.py's ``plan``, runs.py); returns it. A
+    finished run is reused. ``callbacks``: Lightning callbacks added to the stage's own (``bench
+    pretrain --profile``)."""
     if run.finished:
         warn_if_other_version(run)
         print(said("already finished", run.dir, "(nothing to do)"))
@@ -277,11 +276,7 @@ def run_pretrain(cfg: DictConfig, callbacks: tuple = ()) -> Run:
             f"{run.dir} has an unfinished run; pass resume=true to continue it or name=<label> for a new run"
         )
     init = open_checkpoint(cfg.init, label="init") if cfg.init else None  # a bad one fails before any file is written
-    model_cfg = to_model_config(cfg.model)
-    if model_cfg.absolute_positions and model_cfg.max_position_embeddings < cfg.seq_len:
-        raise UserError(
-            f"seq_len={cfg.seq_len} exceeds model.max_position_embeddings={model_cfg.max_position_embeddings}"
-        )
+    model_cfg = to_model_config(cfg.model)  # seq_len fits its positions: checked when composed (config/schema.py)
     datasets.disable_progress_bars()
     prepare = prepare_streaming if cfg.data.get("streaming") else prepare_pretraining_data
     data = prepare(

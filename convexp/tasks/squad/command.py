@@ -5,7 +5,9 @@ a sweep's worker alike (see tasks/pretraining/command.py for the three steps).
            folder, ``init=``, ``distill.teacher=``, the tokenizer, ``init=none``'s model), and the
            data source (data.py: a local folder holds both official files), in one pass before the
            stage's heavy imports; the first problem as one line
-  run      plan the runs (runs.py) and fine-tune each seed (stage.py)
+  plan     the runs, one per seed, named before any of them runs (runs.py)
+  run      open the init (train/finetune.open_init), plan, and fine-tune each seed with work left
+           (stage.py)
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from omegaconf import DictConfig
 from .. import Invocation
 from ...train.inputs import check_finetune_inputs
 from .data import check_source
-from .runs import check_squad_config, squad_source
+from .runs import check_squad_config, squad_runs, squad_source
 
 STAGE = "finetune"
 
@@ -39,7 +41,15 @@ def check(inv: Invocation, planned: bool = False) -> None:
         check_source(source)
 
 
-def run(inv: Invocation, summary: bool = True) -> None:
-    from .stage import run_squad
+def plan(inv: Invocation, start, tokens: list[str] | None = None) -> list:
+    """The invocation's runs (store/rundirs.FinetuneRun): ``start``, ``tokens`` as for
+    classification/command.py's ``plan``."""
+    return squad_runs(inv.cfg, start.slug, start.width, tokens)
 
-    run_squad(inv.cfg)
+
+def run(inv: Invocation, summary: bool = True) -> None:
+    from ...train.finetune import open_init
+    from .stage import fine_tune
+
+    init = open_init(inv.cfg)  # SQuAD's windows are checked against the model by each run
+    fine_tune(inv.cfg, init, plan(inv, init))

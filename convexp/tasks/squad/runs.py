@@ -73,8 +73,8 @@ def squad_runs(
     cfg: DictConfig, init_slug: str, hidden_size: int, tokens: list[str] | None = None
 ) -> list[FinetuneRun]:
     """Every run of a SQuAD invocation (the task's seeds), in execution order. Needs only the
-    init's name and width, not its weights; ``tokens`` as for finetune_runs.classification_runs."""
-    check_squad_config(cfg)
+    init's name and width, not its weights; ``tokens`` as for finetune_runs.classification_runs.
+    The config is checked by the command first (:func:`check_squad_config`)."""
     tokens = command_tokens(cfg) if tokens is None else tokens
     # GLUE's data source and length are not SQuAD's: the id holds SQuAD's source and windows instead
     extra = {"glue": None, "max_len": None, "qa": qa_settings(cfg), "squad": squad_source(cfg)}

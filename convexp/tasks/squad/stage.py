@@ -34,9 +34,9 @@ from ...store.runs import Run
 from ...train.common import seed_step, step_seed
 from ...store.rundirs import FinetuneRun
 from .evaluate import evaluate_squad
-from .runs import check_squad_config, qa_settings, squad_runs, squad_source
+from .runs import qa_settings, squad_source
 from ...train.streams import training_loader
-from ...train.finetune import FinetuneJob, Init, Trained, check_teacher, resolve_init, train_one
+from ...train.finetune import FinetuneJob, Init, Trained, train_one
 from ...train.accel import loader_workers
 from ...train.weights import has_work
 from ...train.task_module import TaskModule
@@ -241,14 +241,11 @@ def squad_job(cfg: DictConfig, init: Init, planned: FinetuneRun, data: dict) -> 
 # ----------------------------------------------------------------------------- an invocation
 
 
-def run_squad(cfg: DictConfig) -> list[Run]:
-    """Fine-tune every seed of the SQuAD task (finished runs are reused); print EM / F1."""
-    check_squad_config(cfg)  # before the init is opened: a wrong task is the first thing to say
+def fine_tune(cfg: DictConfig, init: Init, runs: list[FinetuneRun]) -> list[Run]:
+    """Fine-tune the planned runs, one per seed (command.py ``plan``; finished runs are reused);
+    print EM / F1."""
     if cfg.task.max_len is not None:  # e.g. a sweep's finetune.task.max_len meant for its GLUE tasks
         print(f"note: task.max_len={cfg.task.max_len} is GLUE's; SQuAD's: squad.max_len, squad.doc_stride")
-    init = resolve_init(cfg)
-    check_teacher(cfg)
-    runs = squad_runs(cfg, init.slug, init.model_cfg.hidden_size)
     todo = [p for p in runs if has_work(cfg, p)]  # or its weights are wanted
     for p in runs:
         if p.run.finished:
