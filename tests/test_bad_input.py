@@ -502,6 +502,10 @@ def test_outputs_that_cannot_be_made_and_unreadable_files_are_one_line(tmp_path,
 
     from convexp.data.digests import Digests
     from convexp.data.errors import DataPathError
+    from helpers import write_vocab
+
+    from convexp.data.text_files import readable
+    from convexp.data.tokenizer import check_tokenizer
     from convexp.errors import UserError
     from convexp.train import inputs
 
@@ -514,7 +518,9 @@ def test_outputs_that_cannot_be_made_and_unreadable_files_are_one_line(tmp_path,
     f.write_text("sentence\tlabel\n")
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     with pytest.raises(DataPathError, match="train.tsv cannot be read"):
-        inputs.readable(f, "data.path")
+        readable(f, "data.path")
+    with pytest.raises(DataPathError, match="tokenizer_path: .*vocab.txt cannot be read"):
+        check_tokenizer(write_vocab(tmp_path / "vocab.txt", ["a"]), "tokenizer_path")
     monkeypatch.setenv("CONVEXP_CACHE", str(tmp_path / "cache"))
 
     def refused(path):

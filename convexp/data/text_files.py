@@ -1,5 +1,7 @@
 """Reading a user's text file, and quoting what it holds in an error line.
 
+  readable(path, key)                 the file, refused at once when this process may not read it
+                                      (``key``: the option that names it)
   read_lines(path, error, encoding)   the file's lines, decoded as before (undecodable bytes
                                       replaced); a file with a NUL byte is refused as not text,
                                       naming the file and the line (``error``: the class to raise)
@@ -13,7 +15,18 @@ no text file holds a NUL byte, and every excerpt an error line quotes is short a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+from .errors import DataPathError
+
+
+def readable(path, key: str) -> Path:
+    """A file the run reads: refused at once when this process may not read it."""
+    p = Path(path)
+    if not os.access(p, os.R_OK):
+        raise DataPathError(f"{key}: {p} cannot be read (no permission); fix its permissions or the path")
+    return p
 
 
 def read_lines(path: Path, error: type[Exception], encoding: str = "utf-8") -> list[str]:

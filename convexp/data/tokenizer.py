@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from .errors import TokenizerError
+from .text_files import readable
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 KINDS = ("wordpiece", "unigram", "pretrained")
@@ -180,10 +181,13 @@ class Tokenizer:
         raise TokenizerError(f"unsupported tokenizer file {p.name!r}; use a tokenizer.json or a vocab.txt")
 
 
-def check_tokenizer(path) -> None:
+def check_tokenizer(path, key: str) -> None:
     """A local tokenizer file (or folder) that exists, can be read and loads (the check made before
-    a stage's heavy imports: tokenizers alone); a hub name is left to the stage."""
-    if tokenizer_file(path) is not None:
+    a stage's heavy imports: tokenizers alone); a hub name is left to the stage. ``key``: the
+    option that names it, for the line that refuses an unreadable file."""
+    file = tokenizer_file(path)
+    if file is not None:
+        readable(file, key)
         Tokenizer.load(path)
 
 

@@ -1,6 +1,5 @@
 """The checks every stage shares, called by each task's ``command.check`` (tasks/*/command.py)
-before the stage is imported (no torch, no Lightning): the outputs folder can be written, a file
-can be read, ``init=`` and ``distill.teacher=`` (the kind of checkpoint their files make:
+before the stage is imported (no torch, no Lightning): the outputs folder can be written, ``init=`` and ``distill.teacher=`` (the kind of checkpoint their files make:
 :mod:`convexp.store.locate`), the tokenizer file, a user's mixer or FFN on a tiny batch, and, for
 ``init=none``, that ``task.max_len`` fits the preset's position table. A mistake is one line at
 once, before any input is hashed, any dataset cached or any run folder made."""
@@ -13,8 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..config.schema import init_none_problem
-from ..data.errors import DataPathError
-from ..data.tokenizer import check_tokenizer, tokenizer_file
+from ..data.tokenizer import check_tokenizer
 from ..errors import UserError
 from ..store.peek import peek_checkpoint
 
@@ -50,14 +48,6 @@ def check_model_parts(cfg: DictConfig) -> None:
         check_parts(generator_config(model, fraction))
 
 
-def readable(path, key: str) -> Path:
-    """A file the run reads: refused at once when this process may not read it."""
-    p = Path(path)
-    if not os.access(p, os.R_OK):
-        raise DataPathError(f"{key}: {p} cannot be read (no permission); fix its permissions or the path")
-    return p
-
-
 def check_finetune_inputs(cfg: DictConfig, task_cfgs=(), planned: bool = False) -> None:
     """``cfg``: a composed fine-tuning config; ``task_cfgs``: the other tasks' configs of the same
     command (task=all), whose ``task.max_len`` must fit as well. ``planned``: a sweep's plan, whose
@@ -69,10 +59,7 @@ def check_finetune_inputs(cfg: DictConfig, task_cfgs=(), planned: bool = False) 
     if str(cfg.init) != "none" and not planned:
         peek_checkpoint(str(cfg.init), "init")
     if cfg.get("tokenizer_path") and not planned:
-        tok = tokenizer_file(cfg.tokenizer_path)
-        if tok is not None:
-            readable(tok, "tokenizer_path")
-            check_tokenizer(tok)
+        check_tokenizer(cfg.tokenizer_path, "tokenizer_path")
     if cfg.distill.get("teacher") and not planned:
         peek_checkpoint(str(cfg.distill.teacher), "distill.teacher", weights=False)
     if str(cfg.init) == "none":

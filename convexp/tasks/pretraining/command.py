@@ -19,7 +19,8 @@ from .. import Invocation
 from ...data.corpus import data_settings, find_data_files, peek_files
 from ...data.tokenizer import check_tokenizer, tokenizer_settings
 from ...store.peek import peek_checkpoint
-from ...train.inputs import check_model_parts, check_outputs_writable, readable
+from ...data.text_files import readable
+from ...train.inputs import check_model_parts, check_outputs_writable
 from .runs import pretrain_run
 
 STAGE = "pretrain"
@@ -50,7 +51,7 @@ def check(inv: Invocation, planned: bool = False) -> None:
             peek_files(d["path"])
         t = tokenizer_settings(cfg.tokenizer)
         if t["kind"] == "pretrained":
-            check_tokenizer(t["path"])
+            check_tokenizer(t["path"], "tokenizer.path")
     check_model_parts(cfg)
 
 
