@@ -264,6 +264,22 @@ def test_the_run_id_follows_the_module_source(tmp_path, user_dir):
     assert code_digests(compose_stage("pretrain", SMALL).model) == {}  # the presets' ids hash no code
 
 
+def test_a_finetune_record_names_the_user_code_it_trains(user_dir):
+    """A fine-tune's config holds no model (its init does): its record names the user's mixer of
+    the model it trains, with the files, as a pre-training's does."""
+    from convexp.config.compose import compose_stage, model_config
+    from convexp.models.parts import add_user_dirs
+    from convexp.store.record import invocation_record
+
+    d, mod = user_dir
+    add_user_dirs([d])
+    cfg = compose_stage("finetune", ["init=x", "task=rte"])
+    assert "model_code" not in invocation_record(cfg)
+    code = invocation_record(cfg, model_config("chang_small", [f"mixer={mod}:CopiedAttention"]))["model_code"]
+    assert code["mixer"]["import"] == f"{mod}:CopiedAttention"
+    assert code["mixer"]["files"] == [str((d / f"{mod}.py").resolve())]
+
+
 def _losses(run: Path) -> list[float]:
     rows = list(csv.DictReader((run / "csv" / "metrics.csv").open()))
     return [float(r[k]) for k in ("train/loss", "val/loss") for r in rows if r.get(k)]
@@ -355,5 +371,8 @@ def test_the_user_dir_reaches_the_slurm_jobs(tmp_path):
         [pre] = (tmp_path / "out" / "runs" / "pretrain").iterdir()
         record = json.loads((pre / "record.json").read_text())["created"]
         assert record["model_code"]["mixer"]["import"] == "gated_conv:GatedDepthwiseConv"
+        for run in (tmp_path / "out" / "runs" / "finetune").iterdir():  # the fine-tunes built it too
+            record = json.loads((run / "record.json").read_text())["created"]
+            assert record["model_code"]["mixer"]["import"] == "gated_conv:GatedDepthwiseConv", run
     finally:
         fakeslurm.shutdown(tmp_path / "slurm")

@@ -91,9 +91,10 @@ def command_line() -> str:
     return " ".join([head, shlex.join(sys.argv[1:])]).strip()
 
 
-def invocation_record(cfg: DictConfig | None = None) -> dict:
+def invocation_record(cfg: DictConfig | None = None, model=None) -> dict:
     """This process's invocation: command line, overrides (from the composed config), versions,
-    git commit, device, host, pid and time."""
+    git commit, device, host, pid and time; a user's mixer or FFN in ``model`` (the model the run
+    trains; None: the config's ``model``, as pre-training's) as ``model_code``."""
     inv = (cfg.get("invocation") if cfg is not None else None) or {}
     accelerator = OmegaConf.select(cfg, "trainer.accelerator") if cfg is not None else None
     record = {
@@ -114,7 +115,8 @@ def invocation_record(cfg: DictConfig | None = None) -> dict:
     read = hub_reads()
     if read:
         record["hub_read"] = read
-    model = cfg.get("model") if cfg is not None else None
+    if model is None:
+        model = cfg.get("model") if cfg is not None else None
     code = code_record(model) if model is not None else {}
     if code:  # a user's mixer or FFN: its import path, files and the digest the run id holds
         record["model_code"] = code
@@ -140,13 +142,14 @@ def hub_revisions(cfg: DictConfig) -> dict:
     return out
 
 
-def write_record(run, cfg: DictConfig | None = None) -> None:
+def write_record(run, cfg: DictConfig | None = None, model=None) -> None:
     """Add this invocation to ``run``'s record: ``created`` the first time, ``resumed`` after (by
-    the main process of a multi-process job only: the other ranks re-run the same command)."""
+    the main process of a multi-process job only: the other ranks re-run the same command).
+    ``model``: the model the run trains where its config does not hold it (a fine-tune's init)."""
     if secondary_rank():
         return
     record = run.read_json(RECORD) or {}
-    entry = invocation_record(cfg)
+    entry = invocation_record(cfg, model)
     if "created" not in record:
         record["created"] = entry
     else:

@@ -209,5 +209,5 @@ def train_one(cfg: DictConfig, init: Init, planned: FinetuneRun, job: FinetuneJo
                               keeps_weights(cfg, planned), clock)  # fmt: skip
             job.finish(module, trained)
 
-        train_attempt(cfg, run, trainer, module, data, finish, task=planned.task, seed=seed)
+        train_attempt(cfg, run, trainer, module, data, finish, init.model_cfg, task=planned.task, seed=seed)
     return run

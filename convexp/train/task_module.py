@@ -330,10 +330,11 @@ def drop_checkpoints(run: Run) -> None:
 
 def train_attempt(
     cfg: DictConfig, run: Run, trainer: pl.Trainer, module, datamodule, finish: Callable[[float, StepClock], None],
-    **info,
+    model=None, **info,
 ) -> None:
     """One attempt at a fine-tuning run, under its lock (status running -> finished | failed |
-    diverged | interrupted): record the invocation, resume from the newest intact checkpoint, fit,
+    diverged | interrupted): record the invocation (with ``model``'s user parts: the ModelConfig it
+    trains), resume from the newest intact checkpoint, fit,
     then ``finish(seconds, clock)`` evaluates (on the training device) and saves, and the checkpoints
     are dropped (``clock``: the run's StepClock, clock.py). Nothing is done when another process finished the run while this one waited for the
     lock."""
@@ -343,7 +344,7 @@ def train_attempt(
     with run.attempt(wait=cfg.trainer.lock_wait, stage="finetune", **info) as fresh:
         try:
             if fresh:
-                write_record(run, cfg)
+                write_record(run, cfg, model)
                 ckpt = run.resume_checkpoint()
                 with heap_mmap_threshold(cfg.malloc_mmap_threshold_mib):
                     fit(trainer, module, datamodule=datamodule, ckpt_path=str(ckpt) if ckpt else None)
