@@ -244,6 +244,7 @@ def test_a_killed_streaming_run_resumes_with_the_uninterrupted_batches(corpus, t
     """Two ranks (gloo): also, no training document is tokenised twice in all (today's readers
     tokenise the whole stream on every rank)."""
     from convexp.tasks.pretraining import stage
+    from convexp.tasks.pretraining.runs import pretrain_run
 
     encoded, prepare = tmp_path / "encoded.jsonl", stage.prepare_streaming
 
@@ -255,7 +256,8 @@ def test_a_killed_streaming_run_resumes_with_the_uninterrupted_batches(corpus, t
     log = tmp_path / "batches.jsonl"
     with monkeypatch.context() as m:
         m.setattr(stage, "prepare_streaming", logging_tokenizer)
-        assert stage.run_pretrain(stage_cfg(corpus, tmp_path / "ref", *layout), callbacks=(BatchLog(log, 0),)).finished
+        ref = stage_cfg(corpus, tmp_path / "ref", *layout)
+        assert stage.run_pretrain(ref, pretrain_run(ref), callbacks=(BatchLog(log, 0),)).finished
     by_process = collections.defaultdict(list)
     for pid, texts in map(json.loads, encoded.read_text().splitlines()):
         by_process[pid] += texts
@@ -265,9 +267,10 @@ def test_a_killed_streaming_run_resumes_with_the_uninterrupted_batches(corpus, t
     assert set(everything) <= set(corpus["docs"][VAL_DOCS:])
 
     with pytest.raises(Exception, match="stopped at step 9"):  # after the checkpoint of step 8
-        stage.run_pretrain(stage_cfg(corpus, tmp_path / "out", *layout), callbacks=(BatchLog(log, 1, stop=9),))
+        first = stage_cfg(corpus, tmp_path / "out", *layout)
+        stage.run_pretrain(first, pretrain_run(first), callbacks=(BatchLog(log, 1, stop=9),))
     again = stage_cfg(corpus, tmp_path / "out", *layout, "resume=true")
-    resumed = stage.run_pretrain(again, callbacks=(BatchLog(log, 2),))
+    resumed = stage.run_pretrain(again, pretrain_run(again), callbacks=(BatchLog(log, 2),))
     assert resumed.finished
     taken = collections.defaultdict(dict)  # attempt -> (rank, step) -> digest
     for attempt, rank, step, digest in map(json.loads, log.read_text().splitlines()):
