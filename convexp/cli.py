@@ -251,7 +251,8 @@ def ablate(
     import os
 
     from .sweep.execute import last_args
-    from .sweep.launchers import on_slurm, run_plan
+    from .sweep.launchers import run_plan
+    from .sweep.slurm import on_slurm
     from .sweep.plan import build_plan
     from .sweep.show import print_outcomes, print_plan, print_status, print_sweeps
     from .sweep.spec import load_sweep

@@ -18,11 +18,14 @@ slot is free (``$FAKESLURM_SLOTS``, default 1). What it honours, as SLURM does:
 - ``scancel ID`` (SIGTERM, then SIGKILL: CANCELLED), ``scancel --signal=SIG ID`` (to the steps);
 - ``scontrol requeue ID``: the job, given KILL_WAIT to exit, goes back to PENDING and runs its
   batch script again (SLURM_RESTART_COUNT counts the restarts);
+- ``sinfo -o "%P|%G|%l|%c|%m"``: the partitions of ``$FAKESLURM_PARTITIONS`` (default
+  ``PARTITIONS``: ``gpu``, 8 GPUs a node, and ``cpu``, none), resources accepted by ``sbatch`` and
+  not enforced;
 - ``srun``: ``--ntasks-per-node`` x ``--nodes`` tasks of the command with SLURM_PROCID,
   SLURM_LOCALID, SLURM_NODEID (the job's nodes are names ``fake[0-N]``), ``--output``/``--error``
   patterns (%j %A %a %t) as srun expands them.
 
-Not modelled: resources, partitions, priorities, accounting beyond one line a job.
+Not modelled: resources (asked for, never enforced), priorities, accounting beyond one line a job.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ import sys
 import time
 from pathlib import Path
 
-COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "scontrol")
+COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "scontrol", "sinfo")
+# sinfo's partitions: name (* the default) | GRES | time limit | CPUs | memory (MB) of a node
+PARTITIONS = "gpu*|gpu:8|2-00:00:00|64|512000;cpu|(null)|infinite|64|256000"
 ACTIVE = ("PENDING", "RUNNING")
 KILLED_BY = {"TIMEOUT", "CANCELLED"}
 
@@ -557,12 +562,20 @@ def scontrol(args: list[str]) -> None:
         sys.exit(f"scontrol: fake SLURM does not know {' '.join(args)}")
 
 
+def sinfo(args: list[str]) -> None:
+    fmt = args[args.index("-o") + 1] if "-o" in args else ""
+    if fmt != "%P|%G|%l|%c|%m":
+        sys.exit(f"sinfo: fake SLURM prints only -o '%P|%G|%l|%c|%m', not {fmt!r}")
+    print("\n".join(os.environ.get("FAKESLURM_PARTITIONS", PARTITIONS).split(";")))
+
+
 def main() -> int:
     name = Path(sys.argv[0]).name
     if name == "fakeslurm.py" and sys.argv[1:2] == ["daemon"]:
         daemon()
         return 0
-    commands = {"sbatch": sbatch, "srun": srun, "squeue": squeue, "sacct": sacct, "scancel": scancel, "scontrol": scontrol}
+    commands = {"sbatch": sbatch, "srun": srun, "squeue": squeue, "sacct": sacct, "scancel": scancel, "scontrol": scontrol,
+                "sinfo": sinfo}  # fmt: skip
     return commands[name](sys.argv[1:]) or 0
 
 

@@ -375,7 +375,7 @@ def test_checking_accepts_good_values_and_changes_nothing(stage, args):
     """The schemas only check: the composed config (what run ids hash) is Hydra's, unchanged."""
     from omegaconf import OmegaConf
 
-    from convexp.config.compose import _keys_read, _task_pruning, compose, compose_stage, stage_overrides
+    from convexp.config.compose import _keys_read, _paper_run, _task_pruning, compose, compose_stage, stage_overrides
 
     checked = OmegaConf.to_container(compose_stage(stage, args))
     del checked["invocation"]
@@ -384,6 +384,8 @@ def test_checking_accepts_good_values_and_changes_nothing(stage, args):
     if stage == "finetune":  # the stage's own reshaping (the keys a fine-tuning run reads), not a check
         _task_pruning(hydra, overrides)
         _keys_read(hydra)
+    if stage == "pretrain":  # the recipe's run (its corpus above smoke), not a check
+        hydra = _paper_run(hydra, overrides)
     assert checked == OmegaConf.to_container(hydra)
 
 

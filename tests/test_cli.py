@@ -229,7 +229,7 @@ def test_fold_items_and_fold_command_keep_what_they_fold():
 def test_measured_cpu_rate_is_a_plausible_flop_rate(model):
     """One block (measured alone), or three (measured with one and with two)."""
     from convexp.config.compose import compose_stage
-    from convexp.sweep.cpu_rate import measured_flops, runs_on_cpu
+    from convexp.train.cpu_rate import measured_flops, runs_on_cpu
 
     cfg = compose_stage("pretrain", ["scale=smoke", *model, "trainer.batch_size=4", "seq_len=16"])
     assert runs_on_cpu(cfg)
@@ -239,7 +239,7 @@ def test_measured_cpu_rate_is_a_plausible_flop_rate(model):
 def test_the_whole_models_rate_adds_the_other_blocks_at_the_measured_blocks_rate():
     """A step that takes 0.1 s outside its blocks plus its blocks' FLOPs at 1e11 FLOP/s: measured
     with one block and with two, the rate of the 12-block model is its FLOPs over its time."""
-    from convexp.sweep.cpu_rate import whole_rate
+    from convexp.train.cpu_rate import whole_rate
 
     rest, block = 3e9, 2e9  # FLOPs of the embeddings and head, of one block
     flops = {1: rest + block, 2: rest + 2 * block}
@@ -256,7 +256,7 @@ def test_a_measured_cpu_rate_is_kept_for_a_month_or_an_hour_when_busy(tmp_path, 
     (nor importing torch); another model, or a month later, is measured again; a rate measured while
     other work held the cores is kept an hour only."""
     from convexp.config.compose import compose_stage
-    from convexp.sweep import cpu_rate as rates
+    from convexp.train import cpu_rate as rates
 
     monkeypatch.setenv("CONVEXP_CACHE", str(tmp_path))
     monkeypatch.setattr(rates, "_busy", lambda: False)

@@ -125,7 +125,7 @@ def test_prepared_examples_from_files(tmp_path):
     "model,examples",
     [("electra_small", "electra"), ("bert_small", "electra"), ("convbert_small", "electra"),
      ("convbert_medium_small", "electra"), ("convbert_base", "electra"), ("electra_base", "electra"),
-     ("bert_base", "packed"), ("chang_small", "packed")],
+     ("bert_base", "packed"), ("chang_small", "sentence_pairs")],  # Chang et al.'s pairs (recipe.paper)
 )
 def test_the_electra_recipes_build_electras_examples(model, examples):
     cfg = compose_stage("pretrain", [f"model={model}"])

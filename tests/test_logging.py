@@ -63,7 +63,7 @@ def test_a_sweeps_worker_process_is_as_verbose_as_the_command_line(tmp_path, mon
     """`convexp -v ablate ... launcher.workers=2`: each worker process (a fresh interpreter) applies
     the command line's -v / --quiet before it runs its node, as a SLURM job does (NodeJob)."""
     from convexp import logs, noise
-    from convexp.sweep import launchers
+    from convexp.sweep import execute as launchers  # pool_job: a worker runs one node
 
     seen = {}
 

@@ -162,6 +162,7 @@ NULLABLE = {
     "name",  # no label
     "data.path", "data.name", "data.max_docs", "data.val_docs", "data.val_split",  # synthetic data: no files, no limits
     "data.revision",  # no hub dataset (a hub one: its default branch)
+    "data.num_docs", "data.val_fraction",  # a hub corpus (OpenWebText, the recipe's): every document; val_docs held out
     "tokenizer.path", "tokenizer.train_docs",  # the tokenizer is trained (on all documents), not loaded
     "logger.entity", "logger.group",  # W&B: the default entity, no group
 }

@@ -118,7 +118,8 @@ def test_example_format_errors_are_one_line(tmp_path):
 def test_chang_sweeps_use_sentence_pairs_at_every_scale(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
-    from convexp.sweep.compute import pretrain_flops, pretrain_tokens
+    from convexp.sweep.compute import pretrain_tokens
+    from convexp.tasks.pretraining.cost import pretrain_flops
     from convexp.sweep.nodes import pretrain_node
     from convexp.sweep.spec import load_sweep
 

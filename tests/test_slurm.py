@@ -15,17 +15,19 @@ from helpers import TINY, convexp, write_sweep
 # ----------------------------------------------------------------------------- the time estimate
 
 
-def _node(key: str, tflop: float, deps=()):
+def _node(key: str, tflop: float, deps=(), gpus: int = 1, width: int = 256):
     from convexp.sweep.nodes import Node
+    from convexp.sweep.rates import Workload
 
-    return Node(key, key.split("/")[0], key.split("/")[1], [], [], list(deps), flops=tflop * 1e12)
+    return Node(key, key.split("/")[0], key.split("/")[1], [], [], list(deps), flops=tflop * 1e12, gpus=gpus,
+                workload=Workload(key.split("/")[0], width, "bf16-mixed", "false"))  # fmt: skip
 
 
 def test_dependencies_let_a_fast_variant_fine_tune_while_a_slow_one_pre_trains():
     """a pre-trains 10 h, b 2 h; b's fine-tuning takes 8 h, a's 1 h, on 3 GPUs at 1 TFLOP/s.
     With dependencies b's fine-tuning runs beside a's pre-training (11 h); in waves it waits for a
     (10 h, then 8 h)."""
-    from convexp.sweep.schedule import job_hours, makespan, throughput
+    from convexp.sweep.schedule import makespan, throughput, units
 
     h = 3600  # TFLOP at 1 TFLOP/s = 1 h
     nodes = [
@@ -34,50 +36,72 @@ def test_dependencies_let_a_fast_variant_fine_tune_while_a_slow_one_pre_trains()
         _node("finetune/a/rte", 1 * h, ["pretrain/a"]),
         _node("finetune/b/rte", 8 * h, ["pretrain/b"]),
     ]
-    settings = OmegaConf.create({"tflops": 100, "launcher": {"gpus": 3, "tflops": 1, "nodes": 1, "gpus_per_node": 1}})
+    settings = OmegaConf.create({"tflops": 1, "launcher": {"gpus": 3, "device": "h100"}})
     tp = throughput(settings)
-    hours = {n.key: job_hours(n, tp, 256) for n in nodes}
-    assert hours == {"pretrain/a": 10, "pretrain/b": 2, "finetune/a/rte": 1, "finetune/b/rte": 8}
-    m = makespan(nodes, hours, tp)
+    jobs = units(nodes, tp)
+    assert {u.key: u.hours for u in jobs} == {"pretrain/a": 10, "pretrain/b": 2, "finetune/a/rte": 1, "finetune/b/rte": 8}
+    m = makespan(jobs, tp.gpus)
     assert m.gpu_hours == {"pretrain": 12, "finetune": 9}
     assert (m.dependencies, m.waves, m.critical) == (11, 18, 11)
-    one = makespan(nodes, hours, throughput(OmegaConf.merge(settings, {"launcher": {"gpus": 1}})))
+    one = makespan(jobs, 1)
     assert (one.dependencies, one.waves) == (21, 21)  # one GPU: nothing runs beside anything
-    # a job on 2 nodes x 4 GPUs takes an eighth of the time and holds 8 GPUs
-    wide = throughput(OmegaConf.merge(settings, {"launcher": {"gpus": 16, "nodes": 2, "gpus_per_node": 4}}))
-    assert job_hours(nodes[0], wide, 256) == 10 / 8 and wide.slots == 2
+    # a job on 2 nodes x 4 GPUs takes an eighth of the time and holds 8 GPUs: on 8 GPUs nothing beside it
+    wide = _node("pretrain/w", 10 * h)
+    wide.gpus, wide.num_nodes = 4, 2
+    assert tp.hours(wide) == 10 / 8
+    both = units([wide, nodes[1]], tp)
+    assert makespan(both, 8).dependencies == 10 / 8 + 2 and makespan(both, 9).dependencies == 2
+    # a CPU job holds no GPU and takes the CPU's rate
+    cpu = _node("finetune/c/rte", 1 * h, gpus=0)
+    assert throughput(settings, cpu_flops=0.5e12).hours(cpu) == 2 and units([cpu], tp)[0].gpus == 0
 
 
-def test_device_throughput_and_bad_launcher_settings():
-    from convexp.sweep.schedule import MFU, PEAK_TFLOPS, throughput
+def test_the_measured_rates_give_back_their_own_steps_and_bad_launcher_settings():
+    """A measured row's own workload gets back the steps a second that were measured; another width
+    class takes its class's row; another card is scaled by the peaks and says so."""
+    from convexp.config.compose import model_config
+    from convexp.sweep.rates import MEASURED, PEAK_TFLOPS, Workload, rate
+    from convexp.sweep.schedule import throughput
     from convexp.sweep.spec import SweepError
+    from convexp.tasks.pretraining.cost import pretrain_flops
 
-    base = {"tflops": 100, "launcher": {"nodes": 1, "gpus_per_node": 1, "gpus": 8, "tflops": None}}
-    tp = throughput(OmegaConf.create({**base, "launcher": {**base["launcher"], "device": "h100"}}))
-    assert tp.rate(256) == PEAK_TFLOPS["h100"] * MFU[0][1] and tp.rate(768) == PEAK_TFLOPS["h100"] * MFU[1][1]
-    assert throughput(OmegaConf.create(base)).rate(768) == 100  # the sweep's tflops
-    for bad, message in [
-        ({"device": "tpu"}, "launcher.device='tpu' is not known; use one of v100, a100, h100"),
-        ({"gpus": 0}, "launcher.gpus=0: give a positive number"),
-        ({"tflops": -1}, "launcher.tflops=-1: give a positive number"),
-        ({"gpus": 2, "gpus_per_node": 4}, "launcher.gpus=2 is fewer than one job's 4 GPUs"),
-    ]:
-        with pytest.raises(SweepError, match=message):
-            throughput(OmegaConf.create({**base, "launcher": {**base["launcher"], **bad}}))
+    row = next(r for r in MEASURED if r.card == "h100" and r.compile == "false")
+    cfg = OmegaConf.create({"seq_len": row.seq_len, "trainer": {"max_steps": 1, "batch_size": row.batch},
+                            "objective": {"name": row.objective, "generator_fraction": 0.25}})  # fmt: skip
+    small = model_config(row.preset)
+    r = rate("h100", Workload("pretrain", small.hidden_size, row.precision, row.compile))
+    assert r.measured and pretrain_flops(cfg, small) / r.flops_s == pytest.approx(1 / row.steps_s)
+    assert "7 steps/s" in r.basis and "measured 2026-11-26" in r.basis
+    graphs = rate("h100", Workload("pretrain", small.hidden_size, "bf16-mixed", "graphs"))
+    assert graphs.flops_s / r.flops_s == pytest.approx(30.2 / 7.0)
+    fp32 = rate("h100", Workload("pretrain", small.hidden_size, "32-true", "false"))
+    assert fp32.flops_s == r.flops_s and not fp32.measured and "32-true eager not measured" in fp32.basis
+    wide = rate("h100", Workload("pretrain", 768, "bf16-mixed", "false"))
+    assert "convbert_base" in wide.basis and "scaled to h100" in wide.basis and wide.flops_s > 5 * r.flops_s
+    a100 = rate("a100", Workload("pretrain", small.hidden_size, "bf16-mixed", "false"))
+    assert a100.flops_s == pytest.approx(r.flops_s * PEAK_TFLOPS["a100"] / PEAK_TFLOPS["h100"])
+    assert "no such row measured on a100" in a100.basis
+    tuned = rate("h100", Workload("finetune", small.hidden_size, "bf16-mixed", "false"))
+    assert tuned.flops_s == r.flops_s and "fine-tuning at the pre-training stage's rate" in tuned.basis
+    with pytest.raises(SweepError, match="launcher.device='tpu' is not known"):
+        throughput(OmegaConf.create({"tflops": None, "launcher": {"device": "tpu"}}))
 
 
 def test_dry_run_prints_gpu_hours_and_the_wall_clock_both_ways(tmp_path):
     sweep = write_sweep(tmp_path / "two.yaml", {"a": {}, "b": {"pretrain": ["model=convbert_small"]}})
-    args = [str(sweep), "scale=smoke", "launcher=submitit", "launcher.gpus=2", "launcher.device=a100", "--dry-run"]
+    args = [str(sweep), "scale=smoke", "trainer.accelerator=auto", "launcher=submitit", "launcher.cluster=local",
+            "launcher.gpus=2", "launcher.device=a100", "--dry-run"]  # fmt: skip
     res = convexp("ablate", *args, outputs=tmp_path / "out")
     assert res.returncode == 0, res.stderr
-    assert "time on the cluster (a100: 312 TFLOP/s peak x MFU 3.3% / 19.2%" in res.stdout
+    assert "jobs on SLURM (SLURM not asked" in res.stdout
+    assert "pre-training: 2 jobs, 1 GPU, 2 CPUs a task" in res.stdout, res.stdout
+    assert "rates (a100: the rates measured on a card" in res.stdout and "scaled to a100" in res.stdout
     assert "GPU-hours: pretrain" in res.stdout and "finetune" in res.stdout
     assert "wall-clock on 2 GPUs:" in res.stdout and "with dependencies (SLURM afterok) vs" in res.stdout
     assert not (tmp_path / "out" / "runs").exists()
     res = convexp("ablate", *args[:-2], "launcher.device=k80", "--dry-run", outputs=tmp_path / "out")
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    assert "launcher.device='k80'" in res.stderr and "a100, h100, v100" in res.stderr  # the schema's line
+    assert "launcher.device='k80'" in res.stderr and "h100, h200, a100, v100" in res.stderr  # the schema's line
 
 
 # ----------------------------------------------------------------------------- --status

@@ -102,8 +102,8 @@ def test_no_module_over_500_lines():
 # convexp/sweep: data flows one way (spec -> plan -> launcher -> execute -> run store); a module
 # imports only modules before it here (show and wandb_sweep sit on top, nothing imports them)
 SWEEP_ORDER = [
-    *("spec", "args", "start", "compute", "disk", "memory", "gpus", "cpu_rate", "cards", "nodes", "plan", "schedule"),
-    *("node_state", "execute", "slurm", "node_job", "launchers", "status", "wandb_sweep", "show"),
+    *("spec", "args", "start", "compute", "disk", "memory", "gpus", "rates", "cards", "nodes", "plan", "schedule"),
+    *("node_state", "execute", "slurm", "requests", "node_job", "launchers", "status", "wandb_sweep", "show"),
 ]
 
 

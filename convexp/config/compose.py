@@ -342,12 +342,51 @@ def compose_stage(stage: str, overrides: list[str]) -> DictConfig:
     given = list(overrides)
     overrides = stage_overrides(stage, given)
     cfg = compose(stage, overrides, choices=True)
+    if stage == "pretrain":
+        cfg = _paper_run(cfg, overrides)
     if stage == "finetune":
         _task_pruning(cfg, overrides)
         _keys_read(cfg)
     check_types(cfg)
     with open_dict(cfg):  # for the run record; not part of the run id (run_names.EXECUTION_KEYS)
         cfg.invocation = {"command": command_line(), "overrides": given}
+    return cfg
+
+
+# A recipe's run as its paper made it (conf/recipe/: recipe.paper): the option of each group, or the
+# value of each key, that applies above scale=smoke where the command line names none
+PAPER_RUN = {"corpus": "data", "vocabulary": "tokenizer", "objective": "objective", "examples": "data.examples"}
+
+
+def _paper_run(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """A pre-training config above ``scale=smoke`` composed with its recipe's corpus, vocabulary,
+    objective and examples (``recipe.paper``), each unless the command line names it (``data=`` or
+    ``data.examples=``...): ``convexp pretrain model=convbert_small scale=paper`` is ConvBERT's run,
+    on OpenWebText with ELECTRA's objective, as its named sweeps run it, never the synthetic corpus
+    by default. ``recipe.paper`` is dropped once applied: what it picked is in the config."""
+    if "recipe" not in cfg:  # no recipe: refused by the schema, in its own words (schema._check_recipe)
+        return cfg
+    paper = cfg.recipe.get("paper") or {}
+    extra = []
+    if cfg.choices.get("scale") != "smoke":
+        given = {override_key(o) for o in parse_overrides(overrides)}
+        for key, target in PAPER_RUN.items():
+            want = paper.get(key)
+            have = cfg.choices.get(target) if "." not in target else OmegaConf.select(cfg, target)
+            if want is not None and target not in given and have != want:
+                extra.append(f"{target}={want}")
+    if extra:
+        cfg = compose("pretrain", [*extra, *overrides], choices=True)
+    named = {override_key(o) for o in parse_overrides(overrides)}
+    if cfg.choices.get("scale") == "paper" and cfg.choices.get("data") == "synthetic" and "data" not in named:
+        raise ConfigError(
+            f"scale=paper would train on the synthetic corpus: recipe {cfg.recipe.name} names no corpus "
+            "(recipe.paper.corpus); name one (data=openwebtext, data=files data.path=DIR...), or ask for "
+            "the synthetic corpus by name: data=synthetic"
+        )
+    if "paper" in cfg.recipe:
+        with open_dict(cfg):
+            del cfg.recipe["paper"]
     return cfg
 
 

@@ -267,18 +267,18 @@ class LauncherSchema:
     folder: Optional[str] = None
     partition: Optional[str] = None
     timeout_min: int = 4320
-    nodes: int = 1
-    gpus_per_node: int = 0
-    tasks_per_node: int = 1
-    cpus_per_task: int = 8
-    mem_gb: float = 32.0
+    device: Optional[str] = None  # the card the measured rates are read for (sweep/rates.py; null: h100)
+    # launcher=submitit: overrides of what each job asks for (null: its own request, sweep/requests.py)
+    nodes: Optional[int] = None
+    gpus_per_node: Optional[int] = None
+    tasks_per_node: Optional[int] = None
+    cpus_per_task: Optional[int] = None
+    mem_gb: Optional[int] = None
     array_parallelism: int = 64
     max_requeues: int = 100
-    additional: Dict[str, Any] = field(default_factory=dict)
+    additional: Optional[Dict[str, Any]] = None
     poll_s: float = 60.0  # --follow
-    gpus: Optional[int] = None  # --dry-run's time on the cluster (sweep/schedule.py)
-    device: Optional[str] = None
-    tflops: Optional[float] = None
+    gpus: Optional[int] = None  # --dry-run's wall-clock on the cluster (sweep/schedule.py)
 
     def __post_init__(self) -> None:
         choose("launcher.name", self.name, ("local", "node", "submitit"), "submitit (launcher=submitit)")
@@ -298,15 +298,15 @@ class LauncherSchema:
             raise ValueError(f"launcher.gpu_ids={self.gpu_ids}: give distinct GPU indices, e.g. [0,1], or null for all")
         non_negative("launcher.wait_s", self.wait_s)
         choose("launcher.cluster", self.cluster, (None, "slurm", "local", "debug"), "slurm")
-        for key in ("timeout_min", "nodes", "tasks_per_node", "cpus_per_task", "array_parallelism"):
+        for key in ("timeout_min", "array_parallelism"):
             count(f"launcher.{key}", getattr(self, key))
-        count("launcher.gpus_per_node", self.gpus_per_node, low=0)
-        positive("launcher.mem_gb", self.mem_gb)
+        for key in ("nodes", "tasks_per_node", "cpus_per_task", "mem_gb"):
+            count(f"launcher.{key}", getattr(self, key), none_means="each job's own request")
+        count("launcher.gpus_per_node", self.gpus_per_node, low=0, none_means="each job's own request")
         count("launcher.max_requeues", self.max_requeues, low=0)
         positive("launcher.poll_s", self.poll_s)
         count("launcher.gpus", self.gpus, none_means="no wall-clock estimate")
-        choose("launcher.device", self.device, (None, "a100", "h100", "v100"), "h100")
-        positive("launcher.tflops", self.tflops, "the device's rate, else the sweep's tflops")
+        choose("launcher.device", self.device, (None, "h100", "h200", "a100", "v100"), "h100")
 
 
 @dataclass
@@ -318,10 +318,10 @@ class AblateSchema:
     tasks: Optional[List[str]] = None
     seeds: Any = None  # a seed or a list of them
     init: Optional[str] = None
-    tflops: float = 100.0
+    tflops: Optional[float] = None  # a stated rate instead of the measured one (sweep/rates.py)
 
     def __post_init__(self) -> None:
-        positive("tflops", self.tflops)
+        positive("tflops", self.tflops, "null: the rates measured on launcher.device's card")
         v = self.variants
         if v is not None and not (isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))):
             raise ValueError(f"variants={v!r}: give a variant name or a list of them; e.g. variants=[a,b]")

@@ -23,6 +23,7 @@ LIGHTNING_NAMES = {
     "precision": ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "64", "16",
                   "bf16", "transformer-engine", "transformer-engine-float16"),
 }
+LOADER_WORKERS_ON_GPU = 2  # fine-tuning's trainer.num_workers=auto on a GPU run (train/accel.py)
 EXAMPLES = {"accelerator": "cpu", "strategy": "ddp", "precision": "bf16-mixed"}
 
 

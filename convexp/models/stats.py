@@ -180,6 +180,17 @@ def model_stats(cfg: ModelConfig, seq_len: int = 128) -> tuple[int, float]:
     return parameter_count(stats_cfg), 3.0 * forward_flops_per_token(stats_cfg, seq_len)
 
 
+_FLOPS: dict[tuple[str, int], float] = {}
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """Training FLOPs per token of :func:`model_stats` (computed once per config and length)."""
+    key = (repr(cfg), seq_len)
+    if key not in _FLOPS:
+        _FLOPS[key] = model_stats(cfg, seq_len)[1]
+    return _FLOPS[key]
+
+
 def count_parameters(cfg: ModelConfig) -> int:
     return model_stats(cfg)[0]
 

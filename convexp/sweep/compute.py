@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from ..models.stats import flops_per_token
+
 # GLUE training-set sizes, for the compute estimate of fine-tuning on the real data (SentEval's
 # probing tasks: 100k each)
 GLUE_TRAIN = {
@@ -53,22 +55,6 @@ def pretrain_tokens(cfg: DictConfig) -> float:
     return example_tokens(cfg) * cfg.trainer.max_steps * cfg.trainer.batch_size
 
 
-def pretrain_flops(cfg: DictConfig, model_cfg, generator: bool = True) -> float:
-    """Training FLOPs of a pre-training run: per-token FLOPs x steps x batch x length; with
-    ``generator``, an ELECTRA generator's too (the compute spent). The report's flops column counts
-    as ConvBERT's Table 3 does instead (``convexp.report.flops``). Every example is computed at its
-    full length seq_len: sentence pairs are padded to seq_len (as Chang et al.'s dataset pads them),
-    so their padding costs compute although it holds no token (``pretrain_tokens`` counts the real
-    ones)."""
-    from ..models.config import generator_config
-
-    per_token = flops_per_token(model_cfg, cfg.seq_len)
-    if generator and cfg.objective.name == "electra":
-        gen = generator_config(model_cfg, cfg.objective.generator_fraction)
-        per_token += flops_per_token(gen, cfg.seq_len)
-    return per_token * cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.seq_len
-
-
 def finetune_flops(cfg: DictConfig, model_cfg, task: str) -> float:
     """An upper bound for one seed of one task: every example padded to the task's max_len, summed
     over the runs of every setting (all of ConvBERT's grid when it is on; 0 when the model is unknown)."""
@@ -96,18 +82,6 @@ def squad_flops(cfg: DictConfig, model_cfg, task: str) -> float:
     per_token = flops_per_token(model_cfg, max_len)
     runs = squad_runs(cfg, "", model_cfg.hidden_size, [])  # only their hyper-parameters: unnamed
     return sum(per_token * n * p.hp["epochs"] * max_len for p in runs)
-
-
-_FLOPS: dict = {}
-
-
-def flops_per_token(model_cfg, seq_len: int) -> float:
-    from ..models.stats import model_stats
-
-    key = (repr(model_cfg), seq_len)
-    if key not in _FLOPS:
-        _FLOPS[key] = model_stats(model_cfg, seq_len)[1]
-    return _FLOPS[key]
 
 
 def parameters(model_cfg) -> int:

@@ -4,14 +4,17 @@ ledger (outputs/sweeps/NAME/last.json). Launchers call these; nothing here knows
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
+import traceback
 from pathlib import Path
 
 from ..config.compose import compose_stage, override_key, parse_overrides
 from ..errors import UserError
+from ..logs import set_verbosity
 from ..tasks import command, config_kind
 from ..store.record import invocation_record
-from ..store.runs import Run
+from ..store.runs import Run, error_line
 from .node_state import node_state
 from .nodes import Node
 from .plan import Plan
@@ -157,3 +160,44 @@ def blocked_by(node: Node, outcomes: dict[str, Outcome]) -> str | None:
 
 def ready(node: Node, outcomes: dict[str, Outcome]) -> bool:
     return all(d in outcomes and outcomes[d].status in ("done", "cached") for d in node.deps)
+
+
+def pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: dict | None,
+              cuda_devices: str | None = None, parent_requeues: str | None = None) -> str | None:  # fmt: skip
+    """In a worker process: run one node with its output in ``log``, as verbose as the command
+    line chose (``chosen``: logs.verbosity()), on the GPUs ``cuda_devices`` names (its
+    ``CUDA_VISIBLE_DEVICES``, in a fresh process; "" none; None: as the parent); the error line or
+    None. A CPU sweep's worker runs node after node (:func:`pool_executor`): everything a node
+    printed is flushed to its own log before the next begins. ``parent_requeues``: a signal the
+    parent process's job runner requeues the job on (a packed SLURM job, node_job.PackJob): here it
+    only stops the run at the end of its step, checkpointed (train/health.py: a handler installed
+    for the signal means the job runner requeues)."""
+    import signal
+    import sys
+
+    if parent_requeues is not None:
+        signal.signal(getattr(signal, parent_requeues), lambda signum, frame: None)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    if cuda_devices is not None:  # before anything initialises CUDA in this process
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", buffering=1) as f:
+        os.dup2(f.fileno(), 1)  # the Trainer's progress and prints go to the log
+        os.dup2(f.fileno(), 2)
+        if chosen is not None:
+            set_verbosity(**chosen)
+        import torch
+
+        from ..train.accel import new_log
+
+        torch.set_num_threads(threads)
+        new_log()  # the lines said once per log (the threads) are said in this node's too
+        try:
+            run_node(stage, overrides)
+            return None
+        except Exception as e:
+            f.write(traceback.format_exc())
+            return error_line(e)
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()

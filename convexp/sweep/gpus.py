@@ -35,8 +35,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-from pathlib import Path
 
+from ..train.devices import gpu_driver
 from .spec import SweepError
 
 COUNT_ENV = "CONVEXP_GPU_COUNT"
@@ -61,13 +61,6 @@ def machine_gpus() -> list[int]:
     import torch
 
     return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-
-
-def gpu_driver() -> bool:
-    """Whether this machine may have a GPU torch can use, from the driver's files alone (no torch):
-    NVIDIA's device nodes or /proc entry, or ROCm's /dev/kfd. False: certainly none."""
-    nvidia = Path("/proc/driver/nvidia/gpus")
-    return any(Path("/dev").glob("nvidia[0-9]*")) or (nvidia.is_dir() and any(nvidia.iterdir())) or Path("/dev/kfd").exists()
 
 
 def card_mib() -> int:

@@ -10,21 +10,22 @@ its dependencies' jobs, and the command returns (`submit_plan`).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import traceback
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ..logs import set_verbosity, verbosity
+from ..logs import verbosity
 from ..store.record import warn_if_other_version
 from ..store.runs import error_line
 from . import slurm
-from .execute import Ledger, Outcome, blocked_by, failure, ready, run_node, settled
+from .slurm import on_slurm
+from .execute import Ledger, Outcome, blocked_by, failure, pool_job, ready, run_node, settled
 from .gpus import GpuPool, check_placeable, pool_from_settings, workers_for
 from .nodes import Node
 from .plan import Plan, drop_spent_weights
+from .requests import Job, Request, slurm_jobs
 from .spec import SweepError
 
 
@@ -46,6 +47,8 @@ def run_plan(plan: Plan) -> dict[str, Outcome]:
         if pool.ids:
             check_placeable(todo, pool, lambda n: n.gpus)
     ledger = Ledger(plan)
+    if launcher.name == "submitit":  # what each job asks for: refused before anything is written
+        slurm_jobs(plan, [n for n in plan.order() if not n.done])
     queued = queued_jobs(ledger) if on_slurm(launcher) else {}
     for key, node in plan.nodes.items():
         if node.done:
@@ -168,41 +171,6 @@ def run_one(plan: Plan, key: str | None, wait_s: float, poll_s: float = 10.0) ->
 # ----------------------------------------------------------------------------- worker processes
 
 
-def pool_job(stage: str, overrides: list[str], log: str, threads: int, chosen: dict | None,
-              cuda_devices: str | None = None) -> str | None:  # fmt: skip
-    """In a worker process: run one node with its output in ``log``, as verbose as the command
-    line chose (``chosen``: logs.verbosity()), on the GPUs ``cuda_devices`` names (its
-    ``CUDA_VISIBLE_DEVICES``, in a fresh process; "" none; None: as the parent); the error line or
-    None. A CPU sweep's worker runs node after node (:func:`pool_executor`): everything a node
-    printed is flushed to its own log before the next begins."""
-    import sys
-
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    if cuda_devices is not None:  # before anything initialises CUDA in this process
-        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
-    Path(log).parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a", buffering=1) as f:
-        os.dup2(f.fileno(), 1)  # the Trainer's progress and prints go to the log
-        os.dup2(f.fileno(), 2)
-        if chosen is not None:
-            set_verbosity(**chosen)
-        import torch
-
-        from ..train.accel import new_log
-
-        torch.set_num_threads(threads)
-        new_log()  # the lines said once per log (the threads) are said in this node's too
-        try:
-            run_node(stage, overrides)
-            return None
-        except Exception as e:
-            f.write(traceback.format_exc())
-            return error_line(e)
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
-
-
 def pool_executor(workers: int, gpus: bool):
     """The worker processes of :func:`run_pool`. On a machine without GPUs a worker runs node
     after node, so a sweep's fine-tunes pay the imports (torch, Lightning, W&B, datasets: most of
@@ -310,36 +278,47 @@ def require_submitit() -> None:
         raise SweepError('launcher=submitit needs submitit: pip install "convexp[slurm]"')
 
 
-def on_slurm(cfg: DictConfig) -> bool:
-    """launcher=submitit on SLURM: ``launcher.cluster=slurm``, or unset where ``srun`` exists (as
-    submitit decides)."""
-    return cfg.name == "submitit" and (cfg.cluster == "slurm" or (cfg.cluster is None and bool(shutil.which("srun"))))
-
-
 def make_executor(plan: Plan, cfg: DictConfig):
-    """A submitit executor from conf/launcher/submitit.yaml (cluster=local runs it here)."""
+    """A submitit executor from conf/launcher/submitit.yaml (cluster=local runs it here); each
+    array's resources are set by :func:`_ask` before it is submitted."""
     import submitit
 
     folder = Path(cfg.folder) if cfg.folder else plan.home / "submitit"
     executor = submitit.AutoExecutor(
         folder=str(folder / "%j"), cluster=cfg.cluster, slurm_max_num_timeout=int(cfg.max_requeues)
     )
-    params = dict(
-        name=f"convexp-{plan.sweep.name}",
-        timeout_min=int(cfg.timeout_min),
-        nodes=int(cfg.nodes),
-        gpus_per_node=int(cfg.gpus_per_node),
-        tasks_per_node=int(cfg.tasks_per_node),
-        cpus_per_task=int(cfg.cpus_per_task),
-        mem_gb=float(cfg.mem_gb),
-        slurm_array_parallelism=int(cfg.array_parallelism),
-    )
+    params = dict(name=f"convexp-{plan.sweep.name}", slurm_array_parallelism=int(cfg.array_parallelism))
     if cfg.partition:
         params["slurm_partition"] = cfg.partition
-    if cfg.additional:
-        params["slurm_additional_parameters"] = dict(cfg.additional)
     executor.update_parameters(**params)
     return executor
+
+
+def _ask(executor, request: Request, extra: dict) -> None:
+    """The executor's next array asks for ``request`` (requests.py) with sbatch's ``extra``."""
+    executor.update_parameters(**request.params(), slurm_additional_parameters=extra)
+
+
+def _grouped(jobs: list[Job], after: dict[str, tuple[str, ...]]) -> dict[tuple, list[Job]]:
+    """Jobs with the same dependencies (``after``: job key -> the SLURM jobs it waits for) and the
+    same request, kind (a pack or one node) and stage command: one job array each."""
+    groups: dict[tuple, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault((after[job.key], job.request, len(job.nodes) > 1), []).append(job)
+    return groups
+
+
+def _submit_array(plan: Plan, executor, jobs: list[Job]):
+    """Submit ``jobs`` (one request, all packs or all single nodes) as one array; submitit's jobs."""
+    from .node_job import NodeJob, PackJob
+
+    chosen = verbosity()
+    if len(jobs[0].nodes) > 1:
+        stages = [[n.stage for n in j.nodes] for j in jobs]
+        args = [[n.stage_args for n in j.nodes] for j in jobs]
+        logs = [[str(_log_path(plan, n)) for n in j.nodes] for j in jobs]
+        return executor.map_array(PackJob(chosen), stages, args, logs)
+    return executor.map_array(NodeJob(chosen), [j.nodes[0].stage for j in jobs], [j.nodes[0].stage_args for j in jobs])
 
 
 def queued_jobs(ledger: Ledger) -> dict[str, str]:
@@ -354,83 +333,89 @@ def queued_jobs(ledger: Ledger) -> dict[str, str]:
 
 
 def submit_plan(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
-    """Submit every node with work left at once, each job with ``--dependency=afterok:`` on its
-    dependencies' jobs (nodes with the same dependencies form one job array), record the job ids
-    in the ledger and return: SLURM starts each job when its own dependencies have finished, and
-    cancels the jobs whose dependency failed (``--kill-on-invalid-dep=yes``)."""
-    from .node_job import NodeJob
-
+    """Submit every job with work left at once (requests.py: each node's own request, or fine-tunes
+    packed on one GPU), each with ``--dependency=afterok:`` on its
+    dependencies' jobs (jobs with the same dependencies and request form one job array), record
+    the job ids in the ledger and return: SLURM starts each job when its own dependencies have
+    finished, and cancels the jobs whose dependency failed (``--kill-on-invalid-dep=yes``)."""
     executor = make_executor(plan, cfg)
     ids = {k: o.job for k, o in ledger.outcomes.items() if o.job}
-    pending = [n for n in plan.order() if n.key not in ledger.outcomes]
+    pending, _, _ = slurm_jobs(plan, [n for n in plan.order() if n.key not in ledger.outcomes])
     while pending:
-        groups: dict[tuple[str, ...], list[Node]] = {}
-        for node in list(pending):
-            dep = blocked_by(node, ledger.outcomes)
+        ready: list[Job] = []
+        for job in list(pending):
+            dep = next((blocked_by(n, ledger.outcomes) for n in job.nodes if blocked_by(n, ledger.outcomes)), None)
             if dep:
-                pending.remove(node)
-                _block(ledger, node, dep)
-            elif all(d in ledger.outcomes for d in node.deps):  # each cached, done or submitted
-                pending.remove(node)
-                groups.setdefault(tuple(ids[d] for d in node.deps if d in ids), []).append(node)
-        if not groups:
+                pending.remove(job)
+                for node in job.nodes:
+                    _block(ledger, node, dep)
+            elif all(d in ledger.outcomes for d in job.deps):  # each cached, done or submitted
+                pending.remove(job)
+                ready.append(job)
+        if not ready:
             break
-        for after, nodes in groups.items():
+        after = {j.key: tuple(dict.fromkeys(ids[d] for d in j.deps if d in ids)) for j in ready}
+        for (waits, request, _), group in _grouped(ready, after).items():
             # open-mode=append: a requeued job's .out and .err keep what its earlier attempts said
-            extra = {"open-mode": "append", **dict(cfg.additional), "requeue": True}
-            if after:
-                extra |= {"dependency": "afterok:" + ":".join(after), "kill-on-invalid-dep": "yes"}
-            executor.update_parameters(slurm_additional_parameters=extra)
-            node_job = NodeJob(verbosity())
-            jobs = executor.map_array(node_job, [n.stage for n in nodes], [n.stage_args for n in nodes])
-            for node, job in zip(nodes, jobs):
-                ids[node.key] = job.job_id
-                ledger.outcomes[node.key] = Outcome("submitted", log=str(job.paths.stderr), job=job.job_id)
+            extra = {"open-mode": "append", **dict(cfg.additional or {}), "requeue": True}
+            if waits:
+                extra |= {"dependency": "afterok:" + ":".join(waits), "kill-on-invalid-dep": "yes"}
+            _ask(executor, request, extra)
+            submitted = _submit_array(plan, executor, group)
+            for job, sub in zip(group, submitted):
+                for node in job.nodes:
+                    ids[node.key] = sub.job_id
+                    log = _log_path(plan, node) if len(job.nodes) > 1 else sub.paths.stderr  # a pack's: each node's own
+                    ledger.outcomes[node.key] = Outcome("submitted", log=str(log), job=sub.job_id)
+            keys = [n.key for j in group for n in j.nodes]
             print(
-                f"submitted {len(jobs)} job{'s' if len(jobs) > 1 else ''} ({jobs[0].job_id.split('_')[0]})"
-                + (f" after {', '.join(after)}" if after else "")
-                + ": " + ", ".join(n.key for n in nodes),
+                f"submitted {len(submitted)} job{'s' if len(submitted) > 1 else ''} ({submitted[0].job_id.split('_')[0]}; "
+                f"{request.text()})" + (f" after {', '.join(waits)}" if waits else "") + ": " + ", ".join(keys),
                 flush=True,
             )
         ledger.save()
 
 
 def run_submitit(plan: Plan, ledger: Ledger, cfg: DictConfig) -> None:
-    """Waves of job arrays: every node whose dependencies are done goes into the next array; a job
-    warned of its time limit checkpoints and is requeued (`convexp.sweep.node_job`)."""
-    from .node_job import NodeJob
-
+    """Waves of job arrays on this machine (``launcher.cluster=local|debug``): every job whose
+    dependencies are done goes into the next wave, asking for its own request; a job warned of its
+    time limit checkpoints and is requeued (`convexp.sweep.node_job`)."""
     executor = make_executor(plan, cfg)
-    pending = [n for n in plan.order() if n.key not in ledger.outcomes]
+    pending, _, _ = slurm_jobs(plan, [n for n in plan.order() if n.key not in ledger.outcomes])
     while pending:
-        wave = []
-        for node in list(pending):
-            dep = blocked_by(node, ledger.outcomes)
+        wave: list[Job] = []
+        for job in list(pending):
+            dep = next((blocked_by(n, ledger.outcomes) for n in job.nodes if blocked_by(n, ledger.outcomes)), None)
             if dep:
-                pending.remove(node)
-                _block(ledger, node, dep)
-            elif ready(node, ledger.outcomes):
-                pending.remove(node)
-                wave.append(node)
+                pending.remove(job)
+                for node in job.nodes:
+                    _block(ledger, node, dep)
+            elif all(d in ledger.outcomes and ledger.outcomes[d].status in ("done", "cached") for d in job.deps):
+                pending.remove(job)
+                wave.append(job)
         if not wave:
             break
         started = time.time()
-        jobs = executor.map_array(NodeJob(verbosity()), [n.stage for n in wave], [n.stage_args for n in wave])
-        print(
-            f"submitted {len(jobs)} jobs (array {jobs[0].job_id.split('_')[0]}): "
-            + ", ".join(n.key for n in wave),
-            flush=True,
-        )
-        for node, job in zip(wave, jobs):
-            try:
-                job.result()
-                ledger.record(node.key, Outcome("done", time.time() - started, log=str(job.paths.stdout)))
-                print(f"done: {node.key}", flush=True)
-            except Exception as e:
-                error = _job_error(e)
-                outcome = failure(node, time.time() - started, error, str(job.paths.stderr))
-                ledger.record(node.key, outcome)
-                print(f"{outcome.status}: {node.key}: {error} (log: {job.paths.stderr})", flush=True)
+        for (_, request, _), group in _grouped(wave, {j.key: () for j in wave}).items():
+            _ask(executor, request, dict(cfg.additional or {}))
+            submitted = _submit_array(plan, executor, group)
+            print(
+                f"submitted {len(submitted)} jobs (array {submitted[0].job_id.split('_')[0]}; {request.text()}): "
+                + ", ".join(n.key for j in group for n in j.nodes),
+                flush=True,
+            )
+            for job, sub in zip(group, submitted):
+                try:
+                    sub.result()
+                    for node in job.nodes:
+                        ledger.record(node.key, Outcome("done", time.time() - started, log=str(sub.paths.stdout)))
+                        print(f"done: {node.key}", flush=True)
+                except Exception as e:
+                    error = _job_error(e)
+                    for node in job.nodes:
+                        outcome = failure(node, time.time() - started, error, str(sub.paths.stderr))
+                        ledger.record(node.key, outcome)
+                        print(f"{outcome.status}: {node.key}: {error} (log: {sub.paths.stderr})", flush=True)
 
 
 def _job_error(e: Exception) -> str:

@@ -145,3 +145,41 @@ def finetune_mib(cfg: DictConfig, model_cfg: ModelConfig | None, task: str, batc
         length = int(cfg.task.max_len)
     checkpointing = bool(cfg.trainer.get("gradient_checkpointing", False))
     return peak_mib(model_cfg, batch, length, cfg.trainer.precision, checkpointing=checkpointing)
+
+
+# ----------------------------------------------------------------------------- host memory
+
+# One training process on the host with torch, Lightning, datasets and W&B imported: 0.76-0.83 GiB
+# (PSS, measured on a 2-core AMD EPYC, smoke pre-training and fine-tuning, torch 2.13 CPU build),
+# rounded up; with CUDA, its libraries and the context's host side add ~2 GiB (assumed: not yet
+# measured on a card).
+HOST_BASE_MIB = {"cpu": 1024, "gpu": 3072}
+LOADER_MIB = 512  # one loader worker process (a streamed corpus's reader tokenises in it)
+HOST_MARGIN = 1.25  # the request's room over the estimate (the allocator's slack, page cache)
+
+
+def state_mib(params: int) -> int:
+    """The model and AdamW's state as a checkpoint holds it (fp32 weights and two moments, 12 bytes
+    a parameter; 16 with the gradients), in MiB."""
+    return math.ceil(params * STATE_BYTES / MIB)
+
+
+def trained_parameters(cfg: DictConfig, model_cfg: ModelConfig) -> int:
+    """Parameters a job trains: the model's, and an ELECTRA generator's (pre-training)."""
+    o = cfg.get("objective")
+    params = parameter_count(model_cfg, mlm_head=o is not None)
+    if o is not None and o.name == "electra":
+        params += parameter_count(generator_config(model_cfg, o.generator_fraction), mlm_head=True)
+    return params
+
+
+def host_mib(train_mib: int, params: int, on_gpu: bool, workers: int, tasks: int = 1) -> int:
+    """A job's estimated host memory on one node (MiB), with ``HOST_MARGIN``: per task (process), the
+    process's base, its ``workers`` loader processes and the model's state as a checkpoint copies it
+    off the card; on the CPU, training's own peak (``train_mib``, an estimate made for a card: its
+    CUDA overhead taken off) instead of the copy. Measured against the CPU (one invocation, 2-core AMD
+    EPYC): ConvBERT-small, ELECTRA, batch 128 x 128, fp32, two loader workers: 8.3 GiB PSS at its peak,
+    estimated 8.5 GiB before the margin."""
+    base = HOST_BASE_MIB["gpu" if on_gpu else "cpu"] + workers * LOADER_MIB
+    work = state_mib(params) if on_gpu else max(0, train_mib - OVERHEAD_MIB)
+    return math.ceil((base + work) * max(1, tasks) * HOST_MARGIN)

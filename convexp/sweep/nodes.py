@@ -11,16 +11,19 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..config.compose import CONF_DIR, compose_stage, to_model_config
+from ..config.lightning import LOADER_WORKERS_ON_GPU
 from ..errors import ConfigError, UserError
 from ..store.runs import Run
 from ..train.weights import has_weights
 from .cards import finetune_settings
-from .compute import finetune_flops, pretrain_flops, squad_flops
+from ..tasks.pretraining.cost import pretrain_flops
+from .compute import finetune_flops, squad_flops
 from .disk import pretrain_bytes, pretraining_data, results_bytes, weights_bytes
 from ..tasks import Invocation, command, config_kind
 from ..tasks import kind as task_kind
 from .gpus import job_gpus
-from .memory import finetune_mib, pretrain_mib
+from .memory import finetune_mib, host_mib, pretrain_mib, trained_parameters
+from .rates import Workload, workload
 from .spec import Sweep, SweepError, Variant
 from .start import Start
 
@@ -39,7 +42,13 @@ class Node:
     seed: int | None = None
     flops: float = 0.0
     hparams: dict = dataclasses.field(default_factory=dict)  # fine-tuning: run id -> cards.finetune_settings
-    gpus: int = 0  # GPUs its job trains on (gpus.job_gpus: 0 on the CPU, -1 every GPU)
+    gpus: int = 0  # GPUs its job trains on, on each of its nodes (gpus.job_gpus: 0 on the CPU, -1 every GPU)
+    num_nodes: int = 1  # machines its job spans (trainer.num_nodes: DDP across nodes)
+    tasks: int = 1  # processes on each of its nodes (DDP: one a device)
+    workers: int = 0  # loader worker processes of each task
+    threads: int | None = None  # torch's threads of a task training on the CPU (trainer.threads; None: auto)
+    host_mib: int = 0  # its job's estimated host memory on one node (memory.host_mib; 0: unknown)
+    workload: Workload | None = None  # what its rate on a card depends on (rates.py)
     memory_mib: int = 0  # its job's estimated peak memory on one GPU (memory.py; 0: unknown)
     starts_from: list[str] = dataclasses.field(default_factory=list)  # an intermediate task's MNLI node
     distils_from: list[str] = dataclasses.field(default_factory=list)  # its distillation teacher's node
@@ -120,10 +129,30 @@ def pretrain_node(sweep: Sweep, v: Variant, settings: DictConfig, cli: list[str]
     over.append(
         f"outputs={Path(cfg.outputs).resolve()}"
     )  # absolute: workers and cluster jobs start elsewhere
-    node = Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops, gpus=job_gpus(cfg),
-                memory_mib=pretrain_mib(cfg, model_cfg), disk=sum(pretrain_bytes(cfg, model_cfg)),
-                data=pretraining_data(cfg))  # fmt: skip
+    node = Node(f"pretrain/{v.name}", "pretrain", v.name, over, [run], flops=flops,
+                disk=sum(pretrain_bytes(cfg, model_cfg)), data=pretraining_data(cfg))  # fmt: skip
+    size_pretraining(node, cfg, model_cfg)
     return node, cfg, model_cfg
+
+
+def size_pretraining(node: Node, cfg: DictConfig, model_cfg) -> None:
+    """A pre-training node's job: its GPUs, nodes, tasks, loader workers, card and host memory, rate."""
+    node.memory_mib = pretrain_mib(cfg, model_cfg)
+    _size(node, cfg, model_cfg, node.memory_mib, int(cfg.trainer.get("num_workers", 0)), "pretrain")
+
+
+def _size(node: Node, cfg: DictConfig, model_cfg, train_mib: int, workers: int, stage: str) -> None:
+    t = cfg.trainer
+    node.gpus, node.num_nodes = job_gpus(cfg), int(t.get("num_nodes", 1))
+    devices = t.get("devices", 1)
+    node.tasks = node.gpus if node.gpus > 1 else devices if isinstance(devices, int) and devices > 1 else 1
+    node.workers = workers
+    threads = t.get("threads", "auto")
+    node.threads = int(threads) if isinstance(threads, int) and not isinstance(threads, bool) else None
+    if model_cfg is not None:
+        params = trained_parameters(cfg, model_cfg)
+        node.host_mib = host_mib(train_mib, params, node.gpus != 0, workers, node.tasks)
+        node.workload = workload(stage, model_cfg.hidden_size, t)
 
 
 def continuation_node(
@@ -174,8 +203,8 @@ def continuation_node(
         raise SweepError(f"{where}: {e}") from e
     [run] = command("pretrain").plan(Invocation(cfg, {}), None, variant_tokens(v.pretrain))
     node = Node(f"continue/{v.name}", "pretrain", v.name, over, [run], deps=[pre.key], flops=flops,
-                gpus=job_gpus(cfg), memory_mib=pretrain_mib(cfg, model_cfg), disk=sum(pretrain_bytes(cfg, model_cfg)),
-                data=pretraining_data(cfg))  # fmt: skip
+                disk=sum(pretrain_bytes(cfg, model_cfg)), data=pretraining_data(cfg))  # fmt: skip
+    size_pretraining(node, cfg, model_cfg)
     start = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, node.key, model_cfg)
     return node, start
 
@@ -260,22 +289,35 @@ def finetune_nodes(
                 if hit is None or hit[0] is not p.hp:
                     hit = settings_of[(p.task, id(p.hp))] = (p.hp, finetune_settings(p.hp, p.run_cfg))
                 nodes[key].hparams[p.run.id] = dict(hit[1])
-    sized: dict[tuple, tuple] = {}  # (task, batch) -> (flops, gpus, memory, disk): the same for every seed
+    sized: dict[tuple, Node] = {}  # (task, batch) -> a node sized for it: the same for every seed
     weights = weights_bytes(start.model_cfg) if start.model_cfg is not None else 0.0
     for node in nodes.values():
         batch = max(int(hp["batch_size"]) for hp in node.hparams.values())  # its largest setting's
         if (node.task, batch) not in sized:
             tcfg = compose_task(node.task)
             flops = squad_flops if node.kind == "squad" else finetune_flops
-            sized[(node.task, batch)] = (
-                flops(tcfg, start.model_cfg, node.task),
-                job_gpus(tcfg),
-                finetune_mib(tcfg, start.model_cfg, node.task, batch),
-                results_bytes(tcfg, node.task),
-            )
-        node.flops, node.gpus, node.memory_mib, node.disk = sized[(node.task, batch)]
+            node.flops = flops(tcfg, start.model_cfg, node.task)
+            node.memory_mib = finetune_mib(tcfg, start.model_cfg, node.task, batch)
+            node.disk = results_bytes(tcfg, node.task)
+            _size(node, tcfg, start.model_cfg, node.memory_mib, _finetune_workers(tcfg), "finetune")
+            sized[(node.task, batch)] = node
+        else:
+            like = sized[(node.task, batch)]
+            for f in ("flops", "memory_mib", "disk", *SIZES):
+                setattr(node, f, getattr(like, f))
         node.weights = weights
     return list(nodes.values())
+
+
+SIZES = ("gpus", "num_nodes", "tasks", "workers", "threads", "host_mib", "workload")  # _size's fields
+
+
+def _finetune_workers(cfg: DictConfig) -> int:
+    """A fine-tuning task's loader workers (trainer.num_workers; auto: 2 on a GPU, 0 on the CPU)."""
+    n = cfg.trainer.get("num_workers", "auto")
+    if n == "auto":
+        return 0 if job_gpus(cfg) == 0 else LOADER_WORKERS_ON_GPU
+    return int(n)
 
 
 def _teacher_node(sweep: Sweep, v: Variant, task: str, planned: dict[str, Node]) -> Node:

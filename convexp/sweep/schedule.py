@@ -1,13 +1,14 @@
-"""A sweep's time on a cluster: each node's hours at a stated throughput, and the wall-clock of the
+"""A sweep's time on a cluster: each job's hours at its measured rate, and the wall-clock of the
 whole sweep on N GPUs, scheduled as SLURM does with dependencies (a job starts as soon as its own
-dependencies have finished and a GPU is free) or in waves with a barrier (the next wave starts when
-every job of the previous one has finished).
+dependencies have finished and its GPUs are free) or in waves with a barrier (the next wave starts
+when every job of the previous one has finished).
 
-Throughput is ``launcher.tflops`` sustained per GPU, or ``launcher.device``'s dense peak times the
-MFU measured for convexp (``MFU``); a job runs on ``launcher.nodes x launcher.gpus_per_node`` GPUs
-(at least one) and its time scales with their number. Both schedules start the jobs that can start
-in submission order (the plan's order: SLURM's FIFO with backfill), so they differ only by the
-barrier.
+A job's rate is the measured one of its card and mode (sweep/rates.py: ``launcher.device``, the
+job's width, precision and ``trainer.compile``), or ``tflops=`` where the sweep states one; a job on
+k GPUs (``trainer.devices x trainer.num_nodes``) holds k and takes 1/k of the time. A job trained on
+the CPU takes the rate measured on this machine's CPU (train/cpu_rate.py) where one is given, and
+holds no GPU. Both schedules start the jobs that can start in submission order (the plan's order:
+SLURM's FIFO with backfill), so they differ only by the barrier.
 """
 
 from __future__ import annotations
@@ -18,74 +19,54 @@ import heapq
 from omegaconf import DictConfig
 
 from .nodes import Node
-from .spec import SweepError
+from .rates import PEAK_TFLOPS, Rate, rate, stated
 
-# Dense tensor-core peak of one GPU in TFLOP/s, NVIDIA's datasheets (SXM parts): V100 fp16, A100 and
-# H100 bf16 (H100 SXM5: 989 without sparsity)
-PEAK_TFLOPS = {"v100": 125.0, "a100": 312.0, "h100": 989.0}
-# Model FLOPs utilisation of a training step by model width, measured by `convexp bench` on an H200
-# (bf16, eager; README, "On a GPU"): ConvBERT-small (width 256, batch 128 x 128) 3.3% — host-bound,
-# so small models gain little from a faster card; ConvBERT-base (width 768, 32 x 512) 19.2%. A model
-# up to 512 wide takes the first (medium-small, 384 wide, is not measured), a wider one the second.
-MFU = ((512, 0.033), (10**9, 0.192))
-
-
-def mfu(width: int) -> float:
-    return next(m for w, m in MFU if width <= w)
+DEFAULT_CARD = "h100"  # the card the rates are for when launcher.device names none
 
 
 @dataclasses.dataclass
 class Throughput:
-    tflops: float | None  # sustained TFLOP/s of one GPU (None: the device's peak x mfu(width))
-    peak: float | None  # the device's dense peak TFLOP/s
-    gpus_per_job: int
-    gpus: int | None  # the GPUs the sweep may use at once (None: unknown)
-    source: str  # how tflops was found, for the printout
+    card: str  # launcher.device: the card every GPU job's rate is read for
+    tflops: float | None  # tflops=: a stated rate instead of the table's
+    gpus: int | None  # the GPUs the sweep may hold at once (None: unknown)
+    cpu_flops: float | None = None  # FLOP/s measured on this machine's CPU, for jobs trained on the CPU
 
-    def rate(self, width: int) -> float:
-        """Sustained TFLOP/s of one GPU training a model ``width`` wide."""
-        return self.tflops if self.tflops is not None else self.peak * mfu(width)
+    def rate(self, node: Node) -> Rate | None:
+        """One GPU's rate on ``node`` (its CPU's, for a job on the CPU); None: unknown."""
+        if node.gpus == 0:
+            return Rate(self.cpu_flops, "measured on this machine's CPU (train/cpu_rate.py; rough)") if self.cpu_flops else None
+        if self.tflops is not None:
+            return stated(self.tflops)
+        return rate(self.card, node.workload) if node.workload is not None else None
+
+    def hours(self, node: Node) -> float:
+        """Wall-clock hours of the node's job on its own GPUs (0 when its compute or rate is unknown)."""
+        r = self.rate(node)
+        return node.flops / (r.flops_s * max(1, job_gpus(node))) / 3600 if r and node.flops else 0.0
 
     @property
-    def slots(self) -> int:
-        """Jobs running at once."""
-        return max(1, (self.gpus or self.gpus_per_job) // self.gpus_per_job)
+    def source(self) -> str:
+        if self.tflops is not None:
+            return f"tflops={self.tflops:g} a GPU (stated)"
+        return f"{self.card}: the rates measured on a card (sweep/rates.py)"
 
 
-def throughput(settings: DictConfig) -> Throughput:
-    """From the sweep's settings: ``launcher.tflops``, else ``launcher.device``'s peak x MFU, else the
-    sweep's ``tflops``; ``launcher.gpus`` and the GPUs of one job (a launcher without them: 1)."""
+def job_gpus(node: Node) -> int:
+    """The GPUs a node's job holds (its devices on each of its nodes; -1, every GPU, counts one)."""
+    return max(1, node.gpus) * max(1, node.num_nodes) if node.gpus else 0
+
+
+def throughput(settings: DictConfig, cpu_flops: float | None = None) -> Throughput:
+    """From the sweep's settings: ``launcher.device`` (the card), ``tflops``, ``launcher.gpus``."""
+    from .spec import SweepError
+
     launcher = settings.launcher
-    per_job = max(1, int(launcher.get("nodes") or 1) * int(launcher.get("gpus_per_node") or 1))
+    card = launcher.get("device") or DEFAULT_CARD
+    if card not in PEAK_TFLOPS:
+        raise SweepError(f"launcher.device={card!r} is not known; use one of {', '.join(PEAK_TFLOPS)}")
     gpus = launcher.get("gpus")
-    for key in ("gpus", "tflops"):
-        value = launcher.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise SweepError(f"launcher.{key}={value!r}: give a positive number, or null to leave it out")
-    if gpus is not None and gpus < per_job:
-        raise SweepError(
-            f"launcher.gpus={gpus} is fewer than one job's {per_job} GPUs "
-            "(launcher.nodes x launcher.gpus_per_node); raise launcher.gpus"
-        )
-    if launcher.get("device") is not None and launcher.device not in PEAK_TFLOPS:
-        raise SweepError(
-            f"launcher.device={launcher.device!r} is not known; use one of {', '.join(PEAK_TFLOPS)} "
-            "or give launcher.tflops=<sustained TFLOP/s of one GPU>"
-        )
-    gpus = int(gpus) if gpus else None
-    if launcher.get("tflops"):
-        return Throughput(float(launcher.tflops), None, per_job, gpus, f"launcher.tflops={launcher.tflops} a GPU")
-    if launcher.get("device"):
-        peak = PEAK_TFLOPS[launcher.device]
-        mfus = " / ".join(f"{m:.1%}" for _, m in MFU)
-        source = f"{launcher.device}: {peak:g} TFLOP/s peak x MFU {mfus} (small / base width, measured)"
-        return Throughput(None, peak, per_job, gpus, source)
-    return Throughput(float(settings.tflops), None, per_job, gpus, f"tflops={settings.tflops} a GPU")
-
-
-def job_hours(node: Node, tp: Throughput, width: int) -> float:
-    """Wall-clock hours of the node's job, its model ``width`` wide (0 when its compute is unknown)."""
-    return node.flops / (tp.rate(width) * 1e12 * tp.gpus_per_job) / 3600
+    tflops = settings.get("tflops")
+    return Throughput(card, float(tflops) if tflops else None, int(gpus) if gpus else None, cpu_flops)
 
 
 def stage_of(node: Node) -> str:
@@ -93,78 +74,100 @@ def stage_of(node: Node) -> str:
     return node.key.split("/")[0]
 
 
-def gpu_hours(nodes: list[Node], hours: dict[str, float], tp: Throughput) -> dict[str, float]:
-    """GPU-hours per stage (in the order stages first appear) of jobs taking ``hours``."""
-    out: dict[str, float] = {}
-    for n in nodes:
-        out[stage_of(n)] = out.get(stage_of(n), 0.0) + hours[n.key] * tp.gpus_per_job
-    return out
+@dataclasses.dataclass
+class Unit:
+    """One job to schedule: a node, or fine-tunes packed on one GPU (requests.py)."""
+
+    key: str
+    deps: list[str]
+    hours: float
+    gpus: int
 
 
-def _list_schedule(order: list[str], deps: dict[str, list[str]], hours: dict[str, float], slots: int,
+def units(nodes: list[Node], tp: Throughput) -> list[Unit]:
+    """Each node as its own job."""
+    return [Unit(n.key, list(n.deps), tp.hours(n), job_gpus(n)) for n in nodes]
+
+
+def _list_schedule(order: list[Unit], deps: dict[str, list[str]], capacity: int | None,
                    start: float = 0.0) -> dict[str, float]:  # fmt: skip
     """Each job's finish time: at every moment, start (in ``order``) every job whose dependencies
-    have finished while fewer than ``slots`` run."""
+    have finished while its GPUs are free (``capacity``: GPUs in all; None: unlimited; a job needing
+    more than there are runs alone)."""
     finish: dict[str, float] = {}
-    running: list[tuple[float, str]] = []
+    running: list[tuple[float, str, int]] = []
     waiting = list(order)
-    t = start
+    t, free = start, capacity
     while waiting or running:
-        for k in list(waiting):
-            if len(running) >= slots:
-                break
-            if all(d in finish for d in deps[k]):
-                waiting.remove(k)
-                heapq.heappush(running, (t + hours[k], k))
+        for u in list(waiting):
+            if not all(d in finish for d in deps[u.key]):
+                continue
+            need = min(u.gpus, capacity) if capacity is not None else 0
+            if capacity is not None and need > free:
+                break  # a job waiting for GPUs holds back the ready ones after it (never starved)
+            waiting.remove(u)
+            free = free - need if capacity is not None else None
+            heapq.heappush(running, (t + u.hours, u.key, need))
         if not running:
-            raise ValueError(f"unreachable dependencies: {waiting[:3]}")
-        t, k = heapq.heappop(running)
+            raise ValueError(f"unreachable dependencies: {[u.key for u in waiting[:3]]}")
+        t, k, need = heapq.heappop(running)
         finish[k] = t
+        free = free + need if capacity is not None else None
         while running and running[0][0] == t:
-            finish[heapq.heappop(running)[1]] = t
+            _, k, need = heapq.heappop(running)
+            finish[k] = t
+            free = free + need if capacity is not None else None
     return finish
 
 
-def _graph(nodes: list[Node]) -> dict[str, list[str]]:
-    """Each node's dependencies among ``nodes`` (others have finished)."""
-    keys = {n.key for n in nodes}
-    return {n.key: [d for d in n.deps if d in keys] for n in nodes}
+def _graph(jobs: list[Unit]) -> dict[str, list[str]]:
+    """Each job's dependencies among ``jobs`` (others have finished)."""
+    keys = {u.key for u in jobs}
+    return {u.key: [d for d in u.deps if d in keys] for u in jobs}
 
 
-def dependency_makespan(nodes: list[Node], hours: dict[str, float], slots: int) -> float:
+def dependency_makespan(jobs: list[Unit], capacity: int | None) -> float:
     """Hours from submission to the last job's end, every job submitted at once with afterok."""
-    finish = _list_schedule([n.key for n in nodes], _graph(nodes), hours, slots)
+    finish = _list_schedule(jobs, _graph(jobs), capacity)
     return max(finish.values(), default=0.0)
 
 
-def waves(nodes: list[Node]) -> list[list[Node]]:
-    """The waves of a barrier launcher: each wave, the nodes whose dependencies are in earlier ones."""
-    deps, placed, out = _graph(nodes), set(), []
-    left = list(nodes)
+def waves(jobs: list[Unit]) -> list[list[Unit]]:
+    """The waves of a barrier launcher: each wave, the jobs whose dependencies are in earlier ones."""
+    deps, placed, out = _graph(jobs), set(), []
+    left = list(jobs)
     while left:
-        wave = [n for n in left if all(d in placed for d in deps[n.key])]
+        wave = [u for u in left if all(d in placed for d in deps[u.key])]
         out.append(wave)
-        placed |= {n.key for n in wave}
-        left = [n for n in left if n.key not in placed]
+        placed |= {u.key for u in wave}
+        left = [u for u in left if u.key not in placed]
     return out
 
 
-def wave_makespan(nodes: list[Node], hours: dict[str, float], slots: int) -> float:
+def wave_makespan(jobs: list[Unit], capacity: int | None) -> float:
     """Hours of the same jobs in waves: each wave starts when the previous one has finished."""
     t = 0.0
-    for wave in waves(nodes):
-        keys = [n.key for n in wave]
-        finish = _list_schedule(keys, {k: [] for k in keys}, hours, slots, start=t)
+    for wave in waves(jobs):
+        finish = _list_schedule(wave, {u.key: [] for u in wave}, capacity, start=t)
         t = max(finish.values(), default=t)
     return t
 
 
-def critical_path(nodes: list[Node], hours: dict[str, float]) -> float:
+def critical_path(jobs: list[Unit]) -> float:
     """The longest chain of dependent jobs: the wall-clock with unlimited GPUs."""
-    deps, end = _graph(nodes), {}
-    for n in nodes:  # dependency order
-        end[n.key] = hours[n.key] + max((end[d] for d in deps[n.key]), default=0.0)
+    deps, end = _graph(jobs), {}
+    for u in jobs:  # dependency order
+        end[u.key] = u.hours + max((end[d] for d in deps[u.key]), default=0.0)
     return max(end.values(), default=0.0)
+
+
+def gpu_hours(jobs: list[Unit]) -> dict[str, float]:
+    """GPU-hours per stage (in the order stages first appear): each job's hours x the GPUs it holds."""
+    out: dict[str, float] = {}
+    for u in jobs:
+        stage = u.key.split("/")[0]
+        out[stage] = out.get(stage, 0.0) + u.hours * u.gpus
+    return out
 
 
 @dataclasses.dataclass
@@ -176,13 +179,7 @@ class Makespan:
     unknown: int  # jobs of unknown compute (counted as 0 h)
 
 
-def makespan(nodes: list[Node], hours: dict[str, float], tp: Throughput) -> Makespan:
-    """The sweep's ``nodes`` (those with work left, in the plan's order), each job taking ``hours``,
-    on ``tp.gpus`` GPUs."""
-    return Makespan(
-        gpu_hours(nodes, hours, tp),
-        dependency_makespan(nodes, hours, tp.slots),
-        wave_makespan(nodes, hours, tp.slots),
-        critical_path(nodes, hours),
-        sum(not n.flops for n in nodes),
-    )
+def makespan(jobs: list[Unit], gpus: int | None, unknown: int = 0) -> Makespan:
+    """The sweep's ``jobs`` (those with work left, in the plan's order) on ``gpus`` GPUs."""
+    return Makespan(gpu_hours(jobs), dependency_makespan(jobs, gpus), wave_makespan(jobs, gpus),
+                    critical_path(jobs), unknown)  # fmt: skip

@@ -8,9 +8,11 @@ import time
 from ..tasks import GLUE
 from .cards import Card, Grid, recipe_cards
 from .compute import pretrain_tokens
-from .cpu_rate import cpu_rate, runs_on_cpu
+from ..train.cpu_rate import cpu_rate, runs_on_cpu
 from .execute import Outcome
-from .launchers import on_slurm
+from .requests import cluster_throughput, slurm_jobs
+from .schedule import job_gpus
+from .slurm import on_slurm
 from .plan import Plan
 from .spec import load_sweep
 from ..width import fold_command, fold_items, terminal_width
@@ -132,11 +134,12 @@ def print_plan(plan: Plan) -> None:
             f"estimate: {rate / 1e9:.3g} GFLOP/s measured on the first blocks of {cpu.model.name} {at})"
         )
     elif todo:
-        hours = todo / (plan.settings.tflops * 1e12) / 3600
-        parts.append(
-            f"to do: {_flops(todo)} training FLOPs ≈ {hours:.3g} h at {plan.settings.tflops} TFLOP/s "
-            "sustained (set tflops=...)"
-        )
+        tp = cluster_throughput(plan, left)
+        gpu_h = sum(tp.hours(n) * job_gpus(n) for n in left)
+        cpu_h = sum(tp.hours(n) for n in left if not job_gpus(n))
+        spent = [f"{_hours(gpu_h)} GPU-hours ({tp.source})"] if gpu_h or not cpu_h else []
+        spent += [f"{_hours(cpu_h)} of jobs on the CPU (the rate measured on this machine's CPU, rough)"] if cpu_h else []
+        parts.append(f"to do: {_flops(todo)} training FLOPs ≈ {' + '.join(spent)}")
     if plan.pretrain_cfgs:  # real tokens (sentence pairs hold fewer than seq_len: compute.example_tokens)
         tokens = sum(map(pretrain_tokens, plan.pretrain_cfgs.values()))
         parts.append(f"pre-training reads {tokens:.3g} tokens")
@@ -148,7 +151,8 @@ def print_plan(plan: Plan) -> None:
     for line in bill_lines(plan, console.width):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if plan.settings.launcher.name == "submitit" or plan.settings.launcher.get("gpus"):
-        print_makespan(plan, left)
+        for line in cluster_lines(plan, left, console.width):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     launcher = f"launcher: {plan.settings.launcher.name}; first command:"
     command = plan.order()[0].command
     if len(launcher) + 1 + len(command) <= console.width:
@@ -300,41 +304,115 @@ def _hours(h: float) -> str:
     return f"{h:,.0f} h" if h >= 10 else f"{h:.2g} h"
 
 
-def print_makespan(plan: Plan, todo: list) -> None:
-    """GPU-hours per stage and the wall-clock of ``todo`` on launcher.gpus GPUs, with SLURM
-    dependencies and in waves (sweep/schedule.py)."""
-    from .schedule import job_hours, makespan, throughput
+def cluster_lines(plan: Plan, todo: list, width: int) -> list[str]:
+    """The cluster part of --dry-run: on SLURM (launcher=submitit) each class of job with what it
+    asks for (requests.py: the numbers the submission uses), how many, and its GPU-hours; the rates
+    behind them (rates.py); GPU-hours per stage and the wall-clock on launcher.gpus GPUs, with SLURM
+    dependencies and in waves (schedule.py)."""
+    from .requests import units as job_units
+    from .schedule import makespan, units
 
-    tp = throughput(plan.settings)
-    console = _console()
-    hours = {n.key: job_hours(n, tp, plan.width(n)) for n in todo}
-    m = makespan(todo, hours, tp)
-    per_job = f"{tp.gpus_per_job} GPU{'s' if tp.gpus_per_job > 1 else ''} a job"
-    console.print(f"time on the cluster ({tp.source}; {per_job}):", markup=False)
-    rates = {}
-    for n in todo:  # tokens/s of each pre-training recipe at that rate
-        cfg = plan.pretrain_cfgs.get(n.variant) if n.stage == "pretrain" else None
-        if cfg is not None and hours[n.key]:
-            tokens = cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.seq_len
-            rates.setdefault(cfg.model.get("name") or n.variant, tokens / (hours[n.key] * 3600) / tp.gpus_per_job)
-    if rates:
-        console.print("  tokens/s a GPU: " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items()), markup=False)
+    launcher = plan.settings.launcher
+    lines: list[str] = []
+    if launcher.name == "submitit":
+        jobs, part, tp = slurm_jobs(plan, todo)
+        where = "SLURM not asked (no srun here)" if not on_slurm(launcher) else "sinfo did not answer"
+        if part is not None:
+            limit = _clock_or_none(part.max_min)
+            where = (f"partition {part.name}: {part.gpus_per_node} GPUs, {part.cpus} CPUs, {part.mem_mb // 1024} GB a "
+                     f"node, {limit} at most (sinfo)")  # fmt: skip
+        lines.append(f"jobs on SLURM ({where}; each job asks for what its node trains on):")
+        lines += _class_lines(jobs, width)
+        sched = job_units(jobs)
+    else:
+        tp = cluster_throughput(plan, todo)
+        sched = units(todo, tp)
+    m = makespan(sched, tp.gpus, sum(not n.flops for n in todo))
+    lines.append(f"rates ({tp.source}):")
+    lines += _rate_lines(plan, todo, tp, width)
     total = sum(m.gpu_hours.values())
     stages = " · ".join(f"{k} {_hours(v)}" for k, v in m.gpu_hours.items())
-    console.print(f"  GPU-hours: {stages} · total {_hours(total)}", markup=False)
+    lines.append(f"  GPU-hours: {stages} · total {_hours(total)}")
     if tp.gpus is None:
-        console.print(f"  wall-clock: set launcher.gpus=N (critical path {_hours(m.critical)} with unlimited GPUs)")
+        lines.append(f"  wall-clock: set launcher.gpus=N (critical path {_hours(m.critical)} with unlimited GPUs)")
     else:
         saved = m.waves - m.dependencies  # FIFO starts are not optimal: waves can win by a little
         gain = f"{_hours(saved)} saved" if saved >= 0 else f"{_hours(-saved)} lost"
-        console.print(
-            f"  wall-clock on {tp.gpus} GPU{'s' if tp.gpus > 1 else ''}: {_hours(m.dependencies)} with dependencies (SLURM afterok) vs "
-            f"{_hours(m.waves)} in waves: {gain} ({m.dependencies / 24:.1f} vs {m.waves / 24:.1f} days); "
-            f"critical path {_hours(m.critical)}",
-            markup=False,
+        lines.append(
+            f"  wall-clock on {tp.gpus} GPU{'s' if tp.gpus > 1 else ''}: {_hours(m.dependencies)} with dependencies "
+            f"(SLURM afterok) vs {_hours(m.waves)} in waves: {gain} ({m.dependencies / 24:.1f} vs "
+            f"{m.waves / 24:.1f} days); critical path {_hours(m.critical)}"
         )
     if m.unknown:
-        console.print(f"  {m.unknown} jobs of unknown compute count as 0 h", markup=False)
+        lines.append(f"  {m.unknown} jobs of unknown compute count as 0 h")
+    return lines
+
+
+def _clock_or_none(minutes) -> str:
+    from .requests import clock
+
+    return "no limit" if minutes is None else clock(minutes)
+
+
+def _span(values: list, fmt) -> str:
+    low, high = min(values), max(values)
+    return fmt(low) if low == high else f"{fmt(low)} to {fmt(high)}"
+
+
+def _class_lines(jobs: list, width: int) -> list[str]:
+    """One line per class of job (stage, GPUs, tasks, CPUs), memory and time as ranges."""
+    from .requests import clock
+
+    classes: dict[tuple, list] = {}
+    for j in jobs:
+        r = j.request
+        classes.setdefault((j.stage, r.nodes, r.gpus_per_node, r.tasks_per_node, r.cpus_per_task), []).append(j)
+    out = []
+    label = {"pretrain": "pre-training", "continue": "continued pre-training", "finetune": "fine-tuning"}
+    for (stage, nodes, gpn, tasks, cpus), js in classes.items():
+        head = js[0].request.text().rsplit(", ", 2)[0]  # GPUs, tasks and CPUs: the class's own
+        mem = _span([j.request.mem_gb for j in js], lambda g: f"{g} GB")
+        time = _span([j.request.time_min for j in js], clock)
+        packed = [len(j.nodes) for j in js if len(j.nodes) > 1]
+        parts = [f"  {label.get(stage, stage)}: {len(js):,} job{'s' if len(js) > 1 else ''}", head,
+                 f"{mem}{' a node' if nodes > 1 else ''}", f"--time {time}",
+                 f"{sum(j.hours * j.request.gpus for j in js):,.1f} GPU-hours" if gpn else
+                 f"{sum(j.hours for j in js):,.2g} h on the CPU in all"]  # fmt: skip
+        if packed:
+            parts.append(f"{sum(packed):,} fine-tunes packed {_span(packed, str)} a GPU (launcher.per_gpu)")
+        capped = sorted({c for j in js for c in j.capped})
+        if capped:
+            parts.append(f"{' and '.join(capped)} capped at the limit (a job at its time limit is requeued and resumes)")
+        out += fold_items(parts, width, sep=", ", indent="", hang="      ")
+    return out
+
+
+def _rate_lines(plan: Plan, todo: list, tp, width: int) -> list[str]:
+    """Each distinct rate the jobs are billed at, with the measurement it comes from and what the
+    jobs at it do differently (rates.py); pre-training's as tokens/s a GPU too."""
+    groups: dict[tuple, tuple[dict, dict, dict]] = {}  # (rate, source) -> stages, widths, notes (as sets)
+    tokens: dict[str, float] = {}
+    for n in todo:
+        r = tp.rate(n)
+        if r is None:
+            continue
+        stages, widths, notes = groups.setdefault((round(r.flops_s / 1e9), r.source), ({}, {}, {}))
+        stages["pre-training" if n.stage == "pretrain" else "fine-tuning"] = None
+        widths.update({n.workload.width: None} if n.workload else {})
+        notes.update(dict.fromkeys(r.notes))
+        cfg = plan.pretrain_cfgs.get(n.variant) if n.stage == "pretrain" and n.gpus else None
+        if cfg is not None and tp.hours(n):
+            steps = cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.seq_len
+            tokens.setdefault(cfg.model.get("name") or n.variant, steps / (tp.hours(n) * 3600) / job_gpus(n))
+    out = []
+    for (gflops, source), (stages, widths, notes) in groups.items():
+        each = "a GPU" if "CPU" not in source else "a job on the CPU"
+        what = " and ".join(stages) + (f", {' and '.join(map(str, widths))} wide" if widths else "")
+        items = [f"  {what}: {gflops / 1e3:.3g} TFLOP/s {each}", source, *notes]
+        out += fold_items(items, width, indent="", sep="; ", hang="      ")
+    if tokens:
+        out.append("  tokens/s a GPU: " + ", ".join(f"{k} {v:,.0f}" for k, v in tokens.items()))
+    return out
 
 
 def print_status(plan: Plan) -> None:

@@ -16,7 +16,7 @@ from . import slurm
 from .execute import Ledger, Outcome, read_ledger
 from .nodes import Node
 from .plan import Plan
-from .schedule import Throughput, dependency_makespan, job_hours, throughput
+from .schedule import Throughput, Unit, dependency_makespan, job_gpus, throughput
 
 ENDED_BADLY = ("failed", "blocked", "diverged")
 SLURM_SAYS = ("srun: ", "slurmstepd")  # SLURM's own lines in a job's log ("srun: error: ... exit code 1")
@@ -143,10 +143,12 @@ def sweep_progress(plan: Plan, cancel: bool = True) -> Progress:
         _record(plan, recorded, states)
     tp = throughput(plan.settings)
     left = [n for n in plan.order() if states[n.key].state not in ("done", "cached", *ENDED_BADLY)]
-    hours = {n.key: max(0.0, job_hours(n, tp, plan.width(n)) - states[n.key].running_s / 3600) for n in left}
-    spent = sum(s.spent_s for s in states.values()) / 3600 * tp.gpus_per_job
-    finish = dependency_makespan(left, hours, tp.slots if tp.gpus else len(left) or 1) if left else None
-    return Progress(states, spent, sum(hours.values()) * tp.gpus_per_job, finish, tp)
+    hours = {n.key: max(0.0, tp.hours(n) - states[n.key].running_s / 3600) for n in left}
+    spent = sum(states[n.key].spent_s * job_gpus(n) for n in plan.order()) / 3600
+    jobs = [Unit(n.key, list(n.deps), hours[n.key], job_gpus(n)) for n in left]
+    finish = dependency_makespan(jobs, tp.gpus) if left else None
+    left_h = sum(hours[n.key] * job_gpus(n) for n in left)
+    return Progress(states, spent, left_h, finish, tp)
 
 
 def _record(plan: Plan, recorded: dict[str, dict], states: dict[str, NodeState]) -> None:

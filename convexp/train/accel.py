@@ -52,6 +52,8 @@ from pathlib import Path
 import torch
 import torch.utils.checkpoint
 
+from ..config.lightning import LOADER_WORKERS_ON_GPU
+
 
 def on_cuda(trainer_cfg) -> bool:
     """Whether the run's accelerator is a CUDA GPU (``auto``: when one is visible)."""
@@ -148,8 +150,6 @@ def kept_word_grad(device_type: str, world_size: int) -> bool:
     processes (DDP) reduce the gradients in their own buckets: the default there."""
     return device_type == "cpu" and world_size == 1
 
-
-LOADER_WORKERS_ON_GPU = 2  # fine-tuning's trainer.num_workers=auto on a GPU run
 
 
 def loader_workers(trainer_cfg) -> int:

@@ -43,7 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..atomic import atomic_write, config_hash
 from ..data.digests import cache_file
-from .gpus import gpu_driver
+from .devices import gpu_driver
 
 KEPT_S = 30 * 86_400  # a measured rate is used again for a month
 KEPT_BUSY_S = 3_600  # ... or an hour, when the machine was busy as it was measured
@@ -124,7 +124,7 @@ def measured_flops(cfg: DictConfig, repeats: int = 2) -> float:
 
     from ..config.compose import to_model_config
     from ..models import MaskedLM
-    from .compute import flops_per_token
+    from ..models.stats import flops_per_token
 
     # the rate does not depend on the weights' values: normal_ initialises in a fraction of the
     # time trunc_normal_ takes on a CPU (seconds for a base-sized model)
