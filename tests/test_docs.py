@@ -156,8 +156,14 @@ def _parse(args: list[str]) -> None:
 def test_every_documented_command_composes_plans_or_runs(where, line, tmp_path, monkeypatch):
     from convexp.cli import app
 
+    import fakeslurm
+
     kind, args = plan(line)
     monkeypatch.chdir(tmp_path)  # cp's copies, any outputs/: here
+    # a cluster's commands on PATH (the SLURM stand-in: sinfo's partitions gpu, 8 GPUs a node, and cpu),
+    # so that a line with launcher=submitit plans as on a cluster, whatever SLURM this machine has
+    for k, v in fakeslurm.install(tmp_path / "slurm-bin", tmp_path / "slurm").items():
+        monkeypatch.setenv(k, v)
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.setenv("CONVEXP_USER_DIR", "")  # what --user-dir sets, put back after
@@ -360,3 +366,14 @@ def test_bench_plot_draws_a_users_records_and_refuses_what_is_not_one(tmp_path):
     (records / "other.json").write_text("[1, 2]")
     res = CliRunner().invoke(app, ["bench", "plot", str(records / "other.json")])
     assert res.exit_code == 2 and "not a convexp bench record" in res.output
+
+
+def test_the_rates_table_of_the_clusters_page_is_the_codes():
+    """docs/clusters.md's table of measured rates holds MEASURED's rows (card, batch, steps/s, date)."""
+    from convexp.sweep.rates import MEASURED
+
+    text = (DOCS / "clusters.md").read_text()
+    rows = re.findall(r"^\| (H\d+) \| [^|]+ \| [^|]+ \| (\d+) x (\d+) \| ([\d.]+) \| ([\d-]+) \|$", text, re.M)
+    code = [(r.card.upper(), r.batch, r.seq_len, round(r.steps_s, 1), r.when) for r in MEASURED]
+    assert [(c, int(b), int(n), float(v), w) for c, b, n, v, w in rows] == code
+

@@ -515,3 +515,108 @@ def test_status_and_follow_need_a_submitted_sweep_on_slurm(tmp_path):
     res = convexp("ablate", str(sweep), "scale=smoke", "--follow", outputs=tmp_path / "out")
     assert res.returncode == 2 and "--status and --follow watch SLURM jobs: use launcher=submitit" in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- each job's request, granted
+
+
+def _granted(env: dict, job: str) -> dict:
+    """What SLURM granted a job (``scontrol show job -d``): nodes, tasks, CPUs a task, GPUs a node,
+    memory a node (GB) and time limit (minutes)."""
+    import subprocess
+
+    text = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True, text=True,
+                          env={**__import__("os").environ, **env}, check=True).stdout  # fmt: skip
+    field = lambda name: re.search(rf"\b{re.escape(name)}=(\S+)", text)  # noqa: E731
+    gres = field("TresPerNode")
+    mem = field("MinMemoryNode").group(1)
+    limit = field("TimeLimit").group(1)
+    days, _, clock = limit.rpartition("-")
+    h, m, s = (int(x) for x in clock.split(":"))
+    return {
+        "nodes": int(field("NumNodes").group(1)),
+        "tasks_per_node": int(field("NumTasks").group(1)) // int(field("NumNodes").group(1)),
+        "cpus_per_task": int(field("CPUs/Task").group(1)),
+        "gpus_per_node": int(gres.group(1).rsplit(":", 1)[1]) if gres else 0,
+        "mem_gb": int(mem[:-1]) // (1024 if mem.endswith("M") else 1),
+        "timeout_min": int(days or 0) * 1440 + h * 60 + m + (s > 0),
+        "partition": field("Partition").group(1),
+    }
+
+
+@pytest.mark.slow
+def test_a_paper_shaped_sweep_on_a_real_slurm_is_granted_what_its_dry_run_printed(real_slurm, tmp_path):
+    """A DDP pre-training (one node, 2 GPUs: 2 tasks), an ELECTRA pre-training on one GPU and their GLUE
+    and SQuAD fine-tunes, sizes shrunk, sent to the test cluster's GPU partition (4 GPUs as GRES; the
+    jobs train on the CPU): scontrol shows each job granted exactly what its node trains on and what
+    the dry run printed. Sent to the CPU partition, the same sweep is refused, nothing submitted."""
+    import subprocess
+
+    from helpers import SHRINK, ledger, statuses
+
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.requests import slurm_jobs
+    from convexp.sweep.spec import load_sweep
+
+    env = {**real_slurm, "WANDB_MODE": "disabled"}
+    variants = {"ddp": {"pretrain": ["trainer.devices=2", "trainer.strategy=ddp"]},
+                "electra": {"pretrain": ["objective=electra"]}}  # fmt: skip
+    sweep = write_sweep(tmp_path / "shaped.yaml", variants)
+    small = ["tasks=[rte,squad1]", "finetune.squad.synthetic_size=40", "finetune.squad.max_len=64"]
+    args = [str(sweep), *SHRINK, *small, "trainer.accelerator=auto", "launcher=submitit", "launcher.cluster=slurm",
+            "launcher.timeout_min=60"]  # fmt: skip
+    out = tmp_path / "out"
+    res = convexp("ablate", *args, "launcher.partition=cpu", outputs=out, env=env)
+    assert res.returncode == 2 and "launcher.partition=cpu has no GPUs" in res.stderr, res.stderr
+    assert not _sh(env, "squeue", "-h", "-n", "convexp-shaped", "-o", "%i").split() and not (out / "sweeps").exists()
+
+    args.append("launcher.partition=gpu")
+    dry = convexp("ablate", *args, "--dry-run", outputs=out, env=env)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert "partition gpu: 4 GPUs, 16 CPUs, 62 GB a node, 2-00:00 at most (sinfo)" in dry.stdout
+    plan = build_plan(load_sweep(str(sweep)), [*args[1:], f"outputs={out}"])
+    jobs, _, _ = slurm_jobs(plan, list(plan.order()))
+    for j in jobs:  # the dry run printed each job's class: its GPUs, tasks and CPUs
+        assert j.request.text().rsplit(", ", 2)[0] in dry.stdout, (j.key, j.request.text())
+    assert {j.request.gpus for j in jobs} == {1, 2}
+
+    res = convexp("ablate", *args, "launcher.poll_s=2", "--follow", outputs=out, env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert set(statuses(out, "shaped").values()) == {"done"}, statuses(out, "shaped")
+    ids = {k: n["job"] for k, n in ledger(out, "shaped")["nodes"].items()}
+    for j in jobs:
+        granted = _granted(env, ids[j.key])
+        assert granted == {**j.request.params(), "partition": "gpu"}, (j.key, granted, j.request)
+    ddp = _granted(env, ids["pretrain/ddp"])
+    assert (ddp["gpus_per_node"], ddp["tasks_per_node"]) == (2, 2)  # one task a GPU
+    print(subprocess.run(["scontrol", "show", "job", ids["pretrain/ddp"]], capture_output=True, text=True).stdout)
+
+
+@pytest.mark.slow
+def test_fine_tunes_packed_on_one_gpu_job_of_a_real_slurm_each_finish_in_their_own_runs(real_slurm, tmp_path):
+    """launcher.per_gpu=2: a variant's two fine-tunes run side by side in one job on one GPU (GRES), each
+    in its own process and log, each to its own finished run; the job asked for their CPUs and memory
+    together."""
+    from helpers import SHRINK, ledger, statuses
+
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.requests import slurm_jobs
+    from convexp.sweep.spec import load_sweep
+
+    env = {**real_slurm, "WANDB_MODE": "disabled"}
+    sweep = write_sweep(tmp_path / "packed.yaml", {"a": {}})
+    args = [str(sweep), *SHRINK, "seeds=[1,2]", "trainer.accelerator=auto", "launcher=submitit", "launcher.cluster=slurm",
+            "launcher.partition=gpu", "launcher.per_gpu=2", "launcher.timeout_min=60"]  # fmt: skip
+    out = tmp_path / "out"
+    res = convexp("ablate", *args, "launcher.poll_s=2", "--follow", outputs=out, env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert statuses(out, "packed") == {"pretrain/a": "done", "finetune/a/rte/s1": "done", "finetune/a/rte/s2": "done"}
+    nodes = ledger(out, "packed")["nodes"]
+    assert nodes["finetune/a/rte/s1"]["job"] == nodes["finetune/a/rte/s2"]["job"] != nodes["pretrain/a"]["job"]
+    for key in ("finetune/a/rte/s1", "finetune/a/rte/s2"):  # each its own log
+        assert nodes[key]["log"].endswith(key.replace("/", "__") + ".log") and "examples/s" in open(nodes[key]["log"]).read()
+    plan = build_plan(load_sweep(str(sweep)), [*args[1:], f"outputs={out}"])
+    [pack] = [j for j in slurm_jobs(plan, [n for n in plan.order() if n.stage == "finetune"])[0]]
+    granted = _granted(env, nodes["finetune/a/rte/s1"]["job"])
+    assert len(pack.nodes) == 2 and granted == {**pack.request.params(), "partition": "gpu"}
+    assert granted["gpus_per_node"] == 1 and granted["cpus_per_task"] == 2 * (plan.nodes["finetune/a/rte/s1"].workers + 2)

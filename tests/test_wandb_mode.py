@@ -129,3 +129,21 @@ def test_wandb_init_looks_for_launch_inputs_only_where_some_can_be_staged(staged
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["launch_loaded"] is staged
     assert len(result["applied"]) == (1 if staged else 0)
+
+
+def test_wandbs_own_environment_names_the_project_entity_and_group_unless_the_command_line_does(monkeypatch):
+    """WANDB_PROJECT, WANDB_ENTITY and WANDB_RUN_GROUP, as every W&B user sets them, where the command
+    line names none; logger.project=... wins."""
+    from convexp.config.compose import compose_stage
+
+    monkeypatch.setenv("WANDB_PROJECT", "glue-study")
+    monkeypatch.setenv("WANDB_ENTITY", "nlp-lab")
+    monkeypatch.setenv("WANDB_RUN_GROUP", "week-49")
+    for stage, args in (("pretrain", ["scale=smoke"]), ("finetune", ["init=x", "task=rte"])):
+        logger = compose_stage(stage, args).logger
+        assert (logger.project, logger.entity, logger.group) == ("glue-study", "nlp-lab", "week-49")
+    assert compose_stage("pretrain", ["scale=smoke", "logger.project=mine"]).logger.project == "mine"
+    for name in ("WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_GROUP"):
+        monkeypatch.delenv(name)
+    logger = compose_stage("pretrain", ["scale=smoke"]).logger
+    assert (logger.project, logger.entity, logger.group) == ("convexp", None, None)

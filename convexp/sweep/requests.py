@@ -75,7 +75,8 @@ class Request:
         gpus = f"{self.gpus_per_node} GPU{'s' if self.gpus_per_node != 1 else ''}" if self.gpus_per_node else "no GPU"
         tasks = f"{self.tasks_per_node} tasks{' a node' if self.nodes > 1 else ''}, " if self.tasks_per_node > 1 else ""
         mem = f"{self.mem_gb} GB{' a node' if self.nodes > 1 else ''}"
-        return f"{where}{gpus}, {tasks}{self.cpus_per_task} CPUs a task, {mem}, {clock(self.time_min)}"
+        cpus = f"{self.cpus_per_task} CPU{'s' if self.cpus_per_task != 1 else ''} a task"
+        return f"{where}{gpus}, {tasks}{cpus}, {mem}, {clock(self.time_min)}"
 
 
 def clock(minutes: int) -> str:
@@ -109,6 +110,13 @@ class Job:
 
     def unit(self) -> Unit:
         return Unit(self.key, self.deps, self.hours, self.request.gpus)
+
+    @property
+    def requeues(self) -> int:
+        """The time limits it reaches at its estimate (each one requeues it, node_job.py)."""
+        if self.hours <= 0:
+            return 0
+        return max(0, math.ceil((self.hours * 60 * TIME_MARGIN + STARTUP_MIN) / self.request.time_min) - 1)
 
 
 def time_min(hours: float, ceiling: int) -> tuple[int, bool]:
@@ -208,6 +216,18 @@ def plan_jobs(todo: list[Node], all_nodes: list[Node], tp: Throughput, launcher:
     return jobs
 
 
+def check_requeues(jobs: list[Job], launcher: DictConfig) -> None:
+    """Refuse a job that would reach its time limit more often than ``launcher.max_requeues`` lets it
+    be requeued (it would end unfinished)."""
+    for job in jobs:
+        if job.requeues > int(launcher.max_requeues):
+            raise SweepError(
+                f"{job.key} needs ~{job.hours:,.0f} h: {job.requeues} requeues at its --time of "
+                f"{clock(job.request.time_min)}, more than launcher.max_requeues={launcher.max_requeues}; raise "
+                "launcher.max_requeues, or train it on more GPUs (trainer.devices, trainer.num_nodes)"
+            )
+
+
 def check_partition(jobs: list[Job], launcher: DictConfig, partitions: dict[str, Partition] | None) -> Partition | None:
     """The partition the jobs go to, refusing (SweepError) a job it cannot hold: a GPU job where its
     nodes have no GPUs, more GPUs or CPUs than a node has. ``partitions`` None (SLURM not asked): None."""
@@ -251,14 +271,6 @@ def check_partition(jobs: list[Job], launcher: DictConfig, partitions: dict[str,
     return part
 
 
-def job_classes(jobs: list[Job]) -> list[tuple[str, Request, list[Job]]]:
-    """Jobs grouped by stage and request, in order of first appearance: (stage, request, jobs)."""
-    out: dict[tuple, list[Job]] = {}
-    for j in jobs:
-        out.setdefault((j.stage, j.request), []).append(j)
-    return [(stage, r, js) for (stage, r), js in out.items()]
-
-
 def units(jobs: list[Job]) -> list[Unit]:
     return [j.unit() for j in jobs]
 
@@ -289,4 +301,5 @@ def slurm_jobs(plan, todo: list, asked: bool = True) -> tuple[list[Job], Partiti
     part = check_partition(jobs, launcher, partitions)
     if part is not None:  # capped by the partition's limits
         jobs = plan_jobs(todo, plan.order(), tp, launcher, part)
+    check_requeues(jobs, launcher)
     return jobs, part, tp

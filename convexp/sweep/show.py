@@ -113,6 +113,9 @@ def print_plan(plan: Plan) -> None:
         left += [n] if state != "cached" else []
         rows.append((n.key, state, _flops(n.flops), [r.id for r in n.runs]))
     console = _console()
+    cluster = []  # first: a job SLURM's partition cannot hold is refused before anything is printed
+    if plan.settings.launcher.name == "submitit" or plan.settings.launcher.get("gpus"):
+        cluster = cluster_lines(plan, left, console.width)
     if note := plan.sweep.source.get("note"):  # what the sweep reproduces (ablate --list leaves it out)
         console.print(f"{plan.sweep.title}: {note}", highlight=False)
     title = f"convexp ablate {plan.sweep.name} ({plan.sweep.title}), scale={plan.settings.scale}"
@@ -150,9 +153,8 @@ def print_plan(plan: Plan) -> None:
     console.print("; ".join(parts))
     for line in bill_lines(plan, console.width):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    if plan.settings.launcher.name == "submitit" or plan.settings.launcher.get("gpus"):
-        for line in cluster_lines(plan, left, console.width):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for line in cluster:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     launcher = f"launcher: {plan.settings.launcher.name}; first command:"
     command = plan.order()[0].command
     if len(launcher) + 1 + len(command) <= console.width:
@@ -318,9 +320,9 @@ def cluster_lines(plan: Plan, todo: list, width: int) -> list[str]:
         jobs, part, tp = slurm_jobs(plan, todo)
         where = "SLURM not asked (no srun here)" if not on_slurm(launcher) else "sinfo did not answer"
         if part is not None:
-            limit = _clock_or_none(part.max_min)
-            where = (f"partition {part.name}: {part.gpus_per_node} GPUs, {part.cpus} CPUs, {part.mem_mb // 1024} GB a "
-                     f"node, {limit} at most (sinfo)")  # fmt: skip
+            limit = "no time limit" if part.max_min is None else f"{_clock_or_none(part.max_min)} at most"
+            gpus = f"{part.gpus_per_node} GPUs" if part.gpus_per_node else "no GPU"
+            where = f"partition {part.name}: {gpus}, {part.cpus} CPUs, {part.mem_mb // 1024} GB a node, {limit} (sinfo)"
         lines.append(f"jobs on SLURM ({where}; each job asks for what its node trains on):")
         lines += _class_lines(jobs, width)
         sched = job_units(jobs)
@@ -338,11 +340,10 @@ def cluster_lines(plan: Plan, todo: list, width: int) -> list[str]:
     else:
         saved = m.waves - m.dependencies  # FIFO starts are not optimal: waves can win by a little
         gain = f"{_hours(saved)} saved" if saved >= 0 else f"{_hours(-saved)} lost"
-        lines.append(
+        lines += fold_items([
             f"  wall-clock on {tp.gpus} GPU{'s' if tp.gpus > 1 else ''}: {_hours(m.dependencies)} with dependencies "
-            f"(SLURM afterok) vs {_hours(m.waves)} in waves: {gain} ({m.dependencies / 24:.1f} vs "
-            f"{m.waves / 24:.1f} days); critical path {_hours(m.critical)}"
-        )
+            f"(SLURM afterok) vs {_hours(m.waves)} in waves", f"{gain} ({m.dependencies / 24:.1f} vs "
+            f"{m.waves / 24:.1f} days)", f"critical path {_hours(m.critical)}"], width, sep="; ", indent="")  # fmt: skip
     if m.unknown:
         lines.append(f"  {m.unknown} jobs of unknown compute count as 0 h")
     return lines
@@ -369,7 +370,8 @@ def _class_lines(jobs: list, width: int) -> list[str]:
         classes.setdefault((j.stage, r.nodes, r.gpus_per_node, r.tasks_per_node, r.cpus_per_task), []).append(j)
     out = []
     label = {"pretrain": "pre-training", "continue": "continued pre-training", "finetune": "fine-tuning"}
-    for (stage, nodes, gpn, tasks, cpus), js in classes.items():
+    order = {"pretrain": 0, "continue": 1, "finetune": 2}
+    for (stage, nodes, gpn, tasks, cpus), js in sorted(classes.items(), key=lambda c: order.get(c[0][0], 3)):
         head = js[0].request.text().rsplit(", ", 2)[0]  # GPUs, tasks and CPUs: the class's own
         mem = _span([j.request.mem_gb for j in js], lambda g: f"{g} GB")
         time = _span([j.request.time_min for j in js], clock)
@@ -382,7 +384,10 @@ def _class_lines(jobs: list, width: int) -> list[str]:
             parts.append(f"{sum(packed):,} fine-tunes packed {_span(packed, str)} a GPU (launcher.per_gpu)")
         capped = sorted({c for j in js for c in j.capped})
         if capped:
-            parts.append(f"{' and '.join(capped)} capped at the limit (a job at its time limit is requeued and resumes)")
+            parts.append(f"{' and '.join(capped)} capped at the limit")
+        requeues = max(j.requeues for j in js)
+        if requeues:
+            parts.append(f"up to {requeues} requeue{'s' if requeues > 1 else ''} a job at its time limit (each resumes)")
         out += fold_items(parts, width, sep=", ", indent="", hang="      ")
     return out
 
