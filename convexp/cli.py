@@ -380,6 +380,42 @@ def export(
     print_export(export_model(run, out, not no_structured, batch, seq_len, tokenizer))
 
 
+hf_app = typer.Typer(help="Hugging Face: a run as a transformers model, and to the Hub.", no_args_is_help=True)
+app.add_typer(hf_app, name="hf")
+
+
+@hf_app.command("export")
+def hf_export(
+    run: str = typer.Argument(..., help="A pre-training or fine-tuning run directory, or a convexp model directory."),
+    out: Optional[str] = typer.Option(None, "--out", help="Where to write it (default: RUN/transformers)."),
+    part: str = typer.Option(
+        "model", "--part", help="model (as trained: MLM, ELECTRA's discriminator, a classifier), encoder, "
+        "or generator (an ELECTRA pre-training's, from its last checkpoint)."
+    ),
+) -> None:
+    """Export a run as a transformers model (ConvBERT, BERT, ELECTRA), with its tokenizer and labels."""
+    from .to_transformers import export_run
+    from .tasks.classification.registry import run_labels
+
+    info = export_run(Path(run), Path(out) if out else None, part, run_labels(Path(run)))
+    diff = info["max_abs_diff"]
+    checked = f"max |Δ| {diff:.2e} against transformers" if isinstance(diff, float) else diff
+    typer.echo(f"wrote {info['out']}: {info['class']} ({checked}); tokenizer: {info['tokenizer']}")
+
+
+@hf_app.command("push")
+def hf_push(
+    folder: str = typer.Argument(..., help="A directory `convexp hf export` wrote (or a convexp model directory)."),
+    repo: str = typer.Argument(..., help="The Hub repository, OWNER/NAME (created if missing)."),
+    private: bool = typer.Option(False, "--private", help="Create the repository private."),
+    message: Optional[str] = typer.Option(None, "--message", help="The commit message."),
+) -> None:
+    """Upload an exported model to the Hugging Face Hub (`huggingface-cli login` or HF_TOKEN first)."""
+    from .to_transformers import push
+
+    typer.echo(f"pushed {folder} to {push(Path(folder), repo, private, message)}")
+
+
 def main() -> None:
     """Entry point: user errors become one red line and exit code 2 (``--debug``: traceback)."""
     from .errors import UserError

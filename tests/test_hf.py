@@ -1,4 +1,4 @@
-"""Hugging Face interop: import BERT / ELECTRA / ConvBERT checkpoints, export ConvBERT.
+"""Hugging Face interop: import and export BERT / ELECTRA / ConvBERT checkpoints.
 
 Small random models (hidden 64, 4 heads, 2 layers, vocab 100), fp32, eval mode. Every parameter
 is perturbed away from its HF init (biases, LayerNorms) so that a wrong mapping cannot hide.
@@ -21,7 +21,7 @@ from convexp.models.hf import (  # noqa: E402
     UnsupportedCheckpointError,
     load_pretrained,
 )
-from convexp.models.hf_export import export_convbert  # noqa: E402
+from convexp.models.hf_export import export_hf  # noqa: E402
 from convexp.models.hf_keys import ExportError  # noqa: E402
 
 ATOL = 1e-5
@@ -274,7 +274,7 @@ def test_export_encoder_roundtrip(tmp_path):
     torch.manual_seed(0)
     cfg = convbert_cfg()
     enc = perturb(Encoder(cfg))
-    out = export_convbert(enc, cfg, tmp_path / "export")
+    out = export_hf(enc, cfg, tmp_path / "export")
     assert json.loads((out / "config.json").read_text())["model_type"] == "convbert"
     hf = transformers.ConvBertModel.from_pretrained(out).eval()
     check_hidden_states(hf, enc, *inputs())
@@ -286,7 +286,7 @@ def test_export_encoder_roundtrip(tmp_path):
         assert torch.equal(again(*inputs()[:1]).last_hidden_state, enc(*inputs()[:1]).last_hidden_state)
     # never overwrite
     with pytest.raises(ExportError, match="not empty"):
-        export_convbert(enc, cfg, out)
+        export_hf(enc, cfg, out)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left behind
 
 
@@ -294,27 +294,27 @@ def test_export_mlm_and_classifier(tmp_path):
     torch.manual_seed(0)
     cfg = convbert_cfg(ffn_groups=1, embedding_size=None)
     mlm = perturb(MaskedLM(cfg))
-    hf = transformers.ConvBertForMaskedLM.from_pretrained(export_convbert(mlm, None, tmp_path / "mlm")).eval()
+    hf = transformers.ConvBertForMaskedLM.from_pretrained(export_hf(mlm, None, tmp_path / "mlm")).eval()
     ids, tt = inputs()
     with torch.no_grad():
         assert_close(mlm(ids, None, tt).logits, hf(input_ids=ids, token_type_ids=tt).logits)
 
     with pytest.raises(ExportError, match="classifier=cls"):  # ELECTRA's head has no HF form
-        export_convbert(SequenceClassifier(cfg, 3), cfg, tmp_path / "cls")
+        export_hf(SequenceClassifier(cfg, 3), cfg, tmp_path / "cls")
     cfg = convbert_cfg(ffn_groups=1, embedding_size=None, classifier="hf")
     clf = perturb(SequenceClassifier(cfg, 3))
     hf = transformers.ConvBertForSequenceClassification.from_pretrained(
-        export_convbert(clf, cfg, tmp_path / "clf", labels=["entailment", "neutral", "contradiction"])
+        export_hf(clf, cfg, tmp_path / "clf", labels=["entailment", "neutral", "contradiction"])
     )
     with torch.no_grad():
         assert_close(clf(ids, None, tt).logits, hf.eval()(input_ids=ids, token_type_ids=tt).logits)
     assert hf.config.id2label == {0: "entailment", 1: "neutral", 2: "contradiction"}
     assert hf.config.label2id["contradiction"] == 2
     with pytest.raises(ExportError, match="3 distinct names"):
-        export_convbert(clf, cfg, tmp_path / "clf2", labels=["yes", "no"])
+        export_hf(clf, cfg, tmp_path / "clf2", labels=["yes", "no"])
 
 
-def test_export_rejects_non_convbert_architectures(tmp_path):
+def test_export_rejects_what_no_transformers_class_holds(tmp_path):
     chang = ModelConfig(
         vocab_size=V,
         hidden_size=D,
@@ -325,8 +325,8 @@ def test_export_rejects_non_convbert_architectures(tmp_path):
         fixed_conv=True,
         dynamic_conv=True,
     )
-    with pytest.raises(ExportError, match="mixer='attention'"):
-        export_convbert(Encoder(chang), chang, tmp_path / "chang")
+    with pytest.raises(ExportError, match="as a Hugging Face electra: fixed_conv, dynamic_conv"):
+        export_hf(Encoder(chang), chang, tmp_path / "chang")
     for bad, why in [
         (dict(conv_type="dynamic"), "conv_type"),
         (dict(scalar_mix=True), "scalar_mix"),
@@ -339,7 +339,7 @@ def test_export_rejects_non_convbert_architectures(tmp_path):
     ]:
         cfg = convbert_cfg(num_layers=1, **bad)
         with pytest.raises(ExportError, match=why):
-            export_convbert(Encoder(cfg), cfg, tmp_path / "bad")
+            export_hf(Encoder(cfg), cfg, tmp_path / "bad")
     assert not any(tmp_path.iterdir())
 
 
@@ -413,3 +413,70 @@ def test_tokenizer_config_lets_auto_tokenizer_load_an_export(tmp_path, lowercase
     ours = [tok.cls_id, *tok.encode_batch([text])[0], tok.sep_id]
     assert hf(text)["input_ids"] == ours
     assert (hf.tokenize("The")[0] == "the") == lowercase == tok.hf_config(128)["do_lower_case"]
+
+
+def attention_cfg(**kw) -> ModelConfig:
+    base = dict(vocab_size=V, hidden_size=D, num_layers=LAYERS, num_heads=H, intermediate_size=I, mixer="attention",
+                max_position_embeddings=64)  # fmt: skip
+    return ModelConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    "cfg_kw, head, cls_name",
+    [
+        (dict(pooler=True), None, "BertModel"),
+        (dict(pooler=True), "mlm", "BertForMaskedLM"),
+        (dict(pooler=True, classifier="pooler"), "classification", "BertForSequenceClassification"),
+        (dict(embedding_size=32), None, "ElectraModel"),
+        (dict(embedding_size=32), "mlm", "ElectraForMaskedLM"),
+        (dict(embedding_size=32), "rtd", "ElectraForPreTraining"),
+        (dict(embedding_size=32, classifier="hf"), "classification", "ElectraForSequenceClassification"),
+        (dict(type_vocab_size=1, hidden_act="gelu_new"), None, "ElectraModel"),
+    ],
+)
+def test_bert_and_electra_export_to_their_transformers_class_and_back(tmp_path, cfg_kw, head, cls_name):
+    """Every attention preset shape a transformers class holds: exported, loaded by that class, the
+    same outputs to 1e-5 (padded batches too: BERT and ELECTRA mask padding as convexp does), and
+    imported back to the same tensors."""
+    from convexp.models import ReplacedTokenDetector
+
+    torch.manual_seed(0)
+    cfg = attention_cfg(**cfg_kw)
+    make = {None: Encoder, "mlm": MaskedLM, "rtd": ReplacedTokenDetector}
+    model = perturb(SequenceClassifier(cfg, 3) if head == "classification" else make[head](cfg))
+    labels = ["entailment", "neutral", "contradiction"] if head == "classification" else None
+    out = export_hf(model, None, tmp_path / "out", labels)
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == [cls_name]
+    theirs = getattr(transformers, cls_name).from_pretrained(out).eval()
+    for ids, tt, mask in [(*inputs(), None), padded_batch(cfg.pad_token_id)]:
+        tt = tt if cfg.type_vocab_size > 1 else torch.zeros_like(tt)
+        with torch.no_grad():
+            got = theirs(input_ids=ids, token_type_ids=tt, attention_mask=mask)
+            ours = model(ids, mask, tt)
+        keep = (mask if mask is not None else torch.ones_like(ids)).bool()  # every real token's outputs
+        a, b = (ours.last_hidden_state, got.last_hidden_state) if head is None else (ours.logits, got.logits)
+        per_token = a.shape[:2] == ids.shape
+        assert_close(a[keep] if per_token else a, b[keep] if per_token else b)
+    if labels:
+        assert theirs.config.id2label == dict(enumerate(labels))
+    task = {None: "base", "mlm": "mlm", "rtd": "rtd", "classification": "classification"}[head]
+    again, _ = load_pretrained(out, task=task)
+    back = again.state_dict()
+    for k, v in model.state_dict().items():  # the same tensors back (a pre-training's pooler is not exported)
+        if k in back and back[k].shape == v.shape:
+            assert torch.equal(v, back[k]), k
+
+
+def test_export_refuses_heads_transformers_does_not_have(tmp_path):
+    from convexp.models import ReplacedTokenDetector
+
+    with pytest.raises(ExportError, match="has no replaced-token-detection head"):
+        export_hf(ReplacedTokenDetector(convbert_cfg()), None, tmp_path / "a")
+    with pytest.raises(ExportError, match="classifier=cls"):  # ELECTRA's own head: [CLS] -> linear
+        export_hf(SequenceClassifier(attention_cfg(), 2), None, tmp_path / "b")
+    with pytest.raises(ExportError, match="BertForSequenceClassification classifies the pooled"):
+        export_hf(SequenceClassifier(attention_cfg(pooler=True, classifier="hf"), 2), None, tmp_path / "c")
+    with pytest.raises(ExportError, match="BERT has no embedding projection"):
+        export_hf(Encoder(attention_cfg(pooler=True, embedding_size=32)), None, tmp_path / "d")
+    assert not any(tmp_path.iterdir())

@@ -344,13 +344,13 @@ def pause(until=lambda: False):  # tell the test, then wait for the kill (or unt
 if phase == "export":
     import convexp.models.hf_export as hf
 
-    real_export = hf.export_convbert
+    real_export = hf.export_hf
 
-    def export_convbert(*a, **k):
+    def export_hf(*a, **k):
         real_export(*a, **k)
         pause()
 
-    hf.export_convbert = export_convbert
+    hf.export_hf = export_hf
 if phase == "metrics":
     from convexp.store.runs import Run
 

@@ -192,7 +192,7 @@ def test_a_user_model_is_shared_loaded_pruned_and_refused_by_transformers(tmp_pa
 
     from convexp.config.compose import model_config
     from convexp.models import SequenceClassifier
-    from convexp.models.hf_export import export_convbert
+    from convexp.models.hf_export import export_hf
     from convexp.models.hf_keys import ExportError
     from convexp.models.parts import PartError, add_user_dirs
     from convexp.pruning.masked import fold_masks, prune, prunable_layers
@@ -229,7 +229,7 @@ def test_a_user_model_is_shared_loaded_pruned_and_refused_by_transformers(tmp_pa
     summary = remove_dead_structures(model)
     assert any("is your own module: its heads are not removed" in n for n in summary.notes)
     with pytest.raises(ExportError, match="is your own module, which transformers has no class for"):
-        export_convbert(model, None, tmp_path / "hf")
+        export_hf(model, None, tmp_path / "hf")
 
 
 @pytest.mark.parametrize("preset", ["chang_small_composite", "convbert_small", "chang_small_conv_qkv", "bert_small"])

@@ -147,3 +147,18 @@ def test_wandbs_own_environment_names_the_project_entity_and_group_unless_the_co
         monkeypatch.delenv(name)
     logger = compose_stage("pretrain", ["scale=smoke"]).logger
     assert (logger.project, logger.entity, logger.group) == ("convexp", None, None)
+
+
+@pytest.mark.slow
+def test_an_offline_run_is_named_by_wandbs_own_environment_alone(tmp_path):
+    """`WANDB_PROJECT=… WANDB_ENTITY=… WANDB_TAGS=… convexp pretrain …`, offline: the run's own W&B
+    file (what `wandb sync` uploads) carries that project, entity and those tags."""
+    from helpers import TINY, convexp
+    from wandb_records import run_info
+
+    env = {"WANDB_MODE": "offline", "WANDB_PROJECT": "glue-study", "WANDB_ENTITY": "nlp-lab", "WANDB_TAGS": "a,b"}
+    res = convexp("pretrain", *TINY, "trainer.max_steps=2", "trainer.val_every_n_steps=2", outputs=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    [wb] = tmp_path.glob("runs/pretrain/*/wandb/offline-run-*/run-*.wandb")
+    info = run_info(wb)
+    assert (info["project"], info["entity"], info["tags"]) == ("glue-study", "nlp-lab", ["a", "b"]), info

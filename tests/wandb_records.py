@@ -51,13 +51,13 @@ def config_and_history(path: Path) -> tuple[dict, list[dict]]:
 
 
 def run_info(path: Path) -> dict:
-    """The run's group, job type, tags, id, name and final summary (key -> decoded value)."""
+    """The run's group, job type, tags, id, name, project, entity and final summary (key -> decoded value)."""
     info = {"group": None, "job_type": None, "tags": [], "summary": {}}
     for rec in records(path):
         kind = rec.WhichOneof("record_type")
         if kind == "run":
             info.update(group=rec.run.run_group, job_type=rec.run.job_type, tags=list(rec.run.tags))
-            info.update(id=rec.run.run_id, name=rec.run.display_name)
+            info.update(id=rec.run.run_id, name=rec.run.display_name, project=rec.run.project, entity=rec.run.entity)
         elif kind == "summary":
             for item in rec.summary.update:
                 info["summary"][item.key or "/".join(item.nested_key)] = json.loads(item.value_json)

@@ -27,7 +27,7 @@ Public API
     in an explicit ignore list (position-id buffers, NSP head, heads of other tasks); every
     convexp parameter is filled. Anything else raises :class:`CheckpointMismatchError`.
 
-``hf_export.export_convbert(model, cfg, out_dir)``
+``hf_export.export_hf(model, cfg, out_dir)``
     Writes a Hugging Face ConvBERT directory (``config.json`` + ``model.safetensors``) from an
     :class:`Encoder` (as ``ConvBertModel``), a :class:`MaskedLM` (as ``ConvBertForMaskedLM``) or
     a :class:`SequenceClassifier` without pooler (as ``ConvBertForSequenceClassification``).

@@ -147,8 +147,8 @@ def cls_head_keys(cfg: ModelConfig) -> tuple[list[tuple[str, str, str]], dict[st
     if cfg.classifier_head == "hf":  # ELECTRA/ConvBERT: dense -> act -> dropout -> out_proj
         return _wb("classifier.dense", "head.dense") + _wb("classifier.out_proj", "head.out"), {}
     raise ExportError(
-        "classifier=cls ([CLS] -> dropout -> linear, ELECTRA's code) has no Hugging Face equivalent; "
-        "export model.encoder, or fine-tune with model classifier=hf"
+        "classifier=cls ([CLS] -> dropout -> linear, ELECTRA's code) has no Hugging Face equivalent: export "
+        "the encoder alone (`convexp hf export RUN --part encoder`), or fine-tune with classifier=hf"
     )
 
 

@@ -45,7 +45,7 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
                 entity=cfg.logger.entity,
                 group=cfg.logger.group,
                 job_type=job_type,
-                tags=[*cfg.logger.tags, *tags],
+                tags=[*(cfg.logger.tags or _env_tags()), *tags],
                 name=run.id,
                 id=run.id,
                 resume="allow",
@@ -56,6 +56,13 @@ def make_loggers(cfg: DictConfig, run: Run, job_type: str, tags: list[str] = ())
             )
         )
     return loggers
+
+
+def _env_tags() -> list[str]:
+    """W&B's own ``WANDB_TAGS`` (comma-separated), where the config names no tags (logger.tags)."""
+    import os
+
+    return [t.strip() for t in os.environ.get("WANDB_TAGS", "").split(",") if t.strip()]
 
 
 def cluster_plugins() -> list:

@@ -329,3 +329,26 @@ def get_task(task: str | Task) -> Task:
             f"task ({', '.join(PROBING_TASKS)})" + (f" or {', '.join(others)}" if others else "")
         )
     return _REGISTRY[key]
+
+
+def run_labels(run) -> list[str] | None:
+    """The label names of a fine-tuning run's task, by class id (its ``config.yaml``'s task: a GLUE
+    or SentEval task, or a custom task's ``task.labels``), or None: a pre-training run, a model
+    directory, a regression, or a task whose names are not known here."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    config = Path(run).expanduser() / "config.yaml"
+    if not config.is_file():
+        return None
+    task = OmegaConf.load(config).get("task")  # a fine-tuning run's: its name, or its node
+    if task is None or isinstance(task, (int, float, bool)):
+        return None
+    if not isinstance(task, str) and task.get("labels"):
+        return [str(x) for x in task.labels]
+    try:
+        names = get_task(str(task if isinstance(task, str) else task.get("name"))).label_names
+    except TaskError:
+        return None
+    return list(names) or None

@@ -440,14 +440,33 @@ def _finish(
 
 
 def _export_hf(model, model_cfg: ModelConfig, out: Path, tok_dir: Path, tokenizer) -> str:
-    """Also write a Hugging Face ConvBERT directory (with the tokenizer, and its
-    ``tokenizer_config.json`` for ``AutoTokenizer``) where the architecture allows; returns the
-    directory or the reason it was not written."""
-    from ...models.hf_export import check_exportable, export_convbert
+    """Also write a Hugging Face ``transformers`` directory (ConvBERT, BERT or ELECTRA, with the
+    tokenizer and its ``tokenizer_config.json`` for ``AutoTokenizer``) where the architecture
+    allows; returns the directory or the reason it was not written. ``convexp hf export`` writes the
+    same from a finished run, checked against transformers."""
+    from ...models.hf_export import CLASSES, check_exportable, export_hf
     from ...models.hf_keys import ExportError
 
     if out.exists():
         return str(out)
+    try:
+        model_type = check_exportable(model_cfg)
+    except ExportError as e:
+        return f"not exported: {e}"
+    from ...atomic import atomic_dir
+
+    with atomic_dir(out) as tmp:  # a crash leaves no half-written export
+        # ELECTRA's discriminator is ElectraForPreTraining; ConvBERT's and BERT's have no RTD head there
+        rtd = isinstance(model, ReplacedTokenDetector) and (model_type, "rtd") not in CLASSES
+        export_hf(model.encoder if rtd else model, model_cfg, tmp / "hf")
+        for f in (tmp / "hf").iterdir():
+            f.rename(tmp / f.name)
+        (tmp / "hf").rmdir()
+        for f in tok_dir.iterdir():
+            shutil.copy2(f, tmp / f.name)
+        config = tokenizer.hf_config(model_cfg.max_position_embeddings)
+        (tmp / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return str(out)
     try:
         check_exportable(model_cfg)
     except ExportError as e:
