@@ -88,6 +88,7 @@ def check_against_transformers(model, out: Path) -> float | None:
     import transformers
 
     config = json.loads((out / "config.json").read_text())
+    transformers.utils.logging.disable_progress_bar()  # its loading bar is not this command's output
     theirs = getattr(transformers, config["architectures"][0]).from_pretrained(out).eval()
     cfg = model.cfg if hasattr(model, "cfg") else model.encoder.cfg
     gen = torch.Generator().manual_seed(0)

@@ -130,6 +130,10 @@ def make_report(
     if args is None:  # the last `convexp ablate NAME`'s arguments
         args = last_args(Path(os.environ.get("CONVEXP_OUTPUTS", "outputs")), sweep.name) or []
     spec = dataclasses.replace(sweep.report, **own)
+    if "columns" in own:
+        from ..sweep.spec import check_report
+
+        check_report(spec, sweep.variants, sweep.finetune, "report.columns")
     if spec.baseline is not None and spec.baseline not in sweep.variants:
         raise ReportError(
             f"report.baseline={spec.baseline} is not a variant of {sweep.name}; choose one of: "
@@ -144,7 +148,7 @@ def make_report(
             f"sweep {sweep.name} has no finished runs{f' for {given}' if given else ''} in {plan.outputs}; "
             f"run them first: convexp ablate {name} {given}".rstrip()
         )
-    columns = _columns(plan)
+    columns = _columns(plan, spec.columns)
     rows = [
         tables.variant_row(
             sweep.variants[v],
@@ -216,7 +220,8 @@ def make_report(
 
 def _report_args(args: list[str] | None) -> tuple[list[str] | None, dict]:
     """The sweep's arguments (None when only report settings were given: the last ablate's) and
-    the report settings among them: ``report.baseline=VARIANT``, ``report.detect=POINTS``."""
+    the report settings among them: ``report.baseline=VARIANT``, ``report.detect=POINTS``,
+    ``report.columns=[COLUMN,...]`` (checked as a sweep file's columns)."""
     if args is None:
         return None, {}
     own, rest = {}, []
@@ -226,6 +231,13 @@ def _report_args(args: list[str] | None) -> tuple[list[str] | None, dict]:
             rest.append(a)
         elif key == "report.baseline" and value:
             own["baseline"] = value
+        elif key == "report.columns" and value:  # other columns than the sweep file's, e.g. the tasks run
+            import yaml
+
+            cols = yaml.safe_load(value)
+            if not isinstance(cols, list) or not cols or not all(isinstance(c, str) for c in cols):
+                raise ReportError(f"{a}: give a list of report columns, e.g. report.columns=[sst2,diverged]")
+            own["columns"] = tuple(cols)
         elif key == "report.detect":
             try:
                 own["detect"] = float(value)
@@ -234,7 +246,8 @@ def _report_args(args: list[str] | None) -> tuple[list[str] | None, dict]:
             check_detect(own["detect"], "report.detect")
         else:
             raise ReportError(
-                f"unknown report setting {a!r}; use report.baseline=VARIANT or report.detect=POINTS"
+                f"unknown report setting {a!r}; use report.baseline=VARIANT, report.detect=POINTS or "
+                "report.columns=[COLUMN,...]"
             )
     return (None if own and not rest else rest), own
 
@@ -306,11 +319,11 @@ def _log_to_wandb(plan: Plan, report: dict, out: Path) -> None:
         run.finish()
 
 
-def _columns(plan: Plan) -> list[str]:
-    """The report's columns, ``seeds`` expanded to one column per planned seed (``s<SEED>``)."""
+def _columns(plan: Plan, columns) -> list[str]:
+    """The report's ``columns``, ``seeds`` expanded to one column per planned seed (``s<SEED>``)."""
     seeds = list(dict.fromkeys(n.seed for n in plan.order() if n.stage == "finetune"))
     out = []
-    for c in plan.sweep.report.columns:
+    for c in columns:
         out += [f"s{s}" for s in seeds] if c == "seeds" else [c]
     return out
 

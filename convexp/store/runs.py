@@ -306,6 +306,8 @@ class Run:
         ``*.corrupt`` (kept for inspection) with a one-line warning."""
         for path in self._checkpoints_newest_first():
             if _intact(path):
+                if all(os.environ.get(k, "0") == "0" for k in ("RANK", "SLURM_PROCID", "LOCAL_RANK")):
+                    print(f"resuming {self.dir.name} from {path.relative_to(self.dir)}", file=sys.stderr, flush=True)
                 return path
             bad = path.with_name(path.name + ".corrupt")
             path.rename(bad)

@@ -1,6 +1,6 @@
 """Named sweeps: ``conf/sweep/NAME.yaml`` → a graph of stage runs → a launcher → the run store.
 
-A sweep (format: ``conf/sweep/README.md``) names its variants as sets of Hydra overrides. The plan
+A sweep (format: ``docs/guides/own-sweep.md``) names its variants as sets of Hydra overrides. The plan
 expands it into nodes, each one ordinary stage command (``convexp pretrain ...`` or ``convexp
 finetune glue task=T seeds=[S] init=<that variant's pre-training run>``), and knows every node's
 run directory before anything runs, because run ids are hashes of the composed configs. So:

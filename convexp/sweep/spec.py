@@ -1,4 +1,4 @@
-"""The sweep file (``conf/sweep/NAME.yaml``, format: ``conf/sweep/README.md``): its dataclasses,
+"""The sweep file (``conf/sweep/NAME.yaml``, format: ``docs/guides/own-sweep.md``): its dataclasses,
 loading, and the checks that turn any problem in it into one line naming the fix."""
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def load_sweep(name: str) -> Sweep:
         baseline=None if r.get("baseline") is None else str(r["baseline"]),
         detect=r.get("detect", ReportSpec.detect),
     )
-    _check_report(report, variants, finetune, where)
+    check_report(report, variants, finetune, where)
     continuation = _continuation(d.get("squad_continuation"), f"{where}: squad_continuation")
     return Sweep(
         name=path.stem,
@@ -252,13 +252,17 @@ def _continuation(x, where: str) -> Continuation | None:
     return Continuation(float(fraction), seq_len)
 
 
+FORMAT = "the sweep-file format: the site's guide 'Your own named sweep', docs/guides/own-sweep.md"
+
+
 def _mapping(x, where: str, allowed: set[str] | None = None) -> dict:
     if not isinstance(x, dict):
         raise SweepError(f"{where}: expected a mapping (key: value), got {type(x).__name__}")
     unknown = sorted(set(map(str, x)) - allowed) if allowed is not None else []
     if unknown:
         raise SweepError(
-            f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))} (see sweeps/README.md)"
+            f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(allowed))} "
+            f"({FORMAT})"
         )
     return x
 
@@ -283,7 +287,7 @@ def check_detect(detect, where: str) -> None:
         raise SweepError(f"{where} must be a positive number of points, e.g. 0.5, not {detect!r}")
 
 
-def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, where: str) -> None:
+def check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, where: str) -> None:
     from ..tasks.classification.scores import CHANG_COLUMNS, CONVBERT_COLUMNS
     from ..tasks import PROBING, SQUAD
     from ..tasks.classification.registry import GROUPS
@@ -303,7 +307,7 @@ def _check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, 
         ):
             raise SweepError(
                 f"{where}: unknown report column {c!r}; use params, flops, glue, pretrain.<metric>, a task "
-                "column (sst2, mnli-m, sentlen, squad1...), <task>.<metric>, seeds or diverged (see sweeps/README.md)"
+                f"column (sst2, mnli-m, sentlen, squad1...), <task>.<metric>, seeds or diverged ({FORMAT})"
             )
         if (c in task_columns | {"glue"} or head in task_columns) and finetune is None:
             raise SweepError(f"{where}: report column {c!r} needs a `finetune:` stage")

@@ -377,7 +377,7 @@ def _save_last(trainer: pl.Trainer) -> None:
     leaves the previous one)."""
     path = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"
     partial = path.with_name("last.ckpt.partial")  # not *.ckpt: never taken for a checkpoint
-    trainer.save_checkpoint(str(partial))
+    trainer.save_checkpoint(str(partial), weights_only=False)  # the whole state, said (no Lightning line)
     if trainer.is_global_zero:
         os.replace(partial, path)
 

@@ -203,6 +203,8 @@ def fine_tune(
     for p in runs:
         if p.run.finished:
             warn_if_other_version(p.run)
+    number = {id(p): i for i, p in enumerate(runs, 1)}
+    announced = not summary  # a command says how many runs, once its first run's data is ready
     for name in dict.fromkeys(p.task for p in runs):
         todo = [p for p in runs if p.task == name and has_work(cfg, p)]  # or its weights are wanted
         if not todo:
@@ -215,6 +217,13 @@ def fine_tune(
         for planned in todo:
             if planned.start and not planned.start.run.finished:
                 raise UserError(f"{planned.start.run.dir} has not finished; it must run before {name}")
+            if not announced:  # (a sweep's node is one run, announced by the sweep)
+                print(runs_line(runs), flush=True)
+                announced = True
+            if summary and len(runs) > 1:
+                settings = " ".join(f"{k} {_short(v)}" for k, v in planned.hp.items() if k in GRID_KEYS)
+                print(f"run {number[id(planned)]}/{len(runs)}: {planned.task} seed {planned.seed}"
+                      + (f", {settings}" if settings else "") + f" -> {planned.run.dir}", flush=True)  # fmt: skip
             try:
                 finetune_one(tcfg, init, planned, splits)
             except RunDiverged as e:  # one seed diverging does not stop the others
@@ -233,3 +242,26 @@ def fine_tune(
             "their status.json says where; lower the learning rate (a re-run refuses them; retry_diverged=true trains them again)"
         )
     return out if summary else None
+
+
+GRID_KEYS = ("lr", "weight_decay", "epochs", "batch_size")  # what a grid's settings differ in
+
+
+def _short(v) -> str:
+    return f"{v:.0e}" if isinstance(v, float) and v < 1e-2 else str(v)
+
+
+def runs_line(runs: list[FinetuneRun]) -> str:
+    """How many runs a command makes, and why: "48 runs: rte x 3 seeds x 16 settings (lr 4 x
+    weight_decay 2 x epochs 2); 0 finished, 48 to train"."""
+    tasks = list(dict.fromkeys(p.task for p in runs))
+    seeds = list(dict.fromkeys(p.seed for p in runs))
+    values = {k: list(dict.fromkeys(p.hp.get(k) for p in runs)) for k in GRID_KEYS}
+    varied = {k: len(v) for k, v in values.items() if len(v) > 1}
+    settings = len({tuple(p.hp.get(k) for k in GRID_KEYS) for p in runs if p.task == tasks[0]})
+    parts = [", ".join(tasks), f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}"]
+    if settings > 1:
+        parts.append(f"{settings} settings ({' x '.join(f'{k} {n}' for k, n in varied.items())})")
+    done = sum(p.run.finished for p in runs)
+    return f"{len(runs)} run{'s' if len(runs) > 1 else ''}: {' x '.join(parts)}; {done} finished, {len(runs) - done} to train"
+

@@ -467,17 +467,3 @@ def _export_hf(model, model_cfg: ModelConfig, out: Path, tok_dir: Path, tokenize
         config = tokenizer.hf_config(model_cfg.max_position_embeddings)
         (tmp / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     return str(out)
-    try:
-        check_exportable(model_cfg)
-    except ExportError as e:
-        return f"not exported: {e}"
-    from ...atomic import atomic_dir
-
-    with atomic_dir(out) as tmp:  # a crash leaves no half-written export
-        # HF ConvBERT has no RTD head: an ELECTRA discriminator is exported as its encoder
-        export_convbert(model.encoder if isinstance(model, ReplacedTokenDetector) else model, model_cfg, tmp)
-        for f in tok_dir.iterdir():
-            shutil.copy2(f, tmp / f.name)
-        config = tokenizer.hf_config(model_cfg.max_position_embeddings)
-        (tmp / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return str(out)
