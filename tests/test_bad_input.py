@@ -40,7 +40,7 @@ def files(tmp_path):
     (corrupt / "model_config.json").write_text('{"hidden_size": 32, "num_heads": 2, "num_layers": 1}')
     (corrupt / "model.safetensors").write_bytes(b"\x00\x01 not safetensors")
     hf = {"model_type": "bert", "hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 1,
-          "intermediate_size": 64, "vocab_size": 10, "max_position_embeddings": 64}
+          "intermediate_size": 64, "vocab_size": 10, "max_position_embeddings": 512}
     truncated = bad / "hf_truncated"  # a download cut short: config.json ends mid-string
     truncated.mkdir()
     (truncated / "config.json").write_text(json.dumps(hf)[:30])
@@ -50,10 +50,28 @@ def files(tmp_path):
         d.mkdir()
         (d / "config.json").write_text(json.dumps(hf))
         (d / weights).write_bytes(b"\x00\x01 not weights")
+        (d / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")  # its tokenizer, as a download has
     user = bad / "confdir" / "model"  # a --config-dir with a file that is not YAML
     user.mkdir(parents=True)
     (user / "broken.yaml").write_text("name: [unclosed\n  x: : y\n")
     (bad / "exists.yaml").write_text("x: 1\n")
+    # issue 65: what a checkpoint's or a task file's head shows, refused before torch
+    for name, config in (("hf_gpt2", {"model_type": "gpt2", "n_embd": 32}), ("hf_short", {**hf, "max_position_embeddings": 16}),
+                         ("hf_no_tokenizer", hf)):  # fmt: skip
+        d = bad / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config))
+        (d / "model.safetensors").write_bytes(_safetensors())
+        if name != "hf_no_tokenizer":
+            (d / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    badlabel = bad / "badlabel_glue" / "SST-2"
+    badlabel.mkdir(parents=True)
+    for split in ("train", "dev"):
+        (badlabel / f"{split}.tsv").write_text("sentence\tlabel\na b\t1\nc d\tmaybe\n")
+    (bad / "squad").mkdir()
+    (bad / "squad" / "train-v1.1.json").write_text('{"data": [{"title": "x", "paragraphs": [')  # cut short
+    (bad / "squad" / "dev-v1.1.json").write_text('{"data": []}')
+    (bad / "header_only.csv").write_text("sentence,label\n")
     # files that exist and cannot be read, whoever runs the tests (root reads a chmod 000 file):
     # reading /proc/self/mem at offset 0 fails with EIO
     (bad / "unreadable_glue" / "SST-2").mkdir(parents=True)
@@ -62,6 +80,12 @@ def files(tmp_path):
     (bad / "unreadable_corpus").mkdir()
     (bad / "unreadable_corpus" / "corpus.txt").symlink_to("/proc/self/mem")
     return bad
+
+
+def _safetensors() -> bytes:
+    """A valid safetensors file of one tensor (the header is all the checks read)."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    return len(header).to_bytes(8, "little") + header + b"\x00" * 4
 
 
 PRE = ["pretrain", "scale=smoke"]
@@ -222,6 +246,14 @@ CASES = [
     ("init truncated config.json", ["finetune", "glue", "scale=smoke", "init={bad}/hf_truncated"], ["hf_truncated", "cannot read"]),
     ("init unreadable safetensors", ["finetune", "glue", "scale=smoke", "init={bad}/hf_bad_safetensors"], ["damaged"]),
     ("init unreadable pytorch_model.bin", ["finetune", "glue", "scale=smoke", "init={bad}/hf_bad_bin"], ["hf_bad_bin", "cannot read"]),
+    ("init another architecture", ["finetune", "glue", "scale=smoke", "init={bad}/hf_gpt2"], ["'gpt2' checkpoint", "bert, electra, convbert"]),
+    ("init position table too short", ["finetune", "glue", "scale=smoke", "task=rte", "init={bad}/hf_short"],
+     ["task.max_len=128", "max_position_embeddings=16", "hf_short"]),
+    ("init without a tokenizer", ["finetune", "glue", "scale=smoke", "init={bad}/hf_no_tokenizer"], ["no tokenizer file", "tokenizer_path="]),
+    ("TSV label outside the task's", [*FT, "task=sst2", "glue.source=local", "glue.path={bad}/badlabel_glue"], ["train.tsv:3", "maybe"]),
+    ("SQuAD JSON cut short", [*SQUAD, "task=squad1", "squad.source=local", "squad.path={bad}/squad"], ["train-v1.1.json", "not valid JSON"]),
+    ("custom task header-only file", [*FT, "task=custom", "task.train_file={bad}/header_only.csv",
+     "task.validation_file={bad}/header_only.csv", "task.num_labels=2"], ["header_only.csv has no rows"]),
     ("classifier unknown", [*FT, "classifier=nope"], ["classifier", "pooler"]),
     ("scalar_mix not a bool", [*FT, "scalar_mix=maybe"], ["scalar_mix"]),
     ("scalar_mix_norm unknown", [*FT, "scalar_mix_norm=nope"], ["scalar_mix_norm", "per_layer"]),
@@ -419,7 +451,7 @@ def test_bad_input_on_a_gpu_host_is_still_one_line(tmp_path, files, monkeypatch,
 # header line, pyarrow's JSON reader, tokenizers): a damaged safetensors file or config, a header
 # without its column, a malformed JSON line, a tokenizer that does not load (issue 56).
 READS_CONTENT = {
-    "header-only TSV", "binary TSV", "undecodable TSV", "GLUE train.tsv unreadable", "corpus file unreadable",
+    "binary TSV", "undecodable TSV", "GLUE train.tsv unreadable", "corpus file unreadable",
     "init unreadable pytorch_model.bin", "export damaged weights",
 }
 HEAVY = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "transformers", "datasets")

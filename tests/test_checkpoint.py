@@ -215,6 +215,28 @@ def test_corrupt_safetensors(tmp_path):
     assert_one_line(e, "damaged")
 
 
+def test_unreadable_safetensors_is_one_line(tmp_path, monkeypatch):
+    """A weights file this user may not read (root reads everything: safetensors is made to say so):
+    one line naming it, before the stage's imports (peek) and when the weights are read."""
+    import safetensors
+
+    from convexp.store.peek import peek_checkpoint
+
+    run, _ = convexp_run(tmp_path)
+
+    def denied(path, *a, **k):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(safetensors, "safe_open", denied)
+    with pytest.raises(CheckpointError) as e:
+        peek_checkpoint(str(run), "init")
+    assert_one_line(e, "model.safetensors cannot be read (Permission denied)", "permissions")
+    monkeypatch.setattr("convexp.models.io.load_file", denied)
+    with pytest.raises(CheckpointError) as e:
+        open_checkpoint(run, weights=False).model()
+    assert_one_line(e, "cannot be read (Permission denied)")
+
+
 def test_corrupt_model_config(tmp_path):
     run, _ = convexp_run(tmp_path)
     (run / "model" / "model_config.json").write_text("{not json")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 WEIGHTS, CONFIG = "model.safetensors", "model_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")  # in the order Tokenizer.load prefers them
+HF_MODEL_TYPES = ("bert", "electra", "convbert")  # the Hugging Face model types convexp imports (models/hf.py)
 
 
 def is_model_dir(path: Path) -> bool:

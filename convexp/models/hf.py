@@ -53,6 +53,7 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
+from .files import HF_MODEL_TYPES
 from .encoder import Encoder
 from .heads import MaskedLM, ReplacedTokenDetector, SequenceClassifier
 from .hf_keys import (
@@ -71,7 +72,7 @@ from .hf_keys import (
 log = logging.getLogger(__name__)
 
 TASKS = ("base", "mlm", "rtd", "classification")
-MODEL_TYPES = ("bert", "electra", "convbert")
+MODEL_TYPES = HF_MODEL_TYPES  # models/files.py: read before torch by the checks (store/peek.py)
 
 # HF activation name -> convexp activation name (only exact equivalences).
 _ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu"}

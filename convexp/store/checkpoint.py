@@ -40,7 +40,7 @@ from ..models import ModelConfig, SequenceClassifier
 from ..models.files import CONFIG, TOKENIZER_FILES, WEIGHTS
 from ..models.io import load_model_dir, read_model_config
 from .locate import HF_WEIGHTS, CheckpointError, locate, named
-from .peek import damaged_weights, first as _first, unreadable_checkpoint, unreadable_config
+from .peek import damaged_weights, first as _first, unreadable_checkpoint, unreadable_config, unreadable_file
 
 class CheckpointNotCached(CheckpointError):
     """A hub name that is not in the Hugging Face cache, while the hub cannot be asked (offline, or
@@ -162,6 +162,8 @@ def _readable(ckpt: Checkpoint):
         yield
     except SafetensorError as e:
         raise damaged_weights(ckpt.name, ckpt.path, e) from e
+    except (PermissionError, FileNotFoundError) as e:  # unreadable, or gone since it was found
+        raise unreadable_file(ckpt.name, Path(e.filename or ckpt.path), e) from e
 
 
 # ---------------------------------------------------------------------------------------------

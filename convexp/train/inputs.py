@@ -56,10 +56,16 @@ def check_finetune_inputs(cfg: DictConfig, task_cfgs=(), planned: bool = False) 
     problem = init_none_problem(cfg)
     if problem:
         raise UserError(problem)
-    if str(cfg.init) != "none" and not planned:
-        peek_checkpoint(str(cfg.init), "init")
+    seen = peek_checkpoint(str(cfg.init), "init") if str(cfg.init) != "none" and not planned else None
     if cfg.get("tokenizer_path") and not planned:
         check_tokenizer(cfg.tokenizer_path, "tokenizer_path")
+    elif seen is not None and not seen.tokenizer:
+        raise UserError(
+            f"{seen.name} holds no tokenizer file (tokenizer.json or vocab.txt beside its weights): give the "
+            "tokenizer it was trained with, tokenizer_path=<file or folder>"
+        )
+    if seen is not None:  # what the checkpoint's config says, before torch (open_init checks a hub's)
+        fits_positions(seen.positions, [cfg, *task_cfgs], f" ({seen.name})")
     if cfg.distill.get("teacher") and not planned:
         peek_checkpoint(str(cfg.distill.teacher), "distill.teacher", weights=False)
     if str(cfg.init) == "none":
@@ -74,12 +80,15 @@ def check_finetune_inputs(cfg: DictConfig, task_cfgs=(), planned: bool = False) 
 def check_max_len(model_cfg, cfgs) -> None:
     """task.max_len must fit the model's position table (models without absolute positions have
     none); refused before anything is written."""
-    if not model_cfg.absolute_positions:
-        return
-    for c in cfgs:
+    fits_positions(model_cfg.max_position_embeddings if model_cfg.absolute_positions else None, cfgs)
+
+
+def fits_positions(positions: int | None, cfgs, whose: str = "") -> None:
+    """Each config's task.max_len within ``positions`` (None: no position table, any length)."""
+    for c in cfgs if positions is not None else ():
         n = c.task.get("max_len")
-        if n is not None and n > model_cfg.max_position_embeddings:
+        if n is not None and n > positions:
             raise UserError(
-                f"task.max_len={n} ({c.task.name}) exceeds the model's "
-                f"max_position_embeddings={model_cfg.max_position_embeddings}; lower task.max_len"
+                f"task.max_len={n} ({c.task.name}) exceeds the model's max_position_embeddings={positions}{whose}; "
+                "lower task.max_len"
             )

@@ -116,14 +116,58 @@ def load_custom(task_cfg) -> tuple[Task, dict[str, dict[str, list]]]:
     return t, out
 
 
+PEEK_ROWS = 20  # the rows check_files reads of each file: what a glance at it shows
+
+
 def check_files(task_cfg) -> Task:
-    """A custom task's settings and files (each given one exists, with a known suffix), before
-    anything reads them; its Task (label names: filled by ``load_custom``)."""
+    """A custom task's settings and files, before the stage's imports: each given file exists, has
+    a known suffix, and its head — the header (or first JSON object) and the first ``PEEK_ROWS``
+    rows, read with the standard library in milliseconds — has the columns the task reads, a row at
+    least, and numbers for a regression's labels. Its Task (label names: filled by ``load_custom``)."""
     t = custom_task(task_cfg)
-    for key in FILE_KEYS.values():
+    for split, key in FILE_KEYS.items():
         if task_cfg.get(key):
-            _file(task_cfg[key], key)
+            path = _file(task_cfg[key], key)
+            _peek(t, path, task_cfg[key], key, task_cfg.label_field, labelled=split != "test")
     return t
+
+
+def _peek(t: Task, path: Path, file: str, key: str, label_field: str, labelled: bool) -> None:
+    import csv
+    import json
+
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            head = [f.readline(1 << 16) for _ in range(PEEK_ROWS + 1)]
+    except (OSError, UnicodeDecodeError):
+        return  # left to the reader, which says what is wrong with the file
+    if path.suffix.lower() in (".json", ".jsonl"):
+        try:
+            rows = [json.loads(line) for line in head if line.strip()]
+        except ValueError:
+            return  # a JSON array or a malformed line: the reader's words
+        if not all(isinstance(r, dict) for r in rows):
+            return
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+    else:
+        delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+        table = list(csv.reader([line for line in head if line.strip()], delimiter=delimiter))
+        if not table:
+            raise TaskFileError(f"task.{key}={file} has no rows; give a file with rows")
+        columns, rows = table[0], [dict(zip(table[0], r)) for r in table[1:]]
+    need = [*t.text_fields, *([label_field] if labelled else [])]
+    lacking = [c for c in need if c not in columns]
+    if lacking:
+        raise TaskFileError(
+            f"task.{key}={file} has no column {', '.join(lacking)} (has {', '.join(columns)}); "
+            "set task.text_fields / task.label_field to its columns"
+        )
+    if not rows and head[-1] == "":  # the whole file read: nothing but a header
+        raise TaskFileError(f"task.{key}={file} has no rows; give a file with rows")
+    if labelled and t.is_regression:
+        for i, r in enumerate(rows):
+            if r.get(label_field) not in (None, ""):
+                _label(t, r[label_field], f"{file} row {i + 1}")
 
 
 def _file(file: str, key: str) -> Path:

@@ -189,10 +189,14 @@ def read_classic(t: Task, root: Path) -> dict[str, dict[str, list]]:
     return {split: _read_tsv(t, path, specs[split]) for split, path in classic_files(t, root).items()}
 
 
+PEEK_ROWS = 20  # the rows check_headers reads after a header: what a glance at the file shows
+
+
 def check_headers(t: Task, root: Path) -> None:
-    """The header line of each classic file of a task (read alone: the check made before a run is
-    planned), with :func:`_read_tsv`'s line for one that lacks a column. A first line that is not
-    plain text is left to the reader, which says what is wrong with the file."""
+    """The header line and the first ``PEEK_ROWS`` rows of each classic file of a task (read alone,
+    the check made before a run is planned: milliseconds), with :func:`_read_tsv`'s lines for a
+    header that lacks a column, a file with no rows, a row of the wrong width or a label outside
+    the task's. A head that is not plain text is left to the reader, which says what is wrong."""
     specs = _classic_specs(t)
     for split, path in classic_files(t, root).items():
         spec = specs[split]
@@ -200,13 +204,19 @@ def check_headers(t: Task, root: Path) -> None:
             continue
         try:
             with open(path, encoding="utf-8-sig") as f:
-                line = f.readline(1 << 16)
+                head = [f.readline(1 << 16) for _ in range(PEEK_ROWS + 1)]
         except (OSError, UnicodeDecodeError):
             continue
-        line = line.rstrip("\r\n")
-        plain = line.replace("\t", " ")
-        if plain.strip() and plain.isprintable():
-            _columns(t, path, spec, line.split("\t"))
+        lines = [(n, line.rstrip("\r\n")) for n, line in enumerate(head, 1) if line.strip()]
+        if not lines or not all(x.replace("\t", " ").isprintable() for _, x in lines):
+            continue
+        width, pos = _columns(t, path, spec, lines[0][1].split("\t"))
+        if len(lines) == 1 and head[-1] == "":  # the whole file read: a header and no row
+            raise TaskFileError(
+                f"{t.name}: {path} has a header and no rows; give files with examples"
+            )
+        for i, (n, line) in enumerate(lines[1:]):
+            _row(t, path, spec, width, pos, line.split("\t"), f"{path}:{n}", i)
 
 
 def _columns(t: Task, path: Path, spec: _TsvSpec, header: list[str]) -> tuple[int, dict]:
@@ -236,20 +246,25 @@ def _read_tsv(t: Task, path: Path, spec: _TsvSpec) -> dict[str, list]:
         width, pos = spec.width, {c: c for c in (*spec.fields, spec.label) if c is not None}
     columns: dict[str, list] = {f: [] for f in (*t.text_fields, "label", "idx")}
     for i, (n, row) in enumerate(rows):
-        where = f"{path}:{n}"
-        if len(row) != width:
-            raise TaskFileError(
-                f"{where}: {len(row)} tab-separated columns, expected {width}; "
-                f"use the classic {t.folder} file (tabs inside text break rows)"
-            )
-        for name, col in zip(t.text_fields, spec.fields):
-            columns[name].append(row[pos[col]])
-        columns["label"].append(-1 if spec.label is None else t.parse_label(row[pos[spec.label]], where))
-        if spec.index is None:
-            columns["idx"].append(i)
-        else:
-            raw = row[pos[spec.index]].strip()
-            if not raw.isdigit():
-                raise TaskFileError(f"{where}: index {quoted(raw)} is not a number; fix the file")
-            columns["idx"].append(int(raw))
+        for name, value in _row(t, path, spec, width, pos, row, f"{path}:{n}", i).items():
+            columns[name].append(value)
     return columns
+
+
+def _row(t: Task, path: Path, spec: _TsvSpec, width: int, pos: dict, row: list[str], where: str, i: int) -> dict:
+    """One row's text fields, label (-1: none) and index, or a TaskFileError naming what is wrong."""
+    if len(row) != width:
+        raise TaskFileError(
+            f"{where}: {len(row)} tab-separated columns, expected {width}; "
+            f"use the classic {t.folder} file (tabs inside text break rows)"
+        )
+    out = {name: row[pos[col]] for name, col in zip(t.text_fields, spec.fields)}
+    out["label"] = -1 if spec.label is None else t.parse_label(row[pos[spec.label]], where)
+    if spec.index is None:
+        out["idx"] = i
+    else:
+        raw = row[pos[spec.index]].strip()
+        if not raw.isdigit():
+            raise TaskFileError(f"{where}: index {quoted(raw)} is not a number; fix the file")
+        out["idx"] = int(raw)
+    return out

@@ -85,12 +85,13 @@ def squad_source_settings(source_cfg=None) -> dict:
 
 
 def check_source(source_cfg=None) -> None:
-    """The source's settings and, for a local folder, both official files there: checked before
-    anything is read, hashed or cached (one-line SquadError)."""
+    """The source's settings and, for a local folder, both official files there, read and checked
+    as a run reads them (~0.5 s for SQuAD 2.0's 40 MB of JSON): refused before the stage's imports,
+    anything hashed or cached (one-line SquadError)."""
     s = squad_source_settings(source_cfg)
     if s["source"] == "local":
         for split in SPLITS:
-            _official_path(Path(s["path"]).expanduser() / official_file(s["version"], split))
+            read_squad_json(Path(s["path"]).expanduser() / official_file(s["version"], split))
 
 
 def _official_path(path: Path) -> Path:
