@@ -69,7 +69,7 @@ def _main(
 
         add_config_dirs(config_dir)
     if user_dir:
-        from .models.parts import add_user_dirs
+        from .user_code import add_user_dirs
 
         add_user_dirs(user_dir)
 
@@ -143,12 +143,16 @@ def _composed(stage: str, overrides: list[str], print_cfg: str | None):
     return None
 
 
-def _task_command(task, kind: str, overrides: list[str], print_cfg: str | None) -> None:
-    """``convexp pretrain`` and ``convexp finetune KIND``: the task's own command (``task``: its
-    ``command.py``, as the task table names it), composed, checked in one pass before the stage's
-    heavy imports, then run."""
-    given = task.arguments(overrides, kind)
+def _task_command(task, overrides: list[str], print_cfg: str | None, kind: str | None = None) -> None:
+    """``convexp pretrain`` and ``convexp finetune KIND``: the task's own command (``task``:
+    pre-training's command module or the kind's TaskKind, as the task table names them), composed,
+    checked in one pass before the stage's heavy imports, then run."""
+    given = task.arguments(overrides)
     composed = _composed(task.STAGE, given, print_cfg)
+    if composed is not None and kind is not None:
+        from .tasks import check_kind
+
+        check_kind(kind, composed)
     if composed is not None:
         invocation = task.compose(given, composed)
         task.check(invocation)
@@ -160,33 +164,52 @@ def pretrain(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PR
     """Pre-train a model preset (MLM or ELECTRA) into outputs/runs/pretrain/<id>; re-running resumes."""
     from .tasks.pretraining import command
 
-    _task_command(command, "pretrain", overrides or [], cfg)
+    _task_command(command, overrides or [], cfg)
 
 
 class FinetuneGroup(TyperGroup):
-    """``convexp finetune KIND``: a kind in the task table (``tasks.COMMANDS``) with no command written
-    below gets one, so a new kind of task is its folder, its conf/task files and its table line."""
+    """``convexp finetune KIND``: one command per kind of task, made from its TaskKind (tasks/kind.py):
+    the built-in kinds of the task table (``tasks.KINDS``, imported when the group is first asked for
+    its commands: ``convexp pretrain`` never imports them) and a user's, named by ``kind:`` in the
+    task files of their ``--user-dir`` / ``--config-dir`` (a module defining ``KIND``)."""
+
+    @property
+    def commands(self) -> dict:
+        if not getattr(self, "_kinds_added", False):
+            from .tasks import KINDS, task_kind
+
+            self._kinds_added = True
+            for kind in KINDS:
+                self._commands.setdefault(kind, _kind_command(kind, task_kind(kind).help))
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: dict) -> None:
+        self._commands = value
 
     def list_commands(self, ctx):
-        from .tasks import COMMANDS
+        from .config.compose import user_task_kinds
 
-        return sorted({*super().list_commands(ctx), *(k for k in COMMANDS if k != "pretrain")})
+        return sorted({*self.commands, *user_task_kinds()})
 
     def get_command(self, ctx, name):
-        from .tasks import COMMANDS
+        from .config.compose import user_task_kinds
 
-        found = super().get_command(ctx, name)
-        return _kind_command(name) if found is None and name in COMMANDS and name != "pretrain" else found
+        if name in self.commands:
+            return self.commands[name]
+        if name in user_task_kinds() or ":" in name:
+            return _kind_command(name, f"Fine-tune a task of your kind {name} (its module's KIND, on --user-dir).")
+        return None
 
 
-def _kind_command(kind: str):
-    from .tasks import COMMANDS, command
-
+def _kind_command(kind: str, help: str):
     one = typer.Typer()
 
-    @one.command(kind, cls=stage_command("finetune"), help=f"Fine-tune a task of kind {kind} ({COMMANDS[kind]}).")
+    @one.command(kind, cls=stage_command("finetune"), help=help)
     def run(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
-        _task_command(command(kind), kind, overrides or [], cfg)
+        from .tasks import command
+
+        _task_command(command(kind), overrides or [], cfg, kind)
 
     return typer.main.get_command(one)
 
@@ -195,32 +218,6 @@ finetune_app = typer.Typer(
     cls=FinetuneGroup, no_args_is_help=True, help="Fine-tune and evaluate (GLUE, SentEval probing, SQuAD)."
 )
 app.add_typer(finetune_app, name="finetune")
-
-
-@finetune_app.command("glue", cls=stage_command("finetune"))
-def finetune_glue(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
-    """Fine-tune on GLUE: task=<name|all> init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]."""
-    from .tasks.classification import command
-
-    _task_command(command, "glue", overrides or [], cfg)
-
-
-@finetune_app.command("probing", cls=stage_command("finetune"))
-def finetune_probing(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
-    """Fine-tune on BERMO's SentEval probing tasks: task=<name|all> init=<run dir | HF dir | none> [KEY=VALUE ...]
-    (protocol=bermo; data: glue.source=local glue.path=<SentEval data/probing> or glue.source=synthetic)."""
-    from .tasks.classification import command
-
-    _task_command(command, "probing", overrides or [], cfg)
-
-
-@finetune_app.command("squad", cls=stage_command("finetune"))
-def finetune_squad(overrides: Optional[List[str]] = OVERRIDES, cfg: Optional[str] = PRINT_CFG) -> None:
-    """Fine-tune on SQuAD: task=squad1|squad2 init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]
-    (data: squad.source=hub | local squad.path=<folder of the official JSON files> | synthetic)."""
-    from .tasks.squad import command
-
-    _task_command(command, "squad", overrides or [], cfg)
 
 
 @app.command()

@@ -372,7 +372,8 @@ def test_a_diverged_run_is_not_trained_again_unless_asked(tmp_path, files, monke
     from convexp.config.compose import compose_stage
     from convexp.train.finetune import resolve_init
     from convexp.tasks.pretraining.runs import pretrain_run
-    from convexp.tasks.finetune_runs import classification_runs, compose_finetune
+    from convexp.tasks import command
+    from convexp.tasks.classification.runs import classification_runs
 
     monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setenv("CONVEXP_CONFIG_PATH", "")
@@ -381,7 +382,7 @@ def test_a_diverged_run_is_not_trained_again_unless_asked(tmp_path, files, monke
     if stage == "pretrain":
         run = pretrain_run(compose_stage("pretrain", args[1:]))
     else:
-        cfg, others = compose_finetune(args[2:])
+        cfg, others = command("glue").compose(args[2:], compose_stage("finetune", args[2:]))
         init = resolve_init(cfg)
         [planned] = classification_runs(cfg, init.slug, init.model_cfg.hidden_size, others)
         run = planned.run

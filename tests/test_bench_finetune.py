@@ -230,10 +230,10 @@ def test_tiny_job_writes_the_record_of_every_tool(tmp_path):
 
 
 def test_step_benchmark_times_every_contender_in_turn():
-    from convexp.bench.step import _time_interleaved
+    from convexp.bench.step import time_interleaved
 
     order = []
-    t = _time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=3, warmup=1)
+    t = time_interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=3, warmup=1)
     assert order == ["a", "b", "a", "b", "a", "b", "a", "b"]  # warm-up each, then turns
     assert set(t) == {"a", "b"} and all(v >= 0 for v in t.values())
 

@@ -177,7 +177,7 @@ def test_every_documented_command_composes_plans_or_runs(where, line, tmp_path, 
         own = [a for a in args if a not in GLOBAL]
         while own and own[0] in DIR_FLAGS:
             if own[0] == "--user-dir":
-                from convexp.models.parts import add_user_dirs
+                from convexp.user_code import add_user_dirs
 
                 add_user_dirs([own[1]])
             own = own[2:]

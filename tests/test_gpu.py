@@ -284,11 +284,10 @@ def test_the_finetuning_stage_reads_the_device_only_at_logging_steps(tmp_path, m
               "trainer.log_every_n_steps=5", f"outputs={tmp_path}"]  # fmt: skip
     with _watching(seen):
         from convexp.tasks import Invocation, command
-        from convexp.tasks.finetune_runs import compose_finetune
-
         if kind == "glue":
             over = ["task=sst2", "glue.synthetic_size=96", "task.max_len=48", *common]
-            command("glue").run(Invocation(*compose_finetune(over)), summary=False)
+            glue = command("glue")
+            glue.run(glue.compose(over, compose_stage("finetune", over)), summary=False)
         else:
             over = ["task=squad1", "squad.synthetic_size=96", "squad.max_len=96", *common]
             command("squad").run(Invocation(compose_stage("finetune", over), {}))

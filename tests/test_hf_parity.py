@@ -357,7 +357,8 @@ def test_glue_classifier_training_matches_transformers(tmp_path, monkeypatch):
     from convexp.tasks.classification.loading import prepare_task
     from convexp.models.io import load_model_dir
     from convexp.tasks import Invocation, command
-    from convexp.tasks.finetune_runs import classification_runs, compose_finetune
+    from convexp.config.compose import compose_stage
+    from convexp.tasks.classification.runs import classification_runs
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     records = synthetic_squad(60, seed=4, version="v1.1")["train"]
@@ -368,7 +369,7 @@ def test_glue_classifier_training_matches_transformers(tmp_path, monkeypatch):
     hf = transformers.BertForSequenceClassification.from_pretrained(init)
     head = {"out." + k: v for k, v in hf.classifier.state_dict().items()}
     take_head(monkeypatch, finetune_stage, "SequenceClassifier", head)
-    cfg, others = compose_finetune(
+    over = (
         [
             "task=rte", "protocol=chang", "intermediate=false", f"init={init}", "glue.source=local",
             f"glue.path={tmp_path / 'glue'}", "seeds=[5]", f"outputs={tmp_path / 'out'}", "task.max_len=64",
@@ -376,6 +377,7 @@ def test_glue_classifier_training_matches_transformers(tmp_path, monkeypatch):
             "group_by_length=false", "trainer.log_every_n_steps=1",
         ]
     )  # fmt: skip
+    cfg, others = command("glue").compose(over, compose_stage("finetune", over))
     command("glue").run(Invocation(cfg, others))
     [planned] = classification_runs(cfg, "x", TINY["hidden_size"], others)
     run = next((tmp_path / "out" / "runs" / "finetune").glob("*-rte-*"))

@@ -9,7 +9,7 @@ from helpers import official_json
 from convexp.config.compose import compose_stage
 from convexp.data.digests import cache_file, input_digests
 from convexp.tasks.pretraining.runs import pretrain_run
-from convexp.tasks.finetune_runs import classification_runs
+from convexp.tasks.classification.runs import classification_runs
 from convexp.tasks.squad.runs import squad_runs
 
 

@@ -233,7 +233,8 @@ def test_synthetic_tasks_are_learnable(name):
 
 def test_bermo_hyperparameters():
     from convexp.config.compose import compose_stage
-    from convexp.tasks.finetune_runs import GLUE_ORDER, classification_runs, hyperparameters, probing_overrides
+    from convexp.tasks.classification.runs import GLUE_ORDER, classification_runs, probing_overrides
+    from convexp.tasks.finetune_runs import hyperparameters
 
     bermo = {"lr": 5e-5, "epochs": 3, "batch_size": 32, "warmup_fraction": 0.0, "weight_decay": 0.0}
     bermo |= {"layerwise_lr_decay": 1.0, "adam_epsilon": 1e-8, "adam_betas": [0.9, 0.999], "grad_clip": 1.0}

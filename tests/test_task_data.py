@@ -16,7 +16,7 @@ from convexp.tasks.classification.loading import load_task, prepare_task
 from convexp.tasks.classification.scores import compute_metrics
 from convexp.tasks.classification.registry import get_task
 from convexp.errors import UserError
-from convexp.tasks.finetune_runs import classification_runs
+from convexp.tasks.classification.runs import classification_runs
 from helpers import convexp
 
 FAST = ["scale=smoke", "epochs=1", "batch_size=16", "task.max_len=48"]

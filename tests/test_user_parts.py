@@ -143,7 +143,8 @@ def test_a_bad_module_is_one_line_exit_2_and_writes_nothing(tmp_path, user_dir, 
 def test_a_mixer_that_means_to_read_padding_says_so_and_runs(user_dir):
     from convexp.config.compose import model_config
     from convexp.models.check import check_parts
-    from convexp.models.parts import PartError, add_user_dirs
+    from convexp.models.parts import PartError
+    from convexp.user_code import add_user_dirs
 
     d, mod = user_dir
     add_user_dirs([d])
@@ -160,7 +161,7 @@ def test_user_parts_build_count_and_pass_their_checks(user_dir):
     from convexp.config.compose import model_config
     from convexp.models import Encoder
     from convexp.models.check import check_parts
-    from convexp.models.parts import add_user_dirs
+    from convexp.user_code import add_user_dirs
     from convexp.models.stats import is_measured, model_stats
 
     d, mod = user_dir
@@ -194,7 +195,8 @@ def test_a_user_model_is_shared_loaded_pruned_and_refused_by_transformers(tmp_pa
     from convexp.models import SequenceClassifier
     from convexp.models.hf_export import export_hf
     from convexp.models.hf_keys import ExportError
-    from convexp.models.parts import PartError, add_user_dirs
+    from convexp.models.parts import PartError
+    from convexp.user_code import add_user_dirs
     from convexp.pruning.masked import fold_masks, prune, prunable_layers
     from convexp.pruning.structured import remove_dead_structures
 
@@ -245,7 +247,8 @@ def test_a_measured_block_counts_what_the_formula_counts_for_the_presets(preset)
 
 def test_the_run_id_follows_the_module_source(tmp_path, user_dir):
     from convexp.config.compose import compose_stage
-    from convexp.models.parts import add_user_dirs, code_digests
+    from convexp.models.parts import code_digests
+    from convexp.user_code import add_user_dirs
     from convexp.tasks.pretraining.runs import pretrain_run
 
     d, mod = user_dir
@@ -268,7 +271,7 @@ def test_a_finetune_record_names_the_user_code_it_trains(user_dir):
     """A fine-tune's config holds no model (its init does): its record names the user's mixer of
     the model it trains, with the files, as a pre-training's does."""
     from convexp.config.compose import compose_stage, model_config
-    from convexp.models.parts import add_user_dirs
+    from convexp.user_code import add_user_dirs
     from convexp.store.record import invocation_record
 
     d, mod = user_dir

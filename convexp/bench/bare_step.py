@@ -40,9 +40,10 @@ def stage_job(kind: str, overrides: list[str]):
     from ..tasks.classification.encoding import tokenize_task
     from ..tasks.classification.loading import prepare_task
     from ..tasks.classification.stage import classification_job
-    from ..tasks.finetune_runs import classification_runs, compose_finetune, task_config
+    from ..tasks.classification.kinds import GLUE_KIND
+    from ..tasks.classification.runs import classification_runs, task_config
 
-    cfg, task_cfgs = compose_finetune(overrides, compose_stage("finetune", overrides))
+    cfg, task_cfgs = GLUE_KIND.compose(overrides, compose_stage("finetune", overrides))
     init = resolve_init(cfg)
     planned = classification_runs(cfg, init.slug, init.model_cfg.hidden_size, task_cfgs)[0]
     tcfg = task_config(cfg, task_cfgs, planned.task)

@@ -16,10 +16,10 @@ import torch
 
 from ..config.compose import model_config
 from ..models import MaskedLM
-from ..models.parts import add_user_dirs
+from ..user_code import add_user_dirs
 from ..tasks.pretraining.objectives import prediction_slots
 from ..train.accel import fused_adamw
-from .step import _mlm_batch, _time_interleaved, _train_step, console, print_rows
+from .step import mlm_batch, time_interleaved, train_step, console, print_rows
 
 # The user's file: BERT's self-attention on convexp's own attention kernel (`attend`), as the test
 # suite's copy (tests/test_user_parts.py) that trains to the built-in's losses step for step.
@@ -59,11 +59,11 @@ def bench_plugin(steps: int, batch_size: int, seq_len: int) -> Iterator[dict]:
         cfg = model_config("chang_small", [f"mixer={mixer}"])
         torch.manual_seed(0)
         model = MaskedLM(cfg)
-        ids, mask, labels = _mlm_batch(cfg.vocab_size, batch_size, seq_len)
+        ids, mask, labels = mlm_batch(cfg.vocab_size, batch_size, seq_len)
         positions, slot_labels = prediction_slots(labels)
         loss = partial(_loss, model, ids, positions, slot_labels)
-        contenders[name] = _train_step(model, loss, False, fused)
-    t = _time_interleaved(contenders, steps)
+        contenders[name] = train_step(model, loss, False, fused)
+    t = time_interleaved(contenders, steps)
     yield {
         "model": f"chang_small, batch {batch_size} x {seq_len}",
         "built-in ms": t["built-in"] * 1e3,

@@ -35,7 +35,8 @@ from ..train.accel import fused_adamw
 from ..tasks.pretraining.objectives import prediction_slots
 
 
-def _mlm_batch(vocab: int, batch_size: int, seq_len: int, seed: int = 0):
+def mlm_batch(vocab: int, batch_size: int, seq_len: int, seed: int = 0):
+    """(ids, mask, labels) of a random MLM batch: 15% of positions predicted, seeded."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, vocab, (batch_size, seq_len), generator=g)
     labels = torch.full_like(ids, -100)
@@ -45,9 +46,10 @@ def _mlm_batch(vocab: int, batch_size: int, seq_len: int, seed: int = 0):
     return ids, torch.ones_like(ids), labels
 
 
-def _train_step(
+def train_step(
     model: torch.nn.Module, forward: Callable[[], torch.Tensor], bf16: bool, fused: bool = False
 ) -> Callable[[], None]:
+    """One AdamW update of ``model`` on the loss ``forward`` returns (bf16 autocast when asked)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01, fused=fused or None)
     model.train()
 
@@ -94,7 +96,7 @@ def phase(text: str) -> None:
         print(f"  ... {text}", flush=True)
 
 
-def _time_interleaved(steps: dict[str, Callable[[], None]], rounds: int, warmup: int = 2) -> dict[str, float]:
+def time_interleaved(steps: dict[str, Callable[[], None]], rounds: int, warmup: int = 2) -> dict[str, float]:
     """Median wall time of one call of each step, the steps taking turns every round (so a
     machine that speeds up or slows down during the benchmark affects them alike)."""
     phase(f"warm-up: {', '.join(steps)}, {warmup} calls each, then {rounds} timed rounds")
@@ -122,7 +124,7 @@ def _time_interleaved(steps: dict[str, Callable[[], None]], rounds: int, warmup:
 def bench_training_step(steps: int, batch_size: int, seq_len: int, hf: bool) -> Iterator[dict]:
     """One row per precision (fp32, then bf16 autocast), each as soon as it is measured."""
     cfg = model_config("convbert_small")
-    ids, mask, labels = _mlm_batch(cfg.vocab_size, batch_size, seq_len)
+    ids, mask, labels = mlm_batch(cfg.vocab_size, batch_size, seq_len)
     positions, slot_labels = prediction_slots(labels)  # the pre-training stage's inputs
     fused = fused_adamw("auto", "cpu")  # what convexp's trainer uses here
     for bf16 in (False, True):
@@ -130,7 +132,7 @@ def bench_training_step(steps: int, batch_size: int, seq_len: int, hf: bool) -> 
         for name, kernel in (("convexp", fused), ("same AdamW", False)):
             torch.manual_seed(0)
             ours = MaskedLM(cfg)
-            contenders[name] = _train_step(
+            contenders[name] = train_step(
                 ours, lambda m=ours: m(ids, labels=slot_labels, positions=positions, padded=False).loss, bf16, kernel
             )
         if hf:
@@ -138,10 +140,10 @@ def bench_training_step(steps: int, batch_size: int, seq_len: int, hf: bool) -> 
 
             torch.manual_seed(0)
             theirs = ConvBertForMaskedLM(hf_convbert_config(cfg))
-            contenders["HF"] = _train_step(
+            contenders["HF"] = train_step(
                 theirs, lambda: theirs(input_ids=ids, attention_mask=mask, labels=labels).loss, bf16
             )
-        t = _time_interleaved(contenders, steps)
+        t = time_interleaved(contenders, steps)
         row = {
             "precision": "bf16 autocast" if bf16 else "fp32",
             "convexp tok/s": batch_size * seq_len / t["convexp"],
@@ -174,7 +176,7 @@ def bench_blocks(lengths: list[int], steps: int, batch_size: int = 1) -> Iterato
                     name: (lambda m=(layer.mixer if part == "attention" else layer): m(x, None))
                     for name, layer in layers.items()
                 }
-                t = {name: sec * 1e3 for name, sec in _time_interleaved(forward, steps).items()}
+                t = {name: sec * 1e3 for name, sec in time_interleaved(forward, steps).items()}
                 row[f"self-attn {part}"] = t["electra_base"]
                 row[f"mixed {part}"] = t["convbert_base"]
                 row[f"{part} speed-up"] = t["electra_base"] / t["convbert_base"]

@@ -38,7 +38,7 @@ def user_config_dirs() -> list[Path]:
     """The user's config directories, searched before the built-in ones: ``CONVEXP_CONFIG_PATH``'s
     (``--config-dir``), then ``CONVEXP_USER_DIR``'s (``--user-dir``: a folder of a user's code holds
     its configs too)."""
-    from ..models.parts import USER_DIR_ENV, user_dirs
+    from ..user_code import USER_DIR_ENV, user_dirs
 
     dirs = [Path(p).expanduser() for p in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if p]
     for d in dirs:
@@ -62,6 +62,24 @@ def add_config_dirs(dirs: list[str | Path]) -> None:
     os.environ[CONFIG_PATH_ENV] = os.pathsep.join(
         [*(str(Path(d).expanduser().resolve()) for d in dirs), *filter(None, known.split(os.pathsep))]
     )
+
+
+def user_task_kinds() -> list[str]:
+    """The kinds of task the user's task files name (``kind:`` of ``task/*.yaml`` in their config
+    and user directories) that are not GLUE's, probing's or SQuAD's: ``convexp finetune`` offers each
+    (tasks/kind.py: a module defining ``KIND``). Read as text: nothing is imported."""
+    import yaml
+
+    found = []
+    for d in user_config_dirs():
+        for f in sorted((d / "task").glob("*.yaml")) if (d / "task").is_dir() else ():
+            try:
+                kind = (yaml.safe_load(f.read_text()) or {}).get("kind")
+            except (OSError, yaml.YAMLError, AttributeError):
+                continue  # composing it says what is wrong
+            if isinstance(kind, str) and kind not in ("glue", "probing", "squad"):
+                found.append(kind)
+    return list(dict.fromkeys(found))
 
 
 def config_dirs() -> list[Path]:

@@ -129,7 +129,7 @@ class TaskSchema:
     """``conf/task/``: a GLUE, probing, SQuAD or custom task; keys a kind of task lacks stay unset."""
 
     name: str = "?"
-    kind: Optional[str] = None  # squad (convexp finetune squad), probing; unset: glue (convexp/tasks/__init__.py)
+    kind: Optional[str] = None  # squad, probing, a user's module (tasks/kind.py); unset: glue (convexp/tasks/__init__.py)
     max_len: Optional[int] = None
     epochs: Dict[str, Optional[int]] = field(default_factory=dict)
     batch_size: Dict[str, Optional[int]] = field(default_factory=dict)
@@ -148,6 +148,7 @@ class TaskSchema:
     label_field: Optional[str] = None
     num_labels: Optional[int] = None
     regression: bool = False
+    options: Dict[str, Any] = field(default_factory=dict)  # a user's kind's own settings (tasks/kind.py)
 
     def __post_init__(self) -> None:
         count("task.max_len", self.max_len, low=3, none_means="SQuAD's qa windows")

@@ -17,27 +17,20 @@ The protocol (README "Your own idea"):
   given every position and its position 0 is taken.
 * a feed-forward is ``Class(cfg, layer, **options)`` mapping [..., D] to [..., D].
 
-A module is found on ``sys.path``, which holds the folders of ``convexp --user-dir DIR`` (and of
-``CONVEXP_USER_DIR``, which the flag sets so that every process of the command sees them: sweep
-workers, DDP ranks, SLURM jobs), or as an installed package. Nothing here imports torch until a
-part is built, so run ids and plans are made without it.
+A module is found in the folders of ``convexp --user-dir DIR`` or as an installed package
+(convexp/user_code.py: the folders, the import, the source digest a run id hashes). Nothing here
+imports torch until a part is built, so run ids and plans are made without it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import inspect
-import os
-import sys
-from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
+from ..user_code import import_object, source_digest, source_files, split
 from .config import FFNS, MIXERS, is_import_path
 
-USER_DIR_ENV = "CONVEXP_USER_DIR"
 KINDS = ("mixer", "ffn")
 
 
@@ -85,47 +78,6 @@ def user_parts(cfg) -> dict[str, str]:
     return {kind: str(name) for kind, name in names.items() if name and not is_builtin(kind, str(name))}
 
 
-# --- where a user's code is found ----------------------------------------------------------------------
-
-
-def user_dirs() -> list[Path]:
-    """The folders of ``CONVEXP_USER_DIR`` (``os.pathsep``-separated), in order."""
-    return [Path(p) for p in os.environ.get(USER_DIR_ENV, "").split(os.pathsep) if p]
-
-
-def add_user_dirs(dirs: list[str | Path]) -> None:
-    """Put ``dirs`` first in ``CONVEXP_USER_DIR`` (so every process of the command sees them) and on
-    this process's ``sys.path``."""
-    for d in dirs:
-        if not Path(d).expanduser().is_dir():
-            raise PartError(f"--user-dir {str(d)!r}: no such directory")
-    given = [str(Path(d).expanduser().resolve()) for d in dirs]
-    known = [p for p in os.environ.get(USER_DIR_ENV, "").split(os.pathsep) if p and p not in given]
-    os.environ[USER_DIR_ENV] = os.pathsep.join([*given, *known])
-    _on_sys_path()
-
-
-def _on_sys_path() -> None:
-    for d in reversed(user_dirs()):
-        if str(d) not in sys.path:
-            sys.path.insert(0, str(d))
-
-
-def _split(name: str) -> tuple[str, str]:
-    """``module:Class`` / ``module.Class`` -> (module, Class)."""
-    module, sep, attr = name.rpartition(":")
-    if not sep:
-        module, _, attr = name.rpartition(".")
-    return module, attr
-
-
-def _where() -> str:
-    dirs = user_dirs()
-    if not dirs:
-        return "no --user-dir given"
-    return f"--user-dir / {USER_DIR_ENV}: {os.pathsep.join(map(str, dirs))}"
-
-
 def resolve(kind: str, name: str) -> Callable:
     """The factory or class that builds part ``kind`` (``mixer`` / ``ffn``) named ``name``."""
     if is_builtin(kind, name):
@@ -134,26 +86,8 @@ def resolve(kind: str, name: str) -> Callable:
     if not is_import_path(name):
         choices = " or ".join(BUILTIN[kind])
         raise PartError(f"{key}={name!r}: not a built-in {kind} ({choices}) nor an import path module:Class")
-    module_name, attr = _split(name)
-    _on_sys_path()
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name and module_name.startswith(e.name):  # the module itself, not one it imports
-            raise PartError(
-                f"{key}={name}: no module {module_name!r} ({_where()}); give the folder holding "
-                f"{module_name.replace('.', '/')}.py with `convexp --user-dir DIR` or install its package"
-            ) from None
-        raise PartError(f"{key}={name}: importing {module_name!r} failed: {e}") from None
-    except Exception as e:  # the module's own code fails on import
-        raise PartError(f"{key}={name}: importing {module_name!r} failed: {type(e).__name__}: {e}") from None
-    found = getattr(module, attr, None)
-    if found is None:
-        has = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and not n.startswith("_"))
-        raise PartError(
-            f"{key}={name}: {module_name!r} ({getattr(module, '__file__', '?')}) has no {attr!r}; "
-            f"its classes: {', '.join(has) or 'none'}"
-        )
+    module_name, attr = split(name)
+    found = import_object(f"{key}={name}", module_name, attr, error=PartError)
     from torch import nn
 
     if not (inspect.isclass(found) and issubclass(found, nn.Module)):
@@ -200,25 +134,7 @@ def takes_first_only(mixer) -> bool:
         return False
 
 
-# --- identity: a user's part by its source --------------------------------------------------------------
-
-
-def source_files(name: str) -> list[Path]:
-    """The files a user part's code is in: its module's file, or every ``.py`` file of its package
-    folder when the module is a package's ``__init__``. Found without running the module (the
-    parent packages of a dotted module are imported, as Python's finder needs)."""
-    module_name, _ = _split(name)
-    _on_sys_path()
-    try:
-        spec = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.origin or not Path(spec.origin).is_file():
-        return []
-    origin = Path(spec.origin)
-    if origin.name == "__init__.py":
-        return sorted(p for p in origin.parent.rglob("*.py") if "__pycache__" not in p.parts)
-    return [origin]
+# --- identity: a user's part by its source (user_code.source_digest) --------------------------------------------------------------
 
 
 def code_digests(cfg) -> dict[str, dict]:
@@ -228,15 +144,11 @@ def code_digests(cfg) -> dict[str, dict]:
     to the module's folder, not where that folder lies. {} for the papers' presets."""
     out = {}
     for kind, name in user_parts(cfg).items():
-        files = source_files(name)
+        files = source_files(split(name)[0])
         if not files:
             resolve(kind, name)  # says why it cannot be found
             raise PartError(f"model.{kind}={name}: its source file cannot be found to hash")
-        root = files[0].parent
-        h = hashlib.blake2b(digest_size=16)
-        for f in files:
-            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
-        out[kind] = {"import": name, "digest": h.hexdigest()}
+        out[kind] = {"import": name, "digest": source_digest(files)}
     return out
 
 
@@ -244,5 +156,5 @@ def code_record(cfg) -> dict[str, dict]:
     """:func:`code_digests` with each part's files (for a run's record)."""
     digests = code_digests(cfg)
     for kind, entry in digests.items():
-        entry["files"] = [str(f) for f in source_files(entry["import"])]
+        entry["files"] = [str(f) for f in source_files(split(entry["import"])[0])]
     return digests

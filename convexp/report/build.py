@@ -16,7 +16,7 @@ from ..atomic import atomic_write
 from ..errors import UserError
 from ..models.stats import is_measured
 from ..sweep.compute import parameters
-from ..tasks import is_squad
+from ..tasks import kind as task_kind
 from ..sweep.execute import last_args
 from ..sweep.plan import Plan, build_plan
 from ..sweep.spec import check_detect, load_sweep
@@ -100,7 +100,8 @@ def collect(plan: Plan, read) -> tuple[dict, dict, list[str]]:
             missing.append(node.key)
         for r, m in results:
             if m is not None:
-                finetune.setdefault(node.variant, []).append({**m, "seed": node.seed, "run": r.id})
+                own = {"seed": node.seed, "run": r.id, "kind": node.kind or task_kind(node.task)}
+                finetune.setdefault(node.variant, []).append({**m, **own})
     return pretrain, finetune, missing
 
 
@@ -328,18 +329,28 @@ def _columns(plan: Plan, columns) -> list[str]:
     return out
 
 
+def _titles(plan: Plan, tasks: list[str]) -> list[str]:
+    """How the header names the sweep's tasks: each kind's title (tasks/kind.py), GLUE's first."""
+    from ..tasks import task_kind as kind_object
+
+    kinds = {n.task: n.kind for n in plan.order() if n.stage == "finetune" and n.kind}
+    titles = [kind_object(kinds.get(t) or task_kind(t)).title for t in tasks if t not in ("all",)]
+    titles = ["GLUE" if t == "probing" else t for t in titles]  # a probing task in a GLUE-style table
+    return sorted(set(titles), key=lambda t: (t != "GLUE", titles.index(t)))
+
+
 def _header_lines(plan: Plan, rows: list, finetune: dict, missing: list[str], glue: str | None) -> list[str]:
     spec, sweep = plan.sweep.report, plan.sweep
     seeds = sorted({m["seed"] for ms in finetune.values() for m in ms})
     tasks = list(sweep.finetune.tasks) if sweep.finetune else []
-    squad = [t for t in tasks if is_squad(t)]
-    kind = "SQuAD" if squad and len(squad) == len(tasks) else "GLUE and SQuAD" if squad else "GLUE"
+    kinds = _titles(plan, tasks)
+    kind = "probing" if spec.style == "probing" else " and ".join(kinds) or "GLUE"
     lines = [
         f"Source: {sweep.source.get('paper', '?')}, {sweep.source.get('ref', '?')}."
         + (f" {sweep.source['note']}" if sweep.source.get("note") else ""),
         f"Ours: scale={plan.settings.scale}"
         + (f", arguments: {' '.join(plan.args)}" if plan.args else "")
-        + f"; {'probing' if spec.style == 'probing' else kind} {spec.split}, "
+        + f"; {kind} {spec.split}, "
         + f"{spec.aggregate} over {len(seeds)} seed(s) per task"
         + (" (± standard error)" if spec.aggregate == "mean" and len(seeds) > 1 else "")
         + (", collapsed runs left out" if spec.exclude_diverged else "")

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 
 from ..tasks.classification import results
 from ..tasks.classification import scores
-from ..tasks import PROBING, is_squad
+from ..tasks import PROBING
+from ..tasks import kind as kind_by_name
+from ..tasks import task_kind
 from ..tasks.classification.registry import GROUPS
 
 HEADERS = {
@@ -148,11 +150,7 @@ def run_values(m: dict, style: str, split: str = "dev") -> dict[str, float]:
     per split), plus ``TASK.remaining_weights`` etc. The scores are on ``split`` (dev or test)."""
     task = m["task"]
     results = m.get(split) or {}
-    if is_squad(task):  # SQuAD: the run's score (F1; v2.0 at the dev-chosen threshold), any style
-        out = {task: float(m["score"])} if results else {}
-    else:
-        style_ = "chang" if style == "probing" else style
-        out = dict(scores.score_columns({task: results}, style_)) if results else {}
+    out = _kind(m).score_columns(m, style, split)  # the task's score column(s), as its kind scores it
     for i, (sp, metrics) in enumerate(results.items()):
         column = scores.column_of(task, sp)
         names = [column, task] if i == 0 and column != task else [column]
@@ -162,6 +160,11 @@ def run_values(m: dict, style: str, split: str = "dev") -> dict[str, float]:
         if isinstance(m.get(k), (int, float)):
             out[f"{task}.{k}"] = float(m[k])
     return out
+
+
+def _kind(m: dict):
+    """The TaskKind of a fine-tuning run's results (``kind``: its sweep node's; else by task name)."""
+    return task_kind(m.get("kind") or kind_by_name(m["task"]))
 
 
 def variant_row(
@@ -188,11 +191,7 @@ def variant_row(
     for task, ms in runs.items():
         for m in ms:
             values = run_values(m, style, split)
-            first = next(iter((m.get(split) or {}).values()), None)  # the task's main split
-            if is_squad(task):
-                score = m["score"] if first else None
-            else:
-                score = results.style_score(task, first, style) if first else None
+            score = _kind(m).score(m, style, split)  # the task's main split, as its kind scores it
             seed_cells[f"s{m['seed']}"] = Cell(score, n=1, diverged=bool(m.get("diverged")))
             if exclude_diverged and m.get("diverged"):
                 continue

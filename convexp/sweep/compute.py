@@ -7,22 +7,6 @@ from omegaconf import DictConfig
 
 from ..models.stats import flops_per_token
 
-# GLUE training-set sizes, for the compute estimate of fine-tuning on the real data (SentEval's
-# probing tasks: 100k each)
-GLUE_TRAIN = {
-    "cola": 8551,
-    "sst2": 67349,
-    "mrpc": 3668,
-    "stsb": 5749,
-    "qqp": 363846,
-    "mnli": 392702,
-    "qnli": 104743,
-    "rte": 2490,
-    "wnli": 635,
-}
-SQUAD_TRAIN = {"squad1": 87599, "squad2": 130319}  # training questions of train-v1.1 / train-v2.0
-
-
 # Mean non-padding tokens of a sentence-pair example (``data.examples=sentence_pairs``: [CLS] A
 # [SEP] B [SEP], cut at seq_len) by corpus, for estimates made before the data exist; a run
 # records the value it measured in metrics.json (data.mean_example_tokens).
@@ -56,32 +40,19 @@ def pretrain_tokens(cfg: DictConfig) -> float:
 
 
 def finetune_flops(cfg: DictConfig, model_cfg, task: str) -> float:
-    """An upper bound for one seed of one task: every example padded to the task's max_len, summed
-    over the runs of every setting (all of ConvBERT's grid when it is on; 0 when the model is unknown)."""
-    if model_cfg is None:
-        return 0.0
-    n = cfg.glue.synthetic_size if cfg.glue.source == "synthetic" else GLUE_TRAIN.get(task, 100_000)
-    per_token = flops_per_token(model_cfg, cfg.task.max_len)
+    """An upper bound for one seed of one task, from its kind (tasks/kind.py): every training row
+    (``train_examples``) one sequence of ``sequence_length`` tokens, summed over the runs of every
+    setting (all of ConvBERT's grid when it is on); 0 when the model or the row count is unknown."""
+    from ..tasks import config_kind, task_kind
     from ..tasks.finetune_runs import hyperparameters
 
-    total = 0.0
-    for hp in hyperparameters(cfg, model_cfg.hidden_size):
-        total += per_token * n * hp["epochs"] * cfg.task.max_len
-    return total
-
-
-def squad_flops(cfg: DictConfig, model_cfg, task: str) -> float:
-    """SQuAD's upper bound: every training question one window of the protocol's max_len (longer
-    contexts make more windows; 0 when the model is unknown)."""
-    if model_cfg is None:
+    kind = task_kind(config_kind(cfg))
+    n = kind.train_examples(cfg, task)
+    if model_cfg is None or not n:
         return 0.0
-    from ..tasks.squad.runs import qa_settings, squad_runs
-
-    n = cfg.squad.synthetic_size if cfg.squad.source == "synthetic" else SQUAD_TRAIN.get(task, 100_000)
-    max_len = qa_settings(cfg)["max_len"]
-    per_token = flops_per_token(model_cfg, max_len)
-    runs = squad_runs(cfg, "", model_cfg.hidden_size, [])  # only their hyper-parameters: unnamed
-    return sum(per_token * n * p.hp["epochs"] * max_len for p in runs)
+    length = kind.sequence_length(cfg)
+    per_token = flops_per_token(model_cfg, length)
+    return sum(per_token * n * hp["epochs"] * length for hp in hyperparameters(cfg, model_cfg.hidden_size))
 
 
 def parameters(model_cfg) -> int:

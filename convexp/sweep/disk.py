@@ -16,7 +16,6 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ..tasks import PROBING, SQUAD, is_squad
 from .compute import SENTENCE_PAIR_TOKENS, example_tokens
 
 PIECES_A_WORD = 1.3  # WordPiece tokens per word of English text: an assumption (compute.SENTENCE_PAIR_TOKENS)
@@ -58,17 +57,6 @@ CORPORA = {
 SYNTHETIC_TOKENS_A_DOCUMENT = 121  # measured: scale=smoke's 20,000 documents are 2,419,513 WordPiece tokens
 # of its 2,000-token vocabulary (data stats.json, 2026-11-28)
 
-# Rows of the dev and test splits of each task (GLUE's published sizes; MNLI: matched, mismatched
-# and the diagnostic AX), for the predictions and submissions a fine-tuning run keeps
-GLUE_EVAL = {
-    "cola": (1_043, 1_063), "sst2": (872, 1_821), "mrpc": (408, 1_725), "stsb": (1_500, 1_379),
-    "qqp": (40_430, 390_965), "mnli": (19_647, 20_747), "qnli": (5_463, 5_463), "rte": (277, 3_000),
-    "wnli": (71, 146),
-}  # fmt: skip
-PROBING_EVAL = (10_000, 10_000)  # SentEval's probing tasks: 10k dev and 10k test sentences each
-SQUAD_DEV = {"squad1": 10_570, "squad2": 11_873}  # questions of dev-v1.1 / dev-v2.0
-PREDICTION_BYTES = 16  # a line of predictions/<split>.tsv (idx, label, prediction); a SQuAD answer: 48
-SUBMISSION_BYTES = 16  # a line of the GLUE server's file
 RUN_FILES_BYTES = 12_000  # config, status, record, metrics, csv/metrics.csv of one run (smoke runs: 7-12 kB)
 TOKENIZER_BYTES = 700_000  # tokenizer.json + vocab.txt of a 30k WordPiece vocabulary, in each model/
 
@@ -158,19 +146,11 @@ def weights_bytes(model_cfg) -> float:
 
 
 def results_bytes(cfg, task: str) -> float:
-    """What every fine-tuning run keeps: its small files, predictions and the server's files."""
-    if is_squad(task):
-        dev = cfg.squad.synthetic_size // 4 if cfg.squad.source == "synthetic" else SQUAD_DEV.get(task, 10_000)
-        return RUN_FILES_BYTES + dev * 48 * (2 if SQUAD[task] == "v2.0" else 1)
-    if cfg.glue.source == "synthetic":
-        from ..tasks.classification.synthetic_glue import synthetic_split_sizes
+    """What every fine-tuning run keeps: its small files, and what its kind says it writes beside
+    them (tasks/kind.py ``kept_bytes``: predictions, the GLUE server's files)."""
+    from ..tasks import config_kind, task_kind
 
-        sizes = synthetic_split_sizes(task, int(cfg.glue.synthetic_size))
-        dev = sum(n for s, n in sizes.items() if s.startswith("validation"))
-        test = sum(n for s, n in sizes.items() if s.startswith("test"))
-    else:
-        dev, test = PROBING_EVAL if task in PROBING else GLUE_EVAL.get(task, (10_000, 10_000))
-    return RUN_FILES_BYTES + dev * PREDICTION_BYTES + test * (PREDICTION_BYTES + SUBMISSION_BYTES)
+    return RUN_FILES_BYTES + task_kind(config_kind(cfg)).kept_bytes(cfg, task)
 
 
 def size(n: float) -> str:

@@ -29,7 +29,8 @@ def run_node(stage: str, overrides: list[str]) -> None:
 
 
 def _run_stage(stage: str, overrides: list[str]) -> None:
-    """The node's task command (tasks/*/command.py), as the CLI runs it: composed, checked, run."""
+    """The node's task command (pre-training's command.py, a fine-tuning kind's TaskKind), as the CLI runs it:
+    composed, checked, run."""
     cfg = compose_stage(stage, overrides)
     task = command("pretrain" if stage == "pretrain" else config_kind(cfg))
     invocation = task.compose(overrides, cfg)

@@ -132,17 +132,13 @@ def pretrain_mib(cfg: DictConfig, model_cfg: ModelConfig) -> int:
 
 def finetune_mib(cfg: DictConfig, model_cfg: ModelConfig | None, task: str, batch: int) -> int:
     """A fine-tuning job's estimate at its largest ``batch`` (a node's grid settings run one after
-    another in one process) and the task's length (SQuAD: the window); 0 when the model is unknown."""
+    another in one process) and the length its kind trains on (tasks/kind.py ``sequence_length``:
+    ``task.max_len``, SQuAD's window); 0 when the model is unknown."""
     if model_cfg is None:
         return 0
-    from ..tasks import is_squad
+    from ..tasks import config_kind, task_kind
 
-    if is_squad(task):
-        from ..tasks.squad.runs import qa_settings
-
-        length = int(qa_settings(cfg)["max_len"])
-    else:
-        length = int(cfg.task.max_len)
+    length = task_kind(config_kind(cfg)).sequence_length(cfg)
     checkpointing = bool(cfg.trainer.get("gradient_checkpointing", False))
     return peak_mib(model_cfg, batch, length, cfg.trainer.precision, checkpointing=checkpointing)
 

@@ -17,7 +17,7 @@ from ..store.runs import Run
 from ..train.weights import has_weights
 from .cards import finetune_settings
 from ..tasks.pretraining.cost import pretrain_flops
-from .compute import finetune_flops, squad_flops
+from .compute import finetune_flops
 from .disk import pretrain_bytes, pretraining_data, results_bytes, weights_bytes
 from ..tasks import Invocation, command, config_kind
 from ..tasks import kind as task_kind
@@ -227,7 +227,6 @@ def finetune_nodes(
     starts other tasks from it). With a ``teacher:``, each task distils from the teacher variant's
     run of that task (its first seed), which must be planned first."""
     from ..config.name_tokens import variant_tokens
-    from ..tasks.finetune_runs import finetune_task_names
 
     where = f"sweep {sweep.name}, variant {v.name}"
     start = starts[v.name]
@@ -260,15 +259,11 @@ def finetune_nodes(
     for t in tasks:
         tcfg = compose_task(t)
         kind = config_kind(tcfg)
-        if kind == "probing" and tcfg.glue.source not in ("local", "synthetic"):
-            raise SweepError(
-                f"{where}: probing task {t} needs SentEval's files: finetune.glue.source=local "
-                "finetune.glue.path=<SentEval data/probing> (or scale=smoke: synthetic stand-ins)"
-            )
-        try:  # as its node will run it (tasks/*/command.py): checked, then planned
-            inv = Invocation(tcfg, {n: compose_task(n) for n in finetune_task_names(tcfg) if n != t})
-            command(kind).check(inv, planned=True)
-            planned = command(kind).plan(inv, start, variant_tokens(v.finetune))
+        try:  # as its node will run it (its TaskKind, tasks/kind.py): checked, then planned
+            owner = command(kind)
+            inv = Invocation(tcfg, {n: compose_task(n) for n in owner.task_names(tcfg) if n != t})
+            owner.check(inv, planned=True)
+            planned = owner.plan(inv, start, variant_tokens(v.finetune))
         except UserError as e:
             raise SweepError(f"{where}: {e}") from e
         for p in planned:
@@ -295,8 +290,7 @@ def finetune_nodes(
         batch = max(int(hp["batch_size"]) for hp in node.hparams.values())  # its largest setting's
         if (node.task, batch) not in sized:
             tcfg = compose_task(node.task)
-            flops = squad_flops if node.kind == "squad" else finetune_flops
-            node.flops = flops(tcfg, start.model_cfg, node.task)
+            node.flops = finetune_flops(tcfg, start.model_cfg, node.task)
             node.memory_mib = finetune_mib(tcfg, start.model_cfg, node.task, batch)
             node.disk = results_bytes(tcfg, node.task)
             _size(node, tcfg, start.model_cfg, node.memory_mib, _finetune_workers(tcfg), "finetune")

@@ -83,7 +83,7 @@ def _build_plan(sweep: Sweep, args: list[str]) -> Plan:
             run = pre.runs[0]
             starts[v.name] = Start(str(run.dir.resolve()), run.id, model_cfg.hidden_size, key, model_cfg)
             continues = sweep.squad_continuation is not None and v.squad_continuation  # the row had the phase
-            if continues and _squad_tasks(sweep, settings):
+            if continues and _continuing_tasks(sweep, settings):
                 cont, squad_start = continuation_node(sweep, v, settings, pre, cfg, model_cfg)
                 # variants sharing a pre-training run share its continuation
                 ckey = by_run.setdefault(cont.runs[0].id, cont.key)
@@ -165,10 +165,10 @@ def _tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
     return list(settings.tasks) if settings.tasks is not None else list(sweep.finetune.tasks)
 
 
-def _squad_tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
-    from ..tasks import is_squad
+def _continuing_tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
+    from ..tasks import kind, task_kind
 
-    return [t for t in _tasks(sweep, settings) if is_squad(t)] if sweep.finetune else []
+    return [t for t in _tasks(sweep, settings) if task_kind(kind(t)).continues] if sweep.finetune else []
 
 
 def _task_parts(sweep: Sweep, settings: DictConfig, start: Start, squad_start: Start | None):
@@ -176,7 +176,7 @@ def _task_parts(sweep: Sweep, settings: DictConfig, start: Start, squad_start: S
     continuation, the GLUE tasks from ``start`` (the length-128 model) and SQuAD from ``squad_start``."""
     if squad_start is None:
         return [(settings, start)]
-    squad = _squad_tasks(sweep, settings)
+    squad = _continuing_tasks(sweep, settings)
     rest = [t for t in _tasks(sweep, settings) if t not in squad]
     parts = [(OmegaConf.merge(settings, {"tasks": rest}), start)] if rest else []
     return [*parts, (OmegaConf.merge(settings, {"tasks": squad}), squad_start)]

@@ -300,6 +300,7 @@ def check_report(r: ReportSpec, variants: dict, finetune: FinetuneSpec | None, w
         raise SweepError(f"{where}: report.split must be dev or test, not {r.split!r}")
     task_columns = set(CONVBERT_COLUMNS) | set(CHANG_COLUMNS) | {"mnli-m", "mnli-mm", "wnli"}
     task_columns |= set(PROBING) | set(GROUPS) | set(SQUAD) | {"probing", "seeds", "diverged"}
+    task_columns |= set(finetune.tasks) if finetune is not None else set()  # a task of the user's own kind
     for c in r.columns:
         head = c.split(".", 1)[0]
         if not (

@@ -6,35 +6,27 @@
 
 What every stage shares is in ``convexp/train/``, the data every task shares in ``convexp/data/``.
 
-This module is the task table: which command each kind of task is (:data:`COMMANDS`: the
-``command.py`` that owns it), and which fine-tuning task is of which kind (a composed config's:
-:func:`config_kind`, from its conf/task file's ``kind:``; a paper task's by name: :func:`kind`,
-:func:`is_squad`). Every other module asks it
-instead of testing names. It imports nothing of convexp, so it can be asked before torch is imported.
-
-A task's ``command.py`` owns its command, called alike by the CLI, a sweep's planner and a sweep's
-worker, in this order:
-
-  STAGE                              pretrain or finetune: the config it composes
-  arguments(overrides, kind)         the command's own defaults
-  compose(overrides, cfg)            -> Invocation: its config, and every other task's it fine-tunes
-  check(invocation, planned=False)   everything the runs will read, one pass, before the heavy
-                                     imports: the first problem as one line
-  plan(invocation, start, tokens)    -> its runs, named before any runs (``start``: the init's
-                                     ``slug`` and ``width``; pre-training: None)
-  run(invocation, summary=True)      open what it starts from, plan, train what has work left
-
-A sweep's planner calls check(planned=True) and plan; the CLI and a sweep's worker check and run.
+This module is the task table: which object each kind of fine-tuning task is (:data:`KINDS`, by
+import path: a :class:`~convexp.tasks.kind.TaskKind` in its folder, which owns its command, its
+estimates and its report columns), pre-training's command (:data:`PRETRAIN`), and which kind a
+composed config's task is (:func:`config_kind`, from its conf/task file's ``kind:``). A kind that
+is not built in is a user's module (``--user-dir``) defining ``KIND`` (``module:NAME``: another
+attribute), named by its task files' ``kind:`` and by ``convexp finetune <module>``. It imports
+only tasks/kind.py (no more) at import time, so it can be asked before torch is imported.
 
 Adding a GLUE-like task: its entry in ``classification/registry.py`` (files, labels, metrics) and
-its ``conf/task/<name>.yaml``. Adding a kind of task: its folder here with a ``command.py``, its
-conf/task files (``kind: <its kind>``), and its line in :data:`COMMANDS`.
+its ``conf/task/<name>.yaml``. Adding a kind of task: a :class:`~convexp.tasks.kind.TaskKind` in
+its folder, its conf/task files (``kind: <its kind>``), and its line in :data:`KINDS` -- or, for a
+user, the module and the task files alone (tasks/kind.py says how).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Mapping, NamedTuple
+
+from .kind import Invocation, TaskKind
+
+__all__ = ["Invocation", "TaskKind", "KINDS", "PRETRAIN", "task_kind", "command", "check_kind", "config_kind", "kind"]
 
 # GLUE's eight tasks that the papers report, in ConvBERT's column order (WNLI, the ninth, is in
 # classification/registry.py for its files and submissions, and no table reports it)
@@ -45,31 +37,52 @@ PROBING = ("sentlen", "wc", "treedepth", "topconst", "bshift", "tense", "subjnum
 SQUAD = {"squad1": "v1.1", "squad2": "v2.0"}
 
 
-# kind -> the module that owns its command (`convexp pretrain`, `convexp finetune <kind>`)
-COMMANDS = {
-    "pretrain": "convexp.tasks.pretraining.command",
-    "glue": "convexp.tasks.classification.command",
-    "probing": "convexp.tasks.classification.command",
-    "squad": "convexp.tasks.squad.command",
+# kind -> its TaskKind object (the module that owns `convexp finetune <kind>`); pre-training's command
+KINDS = {
+    "glue": "convexp.tasks.classification.kinds:GLUE_KIND",
+    "probing": "convexp.tasks.classification.kinds:PROBING_KIND",
+    "squad": "convexp.tasks.squad.kind:SQUAD_KIND",
 }
+PRETRAIN = "convexp.tasks.pretraining.command"
 
 
-class Invocation(NamedTuple):
-    """One command's composed configs: its own, and for every other task it fine-tunes
-    (``task=all``) the same command's, by task name (empty for a single task)."""
+def task_kind(kind: str):
+    """The :class:`~convexp.tasks.kind.TaskKind` of ``kind``: a built-in one (:data:`KINDS`) or a
+    user's module's ``KIND`` (``module:NAME``: its ``NAME``), imported on first use; one line where
+    it cannot be found or is not a TaskKind."""
+    from ..user_code import import_object, split
 
-    cfg: object  # DictConfig
-    task_cfgs: Mapping[str, object]
+    path = KINDS.get(kind) or (kind if ":" in kind else f"{kind}:KIND")
+    key = f"kind {kind}" if kind in KINDS else f"task kind {kind!r}"
+    found = import_object(key, *split(path))
+    if not isinstance(found, TaskKind):
+        from ..errors import UserError
+
+        raise UserError(f"{key}: {path} is a {type(found).__name__}, not a convexp.tasks.kind.TaskKind; "
+                        "subclass TaskKind and make KIND an instance of it")
+    return found
 
 
 def command(kind: str):
-    """The ``command.py`` module of a kind of task (:data:`COMMANDS`)."""
-    return importlib.import_module(COMMANDS[kind])
+    """What runs ``convexp pretrain`` (``kind="pretrain"``: its command module) or ``convexp finetune
+    KIND`` (its :class:`~convexp.tasks.kind.TaskKind`): both have STAGE, arguments, compose, check,
+    plan and run."""
+    if kind == "pretrain":
+        return importlib.import_module(PRETRAIN)
+    return task_kind(kind)
 
 
-def is_squad(task: str) -> bool:
-    """Whether ``task`` is extractive question answering (``convexp finetune squad``)."""
-    return task in SQUAD
+def check_kind(kind: str, cfg) -> None:
+    """``convexp finetune KIND task=T``: T's task file is of kind KIND where either is a user's (the
+    built-in kinds refuse each other's tasks in their own checks); one line otherwise."""
+    own = config_kind(cfg)
+    if own != kind and (own not in KINDS or kind not in KINDS):
+        from ..errors import UserError
+
+        raise UserError(
+            f"task={cfg.task.name} is of kind {own} (its task file's kind:), not {kind}: "
+            f"run it with `convexp finetune {own}`"
+        )
 
 
 def config_kind(cfg) -> str:
@@ -79,8 +92,8 @@ def config_kind(cfg) -> str:
 
 
 def kind(task: str) -> str:
-    """``squad``, ``probing`` or ``glue`` (every other fine-tuning task: GLUE's, custom ones):
-    which ``convexp finetune`` command runs it."""
+    """The kind of a task the package ships, by its name: ``squad``, ``probing`` or ``glue`` (every
+    other: GLUE's, custom ones). A user's task: its composed config's (:func:`config_kind`)."""
     if task in SQUAD:
         return "squad"
     return "probing" if task in PROBING or task == "probing_all" else "glue"

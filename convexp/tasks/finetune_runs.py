@@ -1,13 +1,11 @@
-"""The fine-tuning runs a command will make, named before any of them runs (no Lightning): their
-tasks (``task=all`` and ``probing_all`` are sets; MNLI first where the protocol starts the
-intermediate tasks from it), their hyper-parameters (the composed protocol, and the ConvBERT grid)
-and their run directories, whose ids hash what each run computes (:func:`finetune_run`).
+"""What every kind of fine-tuning task plans its runs with (no Lightning), shared below the task
+folders: the hyper-parameters of a task's runs (the composed protocol, and the ConvBERT grid) and
+the run directories, whose ids hash what each run computes (:func:`finetune_run`).
 
-Configs arrive composed: an invocation's per-task configs are composed by the caller (the CLI,
-the sweep planner; :func:`compose_finetune`) for the tasks :func:`finetune_task_names` lists.
-:func:`classification_runs` plans a GLUE, probing or custom-task invocation; SQuAD's runs
-(squad/runs.py) take their ids and hyper-parameters from here too. What a run name shows, the
-pre-training run is tasks/pretraining/runs.py, the record of a planned run store/rundirs.py.
+Each kind plans its own runs in its folder with these: classification/runs.py (GLUE, probing and
+custom tasks: task sets, MNLI before the tasks that start from it), squad/runs.py (SQuAD: its
+windows and source in the id), a user's kind alike. What a run name shows, the pre-training run is
+tasks/pretraining/runs.py, the record of a planned run store/rundirs.py.
 """
 
 from __future__ import annotations
@@ -18,22 +16,15 @@ from collections.abc import Mapping
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from ..config.compose import compose_stage, model_config, override_key, parse_overrides
+from ..config.compose import model_config, override_key, parse_overrides
 from ..data.digests import input_digests
 from ..errors import UserError
 from ..models.parts import code_digests
-from ..config.name_tokens import command_tokens
-from ..store.rundirs import FinetuneRun, checkpoint_identity
+from ..store.rundirs import checkpoint_identity
 from ..store.run_names import SharedHash, run_key
 from ..store.runs import Run
-from . import PROBING
-from .classification import custom
-from .classification.loading import task_data
 
-GLUE_ORDER = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # MNLI first: intermediate init
-TASK_SETS = {"all": GLUE_ORDER, "probing_all": PROBING}  # task=<set>: these tasks in turn
-INTERMEDIATE = ("rte", "stsb", "mrpc")
-BERMO_PROBING_SEEDS = (63, 77, 9, 96, 39)  # BERMO Table 12
+SAMPLE_KEYS = ("max_train_samples", "max_eval_samples")  # task.<key>: the first N rows (null: every row)
 
 
 # The recipe keys of a composed fine-tuning config (conf/finetune.yaml, set by conf/protocol/) that
@@ -93,94 +84,6 @@ def check_grid(cfg: DictConfig) -> None:
                 f"{key}= is given but the grid (on at scale=paper for protocol={cfg.protocol}) varies "
                 f"{key}: add grid=false to run your {key}, or set grid_values.{key}=[...]"
             )
-
-
-def finetune_task_names(cfg: DictConfig) -> list[str]:
-    """The tasks a fine-tuning invocation fine-tunes, in execution order: ``task=all`` /
-    ``probing_all`` are sets; MNLI comes first when the protocol starts the intermediate tasks from
-    it; any other task (a probing task, ``custom``, a SQuAD task) alone."""
-    names = list(TASK_SETS.get(cfg.task.name, [cfg.task.name]))
-    if cfg.intermediate and "mnli" not in names and any(t in INTERMEDIATE for t in names):
-        names = ["mnli", *names]  # the intermediate task runs first
-    return names
-
-
-def compose_finetune(
-    overrides: list[str], cfg: DictConfig | None = None
-) -> tuple[DictConfig, dict[str, DictConfig]]:
-    """For the edges (the CLI, a sweep's node): the fine-tuning invocation's composed config (``cfg``
-    where the caller has composed it already) and, for every other task it fine-tunes
-    (``task=all``, MNLI first), the same command's config."""
-    cfg = compose_stage("finetune", overrides) if cfg is None else cfg
-    others = [t for t in finetune_task_names(cfg) if t != cfg.task.name]
-    return cfg, {t: compose_stage("finetune", [*overrides, f"task={t}"]) for t in others}
-
-
-def classification_runs(
-    cfg: DictConfig,
-    init_slug: str,
-    hidden_size: int,
-    task_cfgs: Mapping[str, DictConfig],
-    tokens: list[str] | None = None,
-) -> list[FinetuneRun]:
-    """Every run of a classification invocation (GLUE, probing, custom tasks), in execution order
-    (MNLI before the tasks that start from it).
-
-    ``task_cfgs``: the composed config of each task of :func:`finetune_task_names` (``cfg`` itself for
-    its own task may be left out). Needs only the init's name and width, not its weights:
-    ``convexp ablate`` lays out fine-tunes of models that are not pre-trained yet, and ``convexp
-    report`` finds them again. ``tokens``: the names' tokens (a sweep's); None: the command's."""
-    tokens = command_tokens(cfg) if tokens is None else tokens
-    intermediate = cfg.intermediate
-    seeds = list(cfg.seeds)
-    runs: list[FinetuneRun] = []
-    mnli: dict[int, FinetuneRun] = {}
-    for name in finetune_task_names(cfg):
-        tcfg = task_config(cfg, task_cfgs, name)
-        grouped = {"group_by_length": True} if tcfg.get("group_by_length") else None  # off: older ids
-        runs_of = RunNamer(tcfg, grouped)  # what the task's runs share, worked out once
-        for hp in hyperparameters(tcfg, hidden_size):
-            for seed in seeds:
-                start = mnli.get(seed) if intermediate and name in INTERMEDIATE else None
-                start_id = start.run.id if start else ""
-                run, run_cfg = runs_of.run(init_slug, name, seed, hp, start_id, tokens)
-                runs.append(FinetuneRun(name, seed, hp, run, run_cfg, start))
-                if name == "mnli":
-                    mnli.setdefault(seed, runs[-1])  # the first setting's run
-    for p in runs:
-        if p.start is not None:
-            p.start.read_later = True  # its weights are read: kept (train/weights.py)
-    return runs
-
-
-def task_config(cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], name: str) -> DictConfig:
-    """The composed config of task ``name`` of the invocation ``cfg``."""
-    if cfg.task.name == name:
-        return cfg
-    if name not in task_cfgs:
-        raise KeyError(f"no composed config for task {name!r} (compose one per finetune_task_names(cfg))")
-    return task_cfgs[name]
-
-
-def probing_overrides(overrides: list[str]) -> list[str]:
-    """`convexp finetune probing ARGS` as finetune overrides: task=all (the default) is the ten
-    probing tasks (task=probing_all), protocol=bermo unless given, and at scale=paper BERMO's five
-    seeds unless seeds= is given. A task that is not a probing task is refused."""
-    parsed = parse_overrides(overrides)
-    given = {override_key(o): o.value() for o in parsed}
-    task = str(given.get("task", "all"))
-    if task not in ("all", "probing_all", *PROBING):
-        raise UserError(
-            f"task={task} is not a probing task; use task=all or one of: {', '.join(PROBING)} "
-            "(GLUE tasks: convexp finetune glue)"
-        )
-    out = [o for o, p in zip(overrides, parsed) if override_key(p) != "task"]
-    out.append(f"task={'probing_all' if task == 'all' else task}")
-    if "protocol" not in given:
-        out.insert(0, "protocol=bermo")
-    if "seeds" not in given and str(given.get("scale", given.get("finetune_scale", "paper"))) == "paper":
-        out.append(f"seeds=[{','.join(map(str, BERMO_PROBING_SEEDS))}]")
-    return out
 
 
 # Bumped when what a fine-tuning run computes changes without a config key saying so, so that no
@@ -285,7 +188,7 @@ def _identity_of(cfg: DictConfig) -> dict:
         "logger": OmegaConf.to_container(cfg.logger),
         "trainer": {k: cfg.trainer[k] for k in ("accelerator", "num_workers", "log_every_n_steps")},
     }
-    data = task_data(cfg.task)  # sample limits, a custom task's files: only when set (older ids stay)
+    data = sample_limits(cfg.task)  # only when set (older ids stay); a kind adds its own (extra=)
     if data:
         d["task_data"] = data
     # pruning and distillation change a run only when they are on (older runs keep their ids)
@@ -310,11 +213,17 @@ def _identity_of(cfg: DictConfig) -> dict:
     return json.loads(json.dumps(d))  # plain values, as the id hashes them
 
 
+def sample_limits(task_cfg) -> dict:
+    """The task's sample limits that are set (``SAMPLE_KEYS``): part of its runs' ids."""
+    return {k: task_cfg.get(k) for k in SAMPLE_KEYS if task_cfg.get(k) is not None}
+
+
 def _local_inputs(run_cfg: Mapping) -> dict:
-    """The values of a fine-tuning run's id that may name local files or folders."""
+    """The values of a fine-tuning run's id that may name local files or folders: the data
+    sources' paths and the task's ``*_file`` keys (a custom task's files)."""
     glue, squad, data = (run_cfg.get(k) or {} for k in ("glue", "squad", "task_data"))
     return {
         "glue.path": glue.get("path"),
         "squad.path": squad.get("path"),
-        **{f"task.{k}": data.get(k) for k in custom.FILE_KEYS.values()},
+        **{f"task.{k}": v for k, v in data.items() if k.endswith("_file")},
     }

@@ -55,7 +55,7 @@ class Init:
 
     @property
     def width(self) -> int:
-        """The hidden size (the protocols' learning rates depend on it; tasks/*/command.py ``plan``)."""
+        """The hidden size (the protocols' learning rates depend on it; a task kind's ``plan``)."""
         return self.model_cfg.hidden_size
 
     def take_state(self) -> dict | None:
@@ -68,7 +68,7 @@ class Init:
 
 def open_init(cfg: DictConfig, lengths=()) -> Init:
     """Where the fine-tuning command starts (:func:`resolve_init`), with what the command's check
-    (tasks/*/command.py, before torch) cannot read: a hub checkpoint, the opened model's position
+    (the task's check, before torch) cannot read: a hub checkpoint, the opened model's position
     table against the ``task.max_len`` of each config in ``lengths``, a hub teacher."""
     init = resolve_init(cfg)
     check_teacher(cfg)

@@ -1,4 +1,4 @@
-"""The checks every stage shares, called by each task's ``command.check`` (tasks/*/command.py)
+"""The checks every stage shares, called by each task's check (pre-training's command.py, a fine-tuning TaskKind)
 before the stage is imported (no torch, no Lightning): the outputs folder can be written, ``init=`` and ``distill.teacher=`` (the kind of checkpoint their files make:
 :mod:`convexp.store.locate`), the tokenizer file, a user's mixer or FFN on a tiny batch, and, for
 ``init=none``, that ``task.max_len`` fits the preset's position table. A mistake is one line at

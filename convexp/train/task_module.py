@@ -4,8 +4,9 @@
 classification in tasks/classification/stage.py, SQuAD span extraction in tasks/squad/stage.py). A subclass builds
 ``self.model`` (an encoder under ``model.encoder`` plus a head), ``self._teacher`` (a list
 holding a frozen teacher or nothing, so the teacher is not saved) and the pruning masks with
-:meth:`build`; its ``training_step`` calls :meth:`pruning_step` first and
-:meth:`regularized` on its loss.
+:meth:`build`, and says what a training batch's loss is (``forward_batch``) and what its teacher's
+logits are (``teacher_logits``); the training step, with distillation and the pruning penalty, is
+written once here.
 
 Fine-pruning (cfg.pruning: masks on the encoder's matrices, their threshold on Sanh et al.'s
 cubic schedule, an optional L0 / L1 penalty ramped with the schedule) is evaluated at the final
@@ -37,6 +38,8 @@ from .common import (
     finish_wandb,
     layerwise_groups,
     make_loggers,
+    seed_step,
+    step_seed,
 )
 from .clock import StepClock
 from .health import Health, fit
@@ -62,6 +65,41 @@ class TaskModule(OptimizerStep, pl.LightningModule):
         self.load_encoder(encoder_state)
         self._teacher = [load_teacher(teacher)] if teacher is not None else []
         self.prune_model()
+
+    # --- the training step: the task's loss, distilled from a teacher and regularised when asked
+
+    def forward_batch(self, batch):
+        """The model's output on a training batch, with ``.loss`` (the subclass's)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def student_logits(out) -> torch.Tensor:
+        """What a teacher's logits are compared with in ``out`` (SQuAD: start and end)."""
+        return out.logits
+
+    def teacher_logits(self, batch) -> torch.Tensor:
+        """The frozen teacher's logits on ``batch``, shaped as :meth:`student_logits` (the subclass's)."""
+        raise NotImplementedError
+
+    def training_step(self, batch, batch_idx):
+        """One update's loss: the task's (:meth:`forward_batch`), mixed with the teacher's soft
+        targets under distillation (Sanh et al.: ``alpha_ce`` x KL at ``temperature`` + ``alpha_distil``
+        x the task's), plus the pruning penalty; dropout seeded by the batch's stream position, so a
+        resumed run draws what the uninterrupted one would."""
+        seed_step(step_seed(self.seed, batch["first_position"]), self.device)
+        multiplier = self.pruning_step()
+        out = self.forward_batch(batch)
+        loss = out.loss
+        if self._teacher:
+            with torch.no_grad():
+                teacher = self.teacher_logits(batch)
+            d = self.distill
+            loss = pruner.distillation_loss(
+                self.student_logits(out), teacher, out.loss, d.alpha_ce, d.alpha_distil, d.temperature
+            )
+        loss = self.regularized(loss, multiplier)
+        self.log_step("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        return loss
 
     def load_encoder(self, encoder_state: dict | None) -> None:
         """The start weights into ``self.model.encoder`` (None: keep the random initialisation). A

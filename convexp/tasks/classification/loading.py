@@ -35,6 +35,7 @@ from . import custom
 from ...config.groups import GLUE_SOURCES
 from ...data.corpus import with_defaults
 from ...data.errors import TaskError, TaskFileError
+from ..finetune_runs import sample_limits
 from .encoding import check_length
 from .glue_files import check_headers, load_disk, load_hub, read_classic
 from .senteval import read_senteval, senteval_file
@@ -53,18 +54,11 @@ SOURCE_DEFAULTS: dict = {
 }
 
 
-SAMPLE_KEYS = ("max_train_samples", "max_eval_samples")  # null: every row
-
-
 def task_data(task_cfg) -> dict:
     """The task keys that change what a run trains or is scored on, without the null ones (so
     that adding such a key to conf/task/ leaves existing run ids as they were): the sample limits
     (typed when composing: convexp/config/schema.py) and a custom task's files (absolute paths) and fields."""
-    out = {}
-    for key in SAMPLE_KEYS:
-        n = task_cfg.get(key)
-        if n is not None:
-            out[key] = n
+    out = sample_limits(task_cfg)
     if task_cfg.get("name") == custom.NAME:
         custom.custom_task(task_cfg)  # checked before anything runs
         out.update({k: task_cfg.get(k) for k in custom.KEYS if task_cfg.get(k) is not None})

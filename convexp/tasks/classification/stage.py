@@ -6,9 +6,9 @@ holds metrics.json (dev metrics), predictions/ (dev and test), submission/ (the 
 files), checkpoints/ and model/ (the fine-tuned encoder, for intermediate-task initialisation);
 see evaluate.py. One invocation = ``outputs/runs/glue/<slug>-<hash>/`` with summary.json and
 submission.zip; see summary.py. The run directories are named before anything runs
-(tasks/finetune_runs.py, the command's ``plan``), from configs composed by the caller:
+(runs.py, the kind's ``plan``), from configs composed by the caller:
 :func:`fine_tune` takes the invocation's config, one composed config per other task, the opened
-init and the planned runs (command.py).
+init and the planned runs (kinds.py).
 
 Here: the LightningModule (fine-tuning, optionally fine-pruning and distillation), the
 LightningDataModule, one run, and the invocation's runs.
@@ -23,7 +23,6 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 
-from ... import pruning as pruner
 from ...store.checkpoint import Checkpoint, open_checkpoint
 from .custom import custom_task
 from .encoding import tokenize_task
@@ -34,11 +33,10 @@ from ...errors import UserError
 from ...models import ModelConfig, SequenceClassifier
 from ...store.record import warn_if_other_version
 from ...store.runs import Run, RunDiverged
-from ...train.common import seed_step, step_seed
 from .evaluate import Padded, by_idx, eval_loader, evaluate_and_save
 from .summary import write_summary
 from ...store.rundirs import FinetuneRun
-from ..finetune_runs import task_config
+from .runs import task_config
 from ...train.streams import training_loader
 from ...train.finetune import FinetuneJob, Init, Trained, train_one
 from ...train.weights import has_work
@@ -84,21 +82,8 @@ class FinetuneModule(TaskModule):
         collate's host flag, so that a GPU step reads nothing back)."""
         return self.model(*self.inputs(batch), batch["labels"], padded=batch.get("padded"))
 
-    def training_step(self, batch, batch_idx):
-        seed_step(step_seed(self.seed, batch["first_position"]), self.device)  # dropout, resumable
-        multiplier = self.pruning_step()
-        out = self.forward_batch(batch)
-        loss = out.loss
-        if self._teacher:
-            with torch.no_grad():
-                teacher_logits = self._teacher[0](*self.inputs(batch), padded=batch.get("padded")).logits
-            d = self.distill
-            loss = pruner.distillation_loss(
-                out.logits, teacher_logits, out.loss, d.alpha_ce, d.alpha_distil, d.temperature
-            )
-        loss = self.regularized(loss, multiplier)
-        self.log_step("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
-        return loss
+    def teacher_logits(self, batch) -> torch.Tensor:
+        return self._teacher[0](*self.inputs(batch), padded=batch.get("padded")).logits
 
     def validation_step(self, batch, batch_idx):
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
@@ -189,7 +174,7 @@ def classification_job(cfg: DictConfig, init: Init, planned: FinetuneRun, splits
 def fine_tune(
     cfg: DictConfig, task_cfgs: Mapping[str, DictConfig], init: Init, runs: list[FinetuneRun], summary: bool = True
 ) -> Path | None:
-    """Fine-tune the planned runs (command.py ``plan``; finished runs are reused), task by task;
+    """Fine-tune the planned runs (kinds.py ``plan``; finished runs are reused), task by task;
     aggregate; print the GLUE table. ``task_cfgs``: the composed config of each other task of
     the command (task=all, MNLI before the intermediate tasks).
 

@@ -30,7 +30,7 @@ from .runs import pretrain_run
 STAGE = "pretrain"
 
 
-def arguments(overrides: list[str], kind: str) -> list[str]:
+def arguments(overrides: list[str]) -> list[str]:
     """The command line's overrides as the stage's (pre-training adds nothing of its own)."""
     return list(overrides)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from .. import is_squad
+from .. import SQUAD
 from .data import squad_source_settings
 from ...errors import UserError
 from ...config.name_tokens import command_tokens
@@ -25,7 +25,7 @@ WINDOW_KEYS = ("max_len", "doc_stride")  # squad.<key>: overrides of the protoco
 
 def check_squad_config(cfg: DictConfig) -> None:
     """A SQuAD task under a protocol that has SQuAD settings (one-line UserError)."""
-    if not is_squad(cfg.task.name):
+    if cfg.task.name not in SQUAD:
         raise UserError(
             f"task={cfg.task.name} is not a SQuAD task; use task=squad1 (v1.1) or task=squad2 (v2.0) "
             "(GLUE tasks: convexp finetune glue)"
@@ -73,7 +73,7 @@ def squad_runs(
     cfg: DictConfig, init_slug: str, hidden_size: int, tokens: list[str] | None = None
 ) -> list[FinetuneRun]:
     """Every run of a SQuAD invocation (the task's seeds), in execution order. Needs only the
-    init's name and width, not its weights; ``tokens`` as for finetune_runs.classification_runs.
+    init's name and width, not its weights; ``tokens`` as for classification/runs.classification_runs.
     The config is checked by the command first (:func:`check_squad_config`)."""
     tokens = command_tokens(cfg) if tokens is None else tokens
     # GLUE's data source and length are not SQuAD's: the id holds SQuAD's source and windows instead

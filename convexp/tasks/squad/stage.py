@@ -22,7 +22,6 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 
-from ... import pruning as pruner
 from ...store.checkpoint import Checkpoint, CheckpointError
 from .data import SquadError, load_squad
 from .features import cached_features, collate_squad
@@ -31,7 +30,6 @@ from ...models import ModelConfig
 from ...models.qa import QuestionAnswerer
 from ...store.record import warn_if_other_version
 from ...store.runs import Run
-from ...train.common import seed_step, step_seed
 from ...store.rundirs import FinetuneRun
 from .evaluate import evaluate_squad
 from .runs import qa_settings, squad_source
@@ -121,26 +119,12 @@ class SquadModule(TaskModule):
         """The model's output (with its loss) on a training batch."""
         return self.model(**self._inputs(batch))
 
-    def training_step(self, batch, batch_idx):
-        seed_step(step_seed(self.seed, batch["first_position"]), self.device)  # dropout, resumable
-        multiplier = self.pruning_step()
-        out = self.forward_batch(batch)
-        loss = out.loss
-        if self._teacher:
-            with torch.no_grad():
-                teacher_out = self._teacher[0](**self._inputs(batch))
-            d = self.distill
-            loss = pruner.distillation_loss(
-                out.distillation_logits,
-                teacher_out.distillation_logits,
-                out.loss,
-                d.alpha_ce,
-                d.alpha_distil,
-                d.temperature,
-            )
-        loss = self.regularized(loss, multiplier)
-        self.log_step("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
-        return loss
+    @staticmethod
+    def student_logits(out) -> torch.Tensor:
+        return out.distillation_logits  # start and end logits: Sanh et al. distil both
+
+    def teacher_logits(self, batch) -> torch.Tensor:
+        return self._teacher[0](**self._inputs(batch)).distillation_logits
 
 
 class WindowBatches:
@@ -242,7 +226,7 @@ def squad_job(cfg: DictConfig, init: Init, planned: FinetuneRun, data: dict) -> 
 
 
 def fine_tune(cfg: DictConfig, init: Init, runs: list[FinetuneRun]) -> list[Run]:
-    """Fine-tune the planned runs, one per seed (command.py ``plan``; finished runs are reused);
+    """Fine-tune the planned runs, one per seed (kind.py ``plan``; finished runs are reused);
     print EM / F1."""
     if cfg.task.max_len is not None:  # e.g. a sweep's finetune.task.max_len meant for its GLUE tasks
         print(f"note: task.max_len={cfg.task.max_len} is GLUE's; SQuAD's: squad.max_len, squad.doc_stride")
