@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -172,3 +173,36 @@ def test_a_user_kind_refuses_bad_files_in_its_check(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, [*base, f"task.train_file={bad}"])
     assert res.exit_code == 2 and "tags ['PRON'] outside task.options.labels" in res.output, res.output
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_a_user_kind_runs_a_sweep_and_has_its_column_in_the_report(tmp_path, monkeypatch):
+    """examples/my_tagging end to end at scale=smoke (~3 min on 2 cores): two pre-trainings, a
+    tagging fine-tune of each through `convexp finetune tagging`, and the report's pos_tags column
+    holding each run's token accuracy."""
+    import json
+    import re
+
+    monkeypatch.chdir(TAGGING.parents[1])
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("CONVEXP_USER_DIR", "")
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    runner = CliRunner()
+    done = runner.invoke(app, ["--user-dir", str(TAGGING), "ablate", "my-tagging", "scale=smoke"])
+    assert done.exit_code == 0, done.output[-3000:]
+    assert "convexp finetune tagging " in done.output and "sweep my-tagging: 4 done" in done.output
+    assert f"report: convexp --user-dir {TAGGING} report my-tagging" in done.output
+    scores = {}
+    for m in (tmp_path / "outputs" / "runs" / "finetune").glob("*/metrics.json"):
+        metrics = json.loads(m.read_text())
+        assert metrics["task"] == "pos_tags" and 0 <= metrics["score"] <= 100
+        scores[m.parent.name.split("-mlm-")[0]] = metrics["score"]
+    assert sorted(scores) == ["chang-small", "chang-small-composite"]
+    report = runner.invoke(app, ["--user-dir", str(TAGGING), "report", "my-tagging", "scale=smoke"])
+    assert report.exit_code == 0, report.output[-3000:]
+    assert "tagging dev" in report.output  # the header names the kind's title
+    rows = {r.split("|")[1].strip(): r for r in report.output.splitlines() if r.startswith("| ") and "ours" in r}
+    for label, run in (("self-attention", "chang-small"), ("composite attention", "chang-small-composite")):
+        cell = [c.strip() for c in rows[label].split("|")][4]
+        assert re.fullmatch(r"\d+\.\d", cell) and float(cell) == pytest.approx(scores[run], abs=0.05)

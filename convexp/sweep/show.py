@@ -464,6 +464,20 @@ def disk_line(plan: Plan) -> str:
             f"≈ {size(expected)} when the sweep has run (--dry-run's bill)")  # fmt: skip
 
 
+def _dir_flags() -> str:
+    """The command's --config-dir and --user-dir flags (where its sweep and code were found), for a
+    command line it tells the user to type next."""
+    import os
+
+    from ..config.compose import CONFIG_PATH_ENV
+    from ..user_code import USER_DIR_ENV
+
+    flags = []
+    for flag, env in (("--config-dir", CONFIG_PATH_ENV), ("--user-dir", USER_DIR_ENV)):
+        flags += [f"{flag} {p} " for p in os.environ.get(env, "").split(os.pathsep) if p]
+    return "".join(flags)
+
+
 def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:
     """The end-of-sweep summary; returns the number of nodes that failed or diverged."""
     counts: dict[str, int] = {}
@@ -475,7 +489,8 @@ def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:
     for k, o in failed.items():
         console.print(f"  {o.status}: {k}: {o.error}" + (f" (log: {o.log})" if o.log else ""), markup=False)
     if any(o.status == "submitted" for o in outcomes.values()):
-        console.print(f"submitted to SLURM; where it stands: convexp ablate {plan.sweep.name} --status", markup=False)
+        console.print(f"submitted to SLURM; where it stands: convexp {_dir_flags()}ablate {plan.sweep.name} --status",
+                      markup=False)  # fmt: skip
     elif not failed:
-        console.print(f"report: convexp report {plan.sweep.name}")
+        console.print(f"report: convexp {_dir_flags()}report {plan.sweep.name}", markup=False)
     return sum(o.status in ("failed", "diverged") for o in outcomes.values())
