@@ -179,6 +179,14 @@ class SelfAttention(nn.Module):
         )
         self.out = nn.Linear(H * d, D)
 
+    def init_parameters(self, std: float, truncated: bool) -> None:
+        """Its own parameters' initialisation (encoder.init_weights calls it): W^Q and W^K as
+        Chang et al.'s code leaves them, kaiming_uniform(a=√5), i.e. U(±1/√(2k+1))."""
+        for p in (self.dynamic, self.key_dynamic):
+            if p is not None:
+                bound = p.shape[1] ** -0.5
+                nn.init.uniform_(p, -bound, bound)
+
     def relative_bias(
         self, q: torch.Tensor | None, k: torch.Tensor | None, L: int, device
     ) -> torch.Tensor | None:

@@ -6,18 +6,11 @@ never branches on a preset's name, only on these fields.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, List, Optional
 
-MIXERS = ("attention", "mixed")  # the built-in parts (models/parts.py); any other is an import path
-FFNS = ("feedforward",)
-_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$")
+from .parts import BUILTIN, builtin_part, is_import_path  # the built-in parts; any other: an import path
 
-
-def is_import_path(name: str) -> bool:
-    """Whether ``name`` has the form of ``module:Class`` or ``module.Class`` (a user's part)."""
-    return bool(_IMPORT_PATH.match(name))
 CONV_TYPES = ("sdconv", "conventional", "dynamic", "none")
 CLASSIFIERS = ("cls", "pooler", "hf")
 NORMS = ("per_layer", "layers", "none")  # ScalarMix's normalisation of each layer (scalar_mix.py)
@@ -114,10 +107,9 @@ class ModelConfig:
 
     @property
     def attn_heads(self) -> int:
-        """Self-attention heads: N, or N // γ with ConvBERT's bottleneck (γ ≤ N is validated)."""
-        if self.mixer == "mixed":
-            return self.num_heads // self.head_ratio
-        return self.num_heads
+        """Self-attention heads: the mixer's (N, or N // γ with ConvBERT's bottleneck; a user's: N)."""
+        part = builtin_part(self, "mixer")
+        return part.heads(self) if part is not None else self.num_heads
 
     @property
     def reads_padding_positions(self) -> bool:
@@ -157,14 +149,12 @@ class ModelConfig:
         for key in ("layer_norm_eps", "initializer_range"):
             if not getattr(self, key) > 0:
                 bad(f"{key} must be > 0, got {getattr(self, key)} (e.g. model.{key}={getattr(type(self), key)})")
-        for kind, builtin in (("mixer", MIXERS), ("ffn", FFNS)):
-            name = getattr(self, kind)
+        for kind in ("mixer", "ffn"):
+            name, builtin = getattr(self, kind), tuple(BUILTIN[kind])
             if not isinstance(name, str) or name not in builtin and not is_import_path(name):
                 bad(f"{kind} must be one of {builtin} or an import path module:Class, got {name!r}")
         if self.conv_type not in CONV_TYPES:
             bad(f"conv_type must be one of {CONV_TYPES}, got {self.conv_type!r}")
-        if self.mixer == "mixed" and not 1 <= self.head_ratio <= self.num_heads:
-            bad(f"head_ratio (γ) must be in [1, num_heads={self.num_heads}], got {self.head_ratio}")
         if self.weight_init not in INITS:
             bad(f"weight_init must be one of {INITS}, got {self.weight_init!r}")
         if self.classifier is not None and self.classifier not in CLASSIFIERS:
@@ -175,17 +165,12 @@ class ModelConfig:
             bad(f"conv_qkv must be a subset of 'qkv', got {self.conv_qkv!r}")
         if self.head_size is None and self.hidden_size % self.num_heads:
             bad(f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
-        if self.intermediate_size % self.ffn_groups or self.hidden_size % self.ffn_groups:
-            bad(f"ffn_groups {self.ffn_groups} must divide hidden and intermediate sizes")
         if self.conv_qkv and self.num_heads % 2:
             bad("conv_qkv puts convolutions in half the heads: num_heads must be even")
-        if self.mixer == "attention" and not (
-            self.content_attention or self.fixed_conv or self.dynamic_conv or self.key_conv
-        ):
-            bad("content_attention=false needs at least one of fixed_conv, dynamic_conv, key_conv")
-        chang = self.fixed_conv or self.dynamic_conv or self.key_conv or self.depthwise_conv
-        if self.mixer == "mixed" and (chang or self.conv_qkv or not self.content_attention):
-            bad("Chang et al. options (fixed/dynamic/key/depthwise conv, conv_qkv) need mixer=attention")
+        for kind in ("mixer", "ffn"):  # each built-in part's own rules (attention_part.py, ffn_part.py)
+            part = builtin_part(self, kind)
+            if part is not None:
+                part.check(self, bad)
         if self.layer_sizes is not None:
             self._validate_layer_sizes(bad)
 
@@ -196,7 +181,8 @@ class ModelConfig:
             n = len(sizes) if isinstance(sizes, (list, tuple)) else type(sizes).__name__
             bad(f"layer_sizes must list one entry per layer: got {n}, num_layers is {self.num_layers}")
         allowed = {"heads", "intermediate"} | ({"conv_heads"} if self.conv_qkv else set())
-        fixed_heads = self.mixer == "mixed" and self.conv_type in ("sdconv", "dynamic")
+        mixer = builtin_part(self, "mixer")
+        fixed_heads = mixer is not None and mixer.fixed_heads(self)
         for i, s in enumerate(sizes):
             where = f"layer_sizes[{i}]"
             if not hasattr(s, "keys") or not {"heads", "intermediate"} <= set(s) or set(s) - allowed:

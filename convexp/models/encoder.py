@@ -8,7 +8,6 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import SelfAttention
 from .config import ModelConfig
 from .conv import SeparableConv1d
 from .dropout import Dropout
@@ -92,7 +91,8 @@ def init_weights(m: nn.Module, std: float = 0.02, truncated: bool = False) -> No
     kernels: N(0, 1/K) (yitu-opensource/ConvBert model/modeling.py: ``depthwise_initializer=
     create_initializer(1/conv_kernel_size)``). Chang et al.'s convolutions keep PyTorch's default
     U(±1/√K) as their code does (nn.Conv1d; W^Q, W^K by kaiming_uniform(a=√5)); β starts at 0.
-    Use as ``module.apply(partial(init_weights, std=...))``."""
+    A module with parameters of its own kind says how they start: ``init_parameters(std, truncated)``
+    (SelfAttention's W^Q and W^K; a user's part may define it too). Use as ``module.apply(partial(init_weights, std=...))``."""
     if isinstance(m, nn.Linear):
         if m.weight.numel():  # a pruned Projection may have no linear head left: nn.Linear(D, 0)
             _normal(m.weight, std, truncated)
@@ -116,11 +116,8 @@ def init_weights(m: nn.Module, std: float = 0.02, truncated: bool = False) -> No
             bound = m.depthwise.shape[1] ** -0.5
             nn.init.uniform_(m.depthwise, -bound, bound)
             nn.init.uniform_(m.depthwise_bias, -bound, bound)
-    elif isinstance(m, SelfAttention):
-        for p in (m.dynamic, m.key_dynamic):
-            if p is not None:
-                bound = p.shape[1] ** -0.5
-                nn.init.uniform_(p, -bound, bound)
+    elif hasattr(m, "init_parameters"):  # a part's own parameters (SelfAttention's W^Q, W^K; a user's)
+        m.init_parameters(std, truncated)
 
 
 def glorot_where_tf_had_no_initializer(module: nn.Module) -> None:

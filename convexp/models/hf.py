@@ -52,6 +52,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from .attention_part import hf_head_size
 from .config import ModelConfig
 from .files import HF_MODEL_TYPES
 from .encoder import Encoder
@@ -189,13 +190,6 @@ def read_state_dict(d: Path) -> dict[str, torch.Tensor]:
 # ----------------------------------------------------------------------------------------------
 # Config translation
 # ----------------------------------------------------------------------------------------------
-
-
-def hf_head_size(hidden_size: int, num_heads: int, head_ratio: int) -> tuple[int, int]:
-    """(self-attention heads n, head size d) exactly as HF ConvBERT computes them."""
-    n = num_heads // head_ratio
-    n = n if n >= 1 else 1
-    return n, (hidden_size // n) // 2
 
 
 def model_config_from_hf(

@@ -37,9 +37,8 @@ from ..atomic import atomic_dir
 from .config import ModelConfig
 from .encoder import Encoder
 from .heads import MaskedLM, ReplacedTokenDetector, SequenceClassifier
-from .hf import hf_head_size
 from .hf_keys import LAYOUTS, ExportError, cls_head_keys, encoder_key_table, mlm_head_keys, rtd_head_keys
-from .parts import user_parts
+from .parts import builtin_part, user_parts
 
 _HF_ACT = ("gelu", "gelu_new", "relu")
 PREFIX = {"bert": "bert.", "electra": "electra.", "convbert": "convbert."}
@@ -56,9 +55,7 @@ CLASSES = {  # (model_type, head) -> the transformers class
 def hf_model_type(cfg: ModelConfig) -> str:
     """The ``transformers`` model type of ``cfg``'s architecture: convbert (mixed attention), bert
     (self-attention with BERT's pooler) or electra (self-attention, no pooler)."""
-    if cfg.mixer == "mixed":
-        return "convbert"
-    return "bert" if cfg.pooler else "electra"
+    return builtin_part(cfg, "mixer").hf_model_type(cfg)
 
 
 def check_exportable(cfg: ModelConfig) -> str:
@@ -71,29 +68,9 @@ def check_exportable(cfg: ModelConfig) -> str:
             "push_to_hub, loaded with --user-dir holding the module)"
         )
     mt = hf_model_type(cfg)
-    why = []
-    if cfg.mixer not in ("attention", "mixed"):
-        why.append(f"mixer={cfg.mixer!r} (transformers has self-attention and ConvBERT's mixed attention)")
-    elif mt == "convbert":
-        if cfg.conv_type != "sdconv":
-            why.append(f"conv_type={cfg.conv_type!r} (HF ConvBERT only has 'sdconv')")
-        if cfg.pooler:
-            why.append("pooler=True (HF ConvBERT has no pooler)")
-        n, d = hf_head_size(cfg.hidden_size, cfg.num_heads, cfg.head_ratio)
-        if cfg.hidden_size % n:
-            why.append(f"hidden_size {cfg.hidden_size} not divisible by {n} attention heads")
-        if cfg.head_dim != d:
-            why.append(f"head size {cfg.head_dim} != HF's (hidden_size // {n}) // 2 = {d}")
-    else:
-        convs = [k for k in ("fixed_conv", "dynamic_conv", "key_conv", "depthwise_conv") if getattr(cfg, k)]
-        convs += [f"conv_qkv={cfg.conv_qkv!r}"] if cfg.conv_qkv else []
-        convs += ["content_attention=False"] if not cfg.content_attention else []
-        if convs:
-            why.append(f"{', '.join(convs)} (Chang et al.'s convolutions: {mt} has plain self-attention)")
-        if cfg.head_dim * cfg.num_heads != cfg.hidden_size:
-            why.append(f"{cfg.num_heads} heads of {cfg.head_dim} != hidden_size {cfg.hidden_size}")
-        if mt == "bert" and cfg.emb_size != cfg.hidden_size:
-            why.append(f"embedding_size {cfg.emb_size} != hidden_size (BERT has no embedding projection)")
+    why = builtin_part(cfg, "mixer").hf_refusals(cfg)  # the mixer's own (attention_part.py)
+    if mt == "bert" and cfg.emb_size != cfg.hidden_size:
+        why.append(f"embedding_size {cfg.emb_size} != hidden_size (BERT has no embedding projection)")
     if cfg.ffn != "feedforward" or (mt != "convbert" and cfg.ffn_groups != 1):
         why.append(f"ffn={cfg.ffn!r}, ffn_groups={cfg.ffn_groups}")
     if not cfg.absolute_positions:

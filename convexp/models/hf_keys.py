@@ -12,6 +12,7 @@ import torch
 
 from ..errors import UserError
 from .config import ModelConfig
+from .parts import builtin_part
 
 
 class CheckpointNotFoundError(UserError):
@@ -83,29 +84,14 @@ def encoder_key_table(cfg: ModelConfig) -> list[tuple[str, str, str]]:
         t += _wb("embeddings_project", "embeddings.project")
     for i in range(cfg.num_layers):
         hf, cx = f"encoder.layer.{i}.", f"layers.{i}."
-        if cfg.mixer == "attention":
-            for name, mod in (("query", "q"), ("key", "k_proj"), ("value", "v")):
-                t += _wb(f"{hf}attention.self.{name}", f"{cx}mixer.{mod}.linear")
-        else:
-            for name in ("query", "key", "value"):
-                t += _wb(f"{hf}attention.self.{name}", f"{cx}mixer.{name}")
-            if cfg.conv_type == "sdconv":
-                sep = f"{hf}attention.self.key_conv_attn_layer"
-                t += [
-                    (f"{sep}.depthwise.weight", f"{cx}mixer.key_conv.depthwise", "depthwise"),
-                    (f"{sep}.pointwise.weight", f"{cx}mixer.key_conv.pointwise.weight", "pointwise"),
-                    (f"{sep}.bias", f"{cx}mixer.key_conv.pointwise.bias", "col_bias"),
-                ]
-                t += _wb(f"{hf}attention.self.conv_kernel_layer", f"{cx}mixer.conv_kernel")
-                t += _wb(f"{hf}attention.self.conv_out_layer", f"{cx}mixer.conv_value")
-            elif cfg.conv_type != "none":
-                raise UnsupportedCheckpointError(
-                    f"conv_type {cfg.conv_type!r} has no Hugging Face equivalent"
-                )
-        t += _wb(f"{hf}attention.output.dense", f"{cx}mixer.out")
+        for kind in ("mixer", "ffn"):  # each part's own keys (attention_part.py, ffn_part.py)
+            part = builtin_part(cfg, kind)
+            keys = part.hf_keys(cfg, hf, cx) if part is not None else None
+            if keys is None:
+                what = part.label(cfg) if part is not None else getattr(cfg, kind)
+                raise UnsupportedCheckpointError(f"{kind} {what} has no Hugging Face equivalent")
+            t += keys
         t += _wb(f"{hf}attention.output.LayerNorm", f"{cx}norm1")
-        t += _wb(f"{hf}intermediate.dense", f"{cx}ffn.fc1")
-        t += _wb(f"{hf}output.dense", f"{cx}ffn.fc2")
         t += _wb(f"{hf}output.LayerNorm", f"{cx}norm2")
     if cfg.pooler:
         t += _wb("pooler.dense", "pooler")

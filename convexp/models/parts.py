@@ -17,6 +17,16 @@ The protocol (README "Your own idea"):
   given every position and its position 0 is taken.
 * a feed-forward is ``Class(cfg, layer, **options)`` mapping [..., D] to [..., D].
 
+A built-in part is built the same way (``part(cfg, layer)``) and describes itself beside its
+module, without torch (attention_part.py, ffn_part.py): ``check(cfg, bad)`` its options' rules,
+``label(cfg)``, ``count(cfg, layer)`` its parameters and FLOPs, ``hf_keys(cfg, hf, cx)`` its
+``transformers`` keys; a mixer also ``heads(cfg)`` (its self-attention heads), ``fixed_heads(cfg)``
+(whether per-layer head counts can be rebuilt), ``extra_saved`` (what the backward keeps beyond
+self-attention's), ``table3_extra`` (ConvBERT Table 3's FLOPs beyond it), ``hf_model_type`` and
+``hf_refusals``. models/config.py, stats.py, hf_keys.py, hf_export.py and sweep/memory.py ask it;
+a new built-in mixer is its module, its part object, its line in :data:`BUILTIN` and a preset. A
+user's part is measured instead (stats.measured_layer) and exported in convexp's format only.
+
 A module is found in the folders of ``convexp --user-dir DIR`` or as an installed package
 (convexp/user_code.py: the folders, the import, the source digest a run id hashes). Nothing here
 imports torch until a part is built, so run ids and plans are made without it.
@@ -25,11 +35,13 @@ imports torch until a part is built, so run ids and plans are made without it.
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Callable
 
 from ..errors import UserError
 from ..user_code import import_object, source_digest, source_files, split
-from .config import FFNS, MIXERS, is_import_path
+from .attention_part import MIXED_ATTENTION, SELF_ATTENTION
+from .ffn_part import FEEDFORWARD
 
 KINDS = ("mixer", "ffn")
 
@@ -39,36 +51,29 @@ class PartError(UserError):
     wrong output); one line naming what was looked for and the fix."""
 
 
-# --- the table of built-in parts -------------------------------------------------------------------
+# --- the table of built-in parts: each a part object of its own module (attention_part.py,
+# ffn_part.py), which builds its nn.Module and describes itself without torch
 
 
-def _self_attention(cfg, layer: int):
-    from .attention import SelfAttention
-
-    size = cfg.layer_size(layer)
-    return SelfAttention(cfg, size["heads"], size["conv_heads"])
-
-
-def _mixed_attention(cfg, layer: int):
-    from .attention import MixedAttention
-
-    return MixedAttention(cfg, cfg.layer_size(layer)["heads"])
-
-
-def _feedforward(cfg, layer: int):
-    from .ffn import FeedForward
-
-    return FeedForward(cfg, cfg.layer_size(layer)["intermediate"])
-
-
-BUILTIN: dict[str, dict[str, Callable]] = {
-    "mixer": dict(zip(MIXERS, (_self_attention, _mixed_attention), strict=True)),
-    "ffn": dict(zip(FFNS, (_feedforward,), strict=True)),
+BUILTIN: dict[str, dict[str, object]] = {
+    "mixer": {"attention": SELF_ATTENTION, "mixed": MIXED_ATTENTION},
+    "ffn": {"feedforward": FEEDFORWARD},
 }
+_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*$")
+
+
+def is_import_path(name: str) -> bool:
+    """Whether ``name`` has the form of ``module:Class`` or ``module.Class`` (a user's part)."""
+    return bool(_IMPORT_PATH.match(name))
 
 
 def is_builtin(kind: str, name: str) -> bool:
     return name in BUILTIN[kind]
+
+
+def builtin_part(cfg, kind: str):
+    """The built-in part object of ``cfg``'s ``kind`` (``mixer``, ``ffn``), or None for a user's."""
+    return BUILTIN[kind].get(getattr(cfg, kind))
 
 
 def user_parts(cfg) -> dict[str, str]:

@@ -15,7 +15,7 @@ import dataclasses
 import sys
 
 from .config import ModelConfig
-from .parts import code_digests, user_parts
+from .parts import builtin_part, code_digests, user_parts
 
 # Everything here is computed from ModelConfig's shapes alone (no torch), so ``convexp models``
 # answers at once. tests/test_presets.py checks every preset against the built modules'
@@ -26,65 +26,17 @@ def _linear(i: int, o: int) -> int:
     return i * o + o  # nn.Linear(i, o): weight + bias
 
 
-def _projection_params(cfg: ModelConfig, out: int, conv: bool, conv_out: int | None) -> int:
-    """attention.Projection: with a convolution, ``half`` outputs come from a depthwise (with bias)
-    + pointwise convolution and the rest from a linear map."""
-    D, K = cfg.hidden_size, cfg.kernel_size
-    half = (out // 2 if conv_out is None else conv_out) if conv else 0
-    sep = D * K + D + _linear(D, half) if half else 0
-    return sep + _linear(D, out - half)
-
-
 def _layer(cfg: ModelConfig, i: int) -> tuple[int, int, int]:
     """(parameters, forward FLOPs per token independent of length, FLOPs per token per position)
-    of layer i. FLOPs as torch's FlopCounterMode counts them: 2·m·n per matrix product, convolutions
-    2·C_in/groups·K per output value, attention 4·H·L·d per query; elementwise work not counted.
-    A layer with a user's part: :func:`measured_layer`."""
+    of layer i: its mixer's and feed-forward's own counts (their parts: attention_part.py,
+    ffn_part.py) and two LayerNorms. FLOPs as torch's FlopCounterMode counts them: 2·m·n per matrix
+    product, convolutions 2·C_in/groups·K per output value, attention 4·H·L·d per query; elementwise
+    work not counted. A layer with a user's part: :func:`measured_layer`."""
     if user_parts(cfg):
         return measured_layer(cfg, i)
-    D, K, d = cfg.hidden_size, cfg.kernel_size, cfg.head_dim
-    size = cfg.layer_size(i)
-    H, I, G = size["heads"], size["intermediate"], cfg.ffn_groups
-    params = 2 * 2 * D  # two LayerNorms
-    # feed-forward (dense or ConvBERT's grouped linear, eq. 7)
-    params += D * I // G + I + I * D // G + D
-    flops, per_pos = 2 * 2 * D * I // G, 0
-    if cfg.mixer == "attention":
-        conv_out = None if size["conv_heads"] is None else size["conv_heads"] * d
-        used = [n for n, on in (("q", cfg.content_attention or cfg.dynamic_conv),
-                                ("k", cfg.content_attention or cfg.key_conv), ("v", True)) if on]
-        for n in used:
-            conv = n in cfg.conv_qkv
-            params += _projection_params(cfg, H * d, conv, conv_out)
-            half = ((H * d // 2 if conv_out is None else conv_out) if conv else 0)
-            flops += 2 * D * (H * d - half) + (2 * D * K + 2 * D * half if half else 0)
-        params += H * K * cfg.fixed_conv + d * K * (cfg.dynamic_conv + cfg.key_conv)
-        flops += 2 * H * d * K * (cfg.dynamic_conv + cfg.key_conv)  # q·W^Q, k·W^K for every offset
-        if cfg.depthwise_conv:  # eq. 7
-            params += H * d * K + H * d
-            flops += 2 * H * d * K
-        per_pos += (4 if cfg.content_attention else 2) * H * d  # q kᵀ and probs·v (or probs·v alone)
-        params += _linear(H * d, D)
-        flops += 2 * H * d * D
-    else:  # ConvBERT mixed attention
-        c = cfg.attn_heads  # convolution heads
-        A, C = H * d, c * d
-        params += 3 * _linear(D, A)
-        flops += 3 * 2 * D * A
-        per_pos += 4 * H * d
-        if cfg.conv_type == "sdconv":
-            params += D * K + _linear(D, C) + _linear(C, c * K) + _linear(D, C)
-            flops += 2 * D * K + 2 * D * C + 2 * C * c * K + 2 * D * C
-        elif cfg.conv_type == "dynamic":
-            params += _linear(D, c * K) + _linear(D, C)
-            flops += 2 * D * c * K + 2 * D * C
-        elif cfg.conv_type == "conventional":
-            params += D * K + _linear(D, C)
-            flops += 2 * D * K + 2 * D * C
-        width = A if cfg.conv_type == "none" else A + C
-        params += _linear(width, D)
-        flops += 2 * width * D
-    return params, flops, per_pos
+    mixer, ffn = builtin_part(cfg, "mixer"), builtin_part(cfg, "ffn")
+    params, flops, per_pos = (a + b for a, b in zip(mixer.count(cfg, i), ffn.count(cfg, i)))
+    return params + 2 * 2 * cfg.hidden_size, flops, per_pos  # + the block's two LayerNorms
 
 
 def is_measured(cfg: ModelConfig) -> bool:
@@ -208,7 +160,8 @@ def preset_table(cfgs: dict[str, ModelConfig], seq_len: int = 128, user: set[str
         table.add_column(col, justify="left" if col in ("preset", "mixer") else "right")
     for name, cfg in cfgs.items():
         params, flops = model_stats(cfg, seq_len)
-        mixer = {"attention": "attention", "mixed": f"mixed/{cfg.conv_type}"}.get(cfg.mixer, cfg.mixer)
+        part = builtin_part(cfg, "mixer")
+        mixer = part.label(cfg) if part is not None else cfg.mixer
         table.add_row(
             name + ("*" if name in user else "") + ("†" if is_measured(cfg) else ""),
             mixer,
@@ -241,23 +194,14 @@ def _block_flops(cfg: ModelConfig, s: int) -> float:
     if user_parts(cfg):  # a user's part: measured (matrix products only), the layers' mean
         layers = [measured_layer(cfg, i) for i in range(cfg.num_layers)]
         return sum(const + per_pos * s for _, const, per_pos in layers) / cfg.num_layers
-    D, I, G, K = cfg.hidden_size, cfg.intermediate_size, cfg.ffn_groups, cfg.kernel_size
+    D, I, G = cfg.hidden_size, cfg.intermediate_size, cfg.ffn_groups
     n, d = cfg.attn_heads, cfg.head_dim
     A = n * d  # self-attention width (D, or D/γ with ConvBERT's bottleneck)
     f = 3 * 2 * D * A + 3 * A  # query, key, value (+ biases)
     f += 2 * A * s + (SOFTMAX_FLOPS + DROPOUT_FLOPS + 1) * n * s + 2 * A * s  # q·kᵀ, softmax, ·v
-    width = A  # what the output projection reads
-    if cfg.mixer == "mixed" and cfg.conv_type != "none":
-        C = n * d  # convolution-branch width
-        width += C
-        if cfg.conv_type in ("sdconv", "conventional"):
-            f += 2 * D * K + 2 * D * C + C  # depthwise-separable conv (span-aware key / the branch)
-        if cfg.conv_type == "sdconv":
-            f += C + 2 * C * n * K + n * K  # Ks ⊙ Q, conv_kernel_layer
-        elif cfg.conv_type == "dynamic":
-            f += 2 * D * n * K + n * K  # kernel from the token itself
-        if cfg.conv_type in ("sdconv", "dynamic"):
-            f += SOFTMAX_FLOPS * n * K + 2 * D * C + C + 2 * C * K  # kernel softmax, conv value, conv
+    extra, more_width = builtin_part(cfg, "mixer").table3_extra(cfg, s, SOFTMAX_FLOPS)  # e.g. ConvBERT's convolution
+    f += extra
+    width = A + more_width  # what the output projection reads
     f += 2 * width * D + D + DROPOUT_FLOPS * D + D + LAYER_NORM_FLOPS * D  # output, residual, norm
     f += 2 * D * I // G + I + ACTIVATION_FLOPS * I  # FFN in (grouped linear: 1/G of the products)
     f += 2 * I * D // G + D + DROPOUT_FLOPS * D + D + LAYER_NORM_FLOPS * D  # FFN out

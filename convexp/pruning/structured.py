@@ -45,6 +45,7 @@ from torch import nn
 
 from ..models.attention import MixedAttention, Projection, SelfAttention
 from ..models.config import ModelConfig
+from ..models.parts import builtin_part
 from ..models.ffn import FeedForward, GroupedLinear
 from .masked import find_encoder, masks
 
@@ -155,7 +156,7 @@ def pruned_config(model: nn.Module) -> ModelConfig:
     cfg = find_encoder(model).cfg
     sizes = layer_sizes(model)
     uniform = {"heads": cfg.attn_heads, "intermediate": cfg.intermediate_size}
-    if cfg.conv_qkv and cfg.mixer == "attention":  # the default split: half the heads
+    if cfg.conv_qkv and builtin_part(cfg, "mixer") is not None:  # the default split: half the heads
         uniform["conv_heads"] = cfg.attn_heads // 2
     return replace(cfg, layer_sizes=None if all(s == uniform for s in sizes) else sizes)
 

@@ -41,6 +41,7 @@ import torch
 from matplotlib.figure import Figure
 
 from ..models.config import ModelConfig
+from ..models.parts import builtin_part
 from ..models.encoder import Encoder
 from ..models.io import load_encoder_weights, read_model_config
 from .figures import fit_title
@@ -338,7 +339,8 @@ def analyze_model(
     about = about or name
 
     attention_png = out_dir / f"attention_{name}.png"
-    heads = "attention heads only" if cfg.mixer == "mixed" else "all heads"
+    part = builtin_part(cfg, "mixer")
+    heads = "all heads" if part is None or part.maps_all_heads else "attention heads only"
     c_all = diagonal_concentration(maps.mean((0, 1))).item()
     title = (
         f"{about}\nattention maps of example 1 ({SOURCES[source]}, {L} tokens; {heads}); "

@@ -47,6 +47,7 @@ import math
 from omegaconf import DictConfig
 
 from ..models.config import ModelConfig, generator_config
+from ..models.parts import builtin_part
 from ..models.stats import parameter_count
 
 MIB = 2**20
@@ -60,18 +61,18 @@ def _value_bytes(precision) -> int:
 
 
 def _layer_bytes(cfg: ModelConfig, i: int, seq_len: int, v: int) -> float:
-    """Bytes layer ``i`` keeps for the backward, per token (see the module docstring)."""
-    D, K, d = cfg.hidden_size, cfg.kernel_size, cfg.head_dim
+    """Bytes layer ``i`` keeps for the backward, per token (see the module docstring): its
+    self-attention's and feed-forward's, and what its mixer keeps beyond (its part's
+    ``extra_saved``: ConvBERT's convolution branch; a user's mixer is taken as self-attention)."""
+    D, d = cfg.hidden_size, cfg.head_dim
     size = cfg.layer_size(i)
     H, I = size["heads"], size["intermediate"]
     A = H * d
     values = 4 * D + 4 * A + 2 * I
     maps = H * seq_len * (2 * v + 1)  # per head: probabilities and their dropout (values) + mask (byte)
-    if cfg.mixer == "mixed" and cfg.conv_type != "none":
-        c = cfg.attn_heads  # convolution heads: as many as self-attention's (ConvBERT's γ split)
-        values += 2 * D + 2 * A + 3 * c * d + 2 * c * K
-        maps += c * seq_len * v  # the banded [L, L] kernel matrix of each convolution head
-    return values * v + 2 * D + maps
+    part = builtin_part(cfg, "mixer")
+    more_values, more_maps = part.extra_saved(cfg, i, seq_len) if part is not None else (0, 0)
+    return (values + more_values) * v + 2 * D + maps + more_maps * v
 
 
 def activation_bytes(cfg: ModelConfig, batch: int, seq_len: int, v: int, checkpointing: bool) -> float:
