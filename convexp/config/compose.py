@@ -415,8 +415,9 @@ SOURCE_NODES = ("glue", "squad")  # where a task's data comes from: each read by
 def _keys_read(cfg: DictConfig) -> None:
     """A fine-tuning config holds only what its run reads: the protocol's values stand in place
     of the task's per-protocol tables (``task.lr`` / ``epochs`` / ``batch_size``, dropped once
-    resolved), a task drops the source nodes it does not read (``task.kind``: squad reads
-    ``squad:``, glue (where unset) and probing ``glue:``, another kind neither), and a run from a checkpoint drops
+    resolved), a task drops the source nodes it does not read (its task file's ``source:``, else
+    the node named as its ``kind:``: glue (where unset) reads ``glue:``, squad ``squad:``, probing's
+    files say ``source: glue``, another kind reads neither), and a run from a checkpoint drops
     ``init_model`` (``model=``: the preset of ``init=none``)."""
     with open_dict(cfg):
         if not OmegaConf.is_missing(cfg, "init") and str(cfg.init) != "none":  # model=: init=none's preset
@@ -431,8 +432,7 @@ def _keys_read(cfg: DictConfig) -> None:
             cfg[key] = OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
         for key in PROTOCOL_TABLES:
             cfg.task.pop(key, None)
-        kind = cfg.task.get("kind") or "glue"
-        reads = "glue" if kind == "probing" else kind  # a probing task reads GLUE's node (glue.source=local)
+        reads = cfg.task.get("source") or cfg.task.get("kind") or "glue"  # its task file's source:, else its kind's node
         for node in SOURCE_NODES:
             if node != reads:
                 cfg.pop(node, None)

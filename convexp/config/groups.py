@@ -149,6 +149,7 @@ class TaskSchema:
     num_labels: Optional[int] = None
     regression: bool = False
     options: Dict[str, Any] = field(default_factory=dict)  # a user's kind's own settings (tasks/kind.py)
+    source: Optional[str] = None  # the conf/finetune.yaml node its data comes from; unset: its kind's (config/compose.py)
 
     def __post_init__(self) -> None:
         count("task.max_len", self.max_len, low=3, none_means="SQuAD's qa windows")

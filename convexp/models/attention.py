@@ -26,6 +26,7 @@ from .config import ModelConfig
 from .conv import SeparableConv1d, depthwise_conv, lightweight_conv
 from .dropout import cpu_masks
 from .dropout import dropout as apply_dropout
+from .slicing import head_features, is_zero, rows
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:  # [B, L, H*d] -> [B, H, L, d]
@@ -141,6 +142,30 @@ class Projection(nn.Module):
         y = self.linear(x)
         return y if self.conv is None else torch.cat([self.conv(x_zeroed), y], dim=-1)
 
+    def head_rows(self, d: int) -> list[tuple[nn.Linear, int]]:
+        """Per head, in head order [conv heads ; linear heads]: (the nn.Linear holding its d output
+        rows, its first row)."""
+        parts = []
+        if self.conv is not None:
+            pw = self.conv.pointwise
+            parts += [(pw, i * d) for i in range(pw.weight.shape[0] // d)]
+        return parts + [(self.linear, i * d) for i in range(self.linear.weight.shape[0] // d)]
+
+    def conv_head_count(self, d: int) -> int:
+        return self.conv.pointwise.weight.shape[0] // d if self.conv is not None else 0
+
+    def keep_heads(self, keep: list[int], d: int) -> None:
+        """Keep heads ``keep`` (sorted), in place."""
+        dev = self.linear.weight.device
+        n_conv = self.conv_head_count(d)
+        conv_heads, lin_heads = [h for h in keep if h < n_conv], [h - n_conv for h in keep if h >= n_conv]
+        if self.conv is not None:
+            if conv_heads:
+                self.conv.pointwise = rows(self.conv.pointwise, head_features(conv_heads, d, dev))
+            else:
+                self.conv = None  # no convolution head left: forward returns the linear part
+        self.linear = rows(self.linear, head_features(lin_heads, d, dev))
+
 
 class SelfAttention(nn.Module):
     """Multi-head self-attention; with Chang et al.'s options the score for query i, key j is
@@ -178,6 +203,51 @@ class SelfAttention(nn.Module):
             nn.Conv1d(H * d, H * d, K, padding=K // 2, groups=H * d) if cfg.depthwise_conv else None
         )
         self.out = nn.Linear(H * d, D)
+        self.conv_qkv = cfg.conv_qkv
+
+    # --- prunable heads (pruning/structured.py): what a removed head leaves, and the slicing
+
+    heads_fixed = None  # every head can be removed
+
+    def dead_values(self) -> list[bool]:
+        """Per head: its value rows are zero (v_h = b_v[h] everywhere: a constant output). Never
+        with eq. 7's depthwise convolution on the values, which sees the padding boundary."""
+        d = self.head_dim
+        dead = [bool(is_zero(lin.weight[r : r + d], (0, 1))) for lin, r in self.v.head_rows(d)]
+        return [False] * self.heads if self.depthwise is not None else dead
+
+    def value_bias(self, h: int) -> torch.Tensor:  # b_v of head h, [d]
+        lin, r = self.v.head_rows(self.head_dim)[h]
+        return lin.bias[r : r + self.head_dim]
+
+    def keep_heads(self, keep: list[int]) -> None:
+        """Keep heads ``keep`` (sorted) in every projection, β and eq. 7's convolution; ``out`` is
+        sliced by the caller."""
+        d = self.head_dim
+        for proj in (self.q, self.k_proj, self.v):
+            if proj is not None:
+                proj.keep_heads(keep, d)
+        if self.fixed is not None:  # β [H, K]
+            self.fixed = nn.Parameter(self.fixed[keep].clone())
+        if self.depthwise is not None:  # per-channel Conv1d over the H·d value channels
+            feat, old = head_features(keep, d, self.out.weight.device), self.depthwise
+            C, K = len(feat), old.kernel_size[0]
+            new = nn.Conv1d(C, C, K, padding=old.padding, groups=C).to(old.weight.device, old.weight.dtype)
+            with torch.no_grad():
+                new.weight.copy_(old.weight[feat])
+                new.bias.copy_(old.bias[feat])
+            self.depthwise = new
+        self.heads = len(keep)
+
+    def layer_size(self) -> dict:
+        """Its entry of ``ModelConfig.layer_sizes``: heads and, with conv_qkv, convolutional heads
+        (all conv_qkv projections are sliced alike: the first present tells; heads // 2 when none
+        exists, e.g. q without content attention)."""
+        size = {"heads": self.heads}
+        if self.conv_qkv:
+            present = [p for n, p in zip("qkv", (self.q, self.k_proj, self.v)) if n in self.conv_qkv and p is not None]
+            size["conv_heads"] = present[0].conv_head_count(self.head_dim) if present else self.heads // 2
+        return size
 
     def init_parameters(self, std: float, truncated: bool) -> None:
         """Its own parameters' initialisation (encoder.init_weights calls it): W^Q and W^K as
@@ -285,6 +355,36 @@ class MixedAttention(nn.Module):
         if cfg.conv_type in ("sdconv", "dynamic"):
             self.conv_value = nn.Linear(D, C)
         self.out = nn.Linear(A if cfg.conv_type == "none" else A + C, D)
+
+    # --- prunable heads (pruning/structured.py): the self-attention heads; the convolution heads stay
+
+    @property
+    def heads_fixed(self) -> str | None:
+        """Why its heads cannot be removed (None: they can)."""
+        if self.conv_type in ("sdconv", "dynamic"):
+            return ("MixedAttention heads are shared by the self-attention and the sdconv/dynamic convolution "
+                    "branch; removing heads there needs separate head counts in the model (not done)")  # fmt: skip
+        return None
+
+    @property
+    def head_dim(self) -> int:
+        return self.query.weight.shape[0] // self.heads
+
+    def dead_values(self) -> list[bool]:
+        d = self.head_dim
+        return [bool(is_zero(self.value.weight[h * d : (h + 1) * d], (0, 1))) for h in range(self.heads)]
+
+    def value_bias(self, h: int) -> torch.Tensor:
+        d = self.head_dim
+        return self.value.bias[h * d : (h + 1) * d]
+
+    def keep_heads(self, keep: list[int]) -> None:
+        feat = head_features(keep, self.head_dim, self.out.weight.device)
+        self.query, self.key, self.value = (rows(m, feat) for m in (self.query, self.key, self.value))
+        self.heads = len(keep)
+
+    def layer_size(self) -> dict:
+        return {"heads": self.heads}
 
     def attention_probs(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
         """The self-attention heads' probabilities softmax(q kᵀ/√d) for input x [B, L, D]:

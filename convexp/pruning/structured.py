@@ -18,12 +18,15 @@ Attention head h (output += W_o[:, h]·softmax(...)·v_h) is dead when
     boundary, so a constant v does not give a constant output).
 A head whose Q and K rows are zero is *not* dead (it averages its values uniformly).
 
+Each prunable mixer says what its heads are and slices its own projections (``dead_values``,
+``value_bias``, ``keep_heads``, ``layer_size``, ``heads_fixed``: models/attention.py); this module
+finds the dead ones, folds constants into the output bias and slices the output matrix.
 Heads are removed without any model change for ``SelfAttention`` (every Chang et al. option: β is
 sliced per head, the depthwise Conv1d per channel, the convolutional Q/K/V keep their order
 [conv heads ; linear heads]) and for ``MixedAttention`` with conv_type ``none`` or ``conventional``
 (the head count is only used by the self-attention branch). For conv_type ``sdconv`` / ``dynamic``
 ``MixedAttention.heads`` is shared by both branches (and sdconv's kernel reads the full query), so
-head removal there needs a model change (see the report / :data:`MIXED_HEADS_NOTE`); their FFN units
+head removal there needs a model change (``MixedAttention.heads_fixed`` says so in the report); their FFN units
 are still removed. At least one head per layer and one unit per FFN (group) is always kept, so the
 shapes stay valid (a fully dead mixer keeps one dead head, which contributes 0 or a constant).
 
@@ -37,22 +40,17 @@ from __future__ import annotations
 
 import statistics
 import time
-import warnings
 from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
-from ..models.attention import MixedAttention, Projection, SelfAttention
 from ..models.config import ModelConfig
 from ..models.parts import builtin_part
 from ..models.ffn import FeedForward, GroupedLinear
+from ..models.slicing import head_features, is_zero, linear_copy, rows
 from .masked import find_encoder, masks
 
-MIXED_HEADS_NOTE = (
-    "MixedAttention heads are shared by the self-attention and the sdconv/dynamic convolution branch; "
-    "removing heads there needs separate head counts in the model (not done)"
-)
 USER_PART_NOTE = (
     "model.{kind}={name} is your own module: its {what} are not removed (structured pruning knows the "
     "built-in parts' shapes only); its pruned weights stay in place as zeros"
@@ -75,29 +73,6 @@ class StructuredSummary:
 # ---------------------------------------------------------------------------------------------
 
 
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Linear:
-    """nn.Linear holding copies of ``weight`` [out, in] and ``bias`` [out] (no random init)."""
-    out_f, in_f = weight.shape
-    with warnings.catch_warnings():  # a Projection may keep 0 linear heads: nn.Linear(D, 0) is valid
-        warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
-        lin = torch.nn.utils.skip_init(
-            nn.Linear, in_f, out_f, bias=bias is not None, device=weight.device, dtype=weight.dtype
-        )
-    with torch.no_grad():
-        lin.weight.copy_(weight)
-        if bias is not None:
-            lin.bias.copy_(bias)
-    return lin
-
-
-def _rows(lin: nn.Linear, idx: torch.Tensor) -> nn.Linear:  # keep output features idx
-    return _linear(lin.weight[idx], lin.bias[idx] if lin.bias is not None else None)
-
-
-def _cols(lin: nn.Linear, idx: torch.Tensor) -> nn.Linear:  # keep input features idx
-    return _linear(lin.weight[:, idx], lin.bias)
-
-
 def _grouped(weight: torch.Tensor, bias: torch.Tensor) -> GroupedLinear:
     G, i, o = weight.shape
     gl = GroupedLinear(G * i, G * o, G).to(weight.device, weight.dtype)
@@ -107,11 +82,6 @@ def _grouped(weight: torch.Tensor, bias: torch.Tensor) -> GroupedLinear:
     return gl
 
 
-def _zero(t: torch.Tensor, dim) -> torch.Tensor:
-    """True where the slices of ``t`` reduced over ``dim`` are all zero."""
-    return t.detach().abs().sum(dim) == 0
-
-
 def _check_unmasked(model: nn.Module) -> None:
     if masks(model):
         raise ValueError("fold_masks(model) first: the structured step works on plain weights")
@@ -119,15 +89,6 @@ def _check_unmasked(model: nn.Module) -> None:
 
 def layers_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in find_encoder(model).layers.parameters())
-
-
-def _conv_heads(mixer: SelfAttention, conv_qkv: str) -> int:
-    """Convolutional heads of the conv_qkv projections (all sliced alike, so the first one present
-    tells; heads // 2, the default, when none of them exists, e.g. q without content attention)."""
-    for name, proj in (("q", mixer.q), ("k", mixer.k_proj), ("v", mixer.v)):
-        if name in conv_qkv and proj is not None:
-            return proj.conv.pointwise.weight.shape[0] // mixer.head_dim if proj.conv is not None else 0
-    return mixer.heads // 2
 
 
 def layer_sizes(model: nn.Module) -> list[dict]:
@@ -142,10 +103,8 @@ def layer_sizes(model: nn.Module) -> list[dict]:
         if isinstance(block.ffn, FeedForward):
             w1 = block.ffn.fc1.weight  # [I, D], or grouped [G, D/G, I/G]
             size["intermediate"] = w1.shape[0] if w1.dim() == 2 else w1.shape[0] * w1.shape[2]
-        if isinstance(block.mixer, (SelfAttention, MixedAttention)):
-            size["heads"] = block.mixer.heads
-        if enc.cfg.conv_qkv and isinstance(block.mixer, SelfAttention):
-            size["conv_heads"] = _conv_heads(block.mixer, enc.cfg.conv_qkv)
+        if hasattr(block.mixer, "layer_size"):  # the mixer's own heads (and conv_qkv's conv heads)
+            size.update(block.mixer.layer_size())
         out.append(size)
     return out
 
@@ -171,8 +130,8 @@ def dead_ffn_units(ffn: FeedForward) -> tuple[torch.Tensor, torch.Tensor]:
     dead_out = zero fc2 column."""
     w1, w2 = ffn.fc1.weight, ffn.fc2.weight
     if isinstance(ffn.fc1, GroupedLinear):  # w1 [G, D/G, I/G], w2 [G, I/G, D/G]
-        return _zero(w1, 1), _zero(w2, 2)
-    return _zero(w1, 1), _zero(w2, 0)  # w1 [I, D], w2 [D, I]
+        return is_zero(w1, 1), is_zero(w2, 2)
+    return is_zero(w1, 1), is_zero(w2, 0)  # w1 [I, D], w2 [D, I]
 
 
 @torch.no_grad()
@@ -212,8 +171,8 @@ def prune_ffn(ffn: FeedForward) -> int:
     fold = removed & dead_in & ~dead_out
     b2 = ffn.fc2.bias + ffn.fc2.weight[:, fold] @ const[fold]  # [D]
     idx = torch.nonzero(keep).flatten()
-    ffn.fc1 = _rows(ffn.fc1, idx)
-    ffn.fc2 = _linear(ffn.fc2.weight[:, idx], b2)
+    ffn.fc1 = rows(ffn.fc1, idx)
+    ffn.fc2 = linear_copy(ffn.fc2.weight[:, idx], b2)
     return int(removed.sum())
 
 
@@ -222,67 +181,29 @@ def prune_ffn(ffn: FeedForward) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _projection_parts(proj: Projection, d: int) -> list[tuple[nn.Linear, int]]:
-    """Per head of a Projection, in head order [conv heads ; linear heads]: (the nn.Linear holding
-    its d output rows, first row)."""
-    parts = []
-    if proj.conv is not None:
-        pw = proj.conv.pointwise
-        parts += [(pw, i * d) for i in range(pw.weight.shape[0] // d)]
-    parts += [(proj.linear, i * d) for i in range(proj.linear.weight.shape[0] // d)]
-    return parts
-
-
-def _slice_projection(proj: Projection, keep: list[int], d: int) -> None:
-    """Keep heads ``keep`` (sorted) of ``proj``, in place."""
-    dev = proj.linear.weight.device
-    n_conv = proj.conv.pointwise.weight.shape[0] // d if proj.conv is not None else 0
-    conv_heads = [h for h in keep if h < n_conv]
-    lin_heads = [h - n_conv for h in keep if h >= n_conv]
-
-    def rows(heads):
-        return torch.tensor([h * d + c for h in heads for c in range(d)], dtype=torch.long, device=dev)
-
-    if proj.conv is not None:
-        if conv_heads:
-            proj.conv.pointwise = _rows(proj.conv.pointwise, rows(conv_heads))
-        else:
-            proj.conv = None  # no convolution head left: Projection.forward returns the linear part
-    proj.linear = _rows(proj.linear, rows(lin_heads))
-
-
-def _head_dim(mixer: nn.Module) -> int:
-    return mixer.head_dim if isinstance(mixer, SelfAttention) else mixer.query.weight.shape[0] // mixer.heads
-
-
 def dead_heads(mixer: nn.Module) -> tuple[list[bool], list[bool]]:
-    """(dead_out, dead_v) per self-attention head: zero output columns / zero value rows."""
-    H, d = mixer.heads, _head_dim(mixer)
+    """(dead_out, dead_v) per self-attention head: zero output columns / zero value rows (the
+    mixer's own ``dead_values``)."""
+    H, d = mixer.heads, mixer.head_dim
     w_o = mixer.out.weight  # [D, in]; the self-attention heads are the first H·d columns
-    dead_out = [bool(_zero(w_o[:, h * d : (h + 1) * d], (0, 1))) for h in range(H)]
-    if isinstance(mixer, SelfAttention):
-        dead_v = [bool(_zero(lin.weight[r : r + d], (0, 1))) for lin, r in _projection_parts(mixer.v, d)]
-        if mixer.depthwise is not None:
-            dead_v = [False] * H
-    else:
-        dead_v = [bool(_zero(mixer.value.weight[h * d : (h + 1) * d], (0, 1))) for h in range(H)]
-    return dead_out, dead_v
+    return [bool(is_zero(w_o[:, h * d : (h + 1) * d], (0, 1))) for h in range(H)], mixer.dead_values()
 
 
-def _value_bias(mixer: nn.Module, h: int, d: int) -> torch.Tensor:  # b_v of head h, [d]
-    if isinstance(mixer, SelfAttention):
-        lin, r = _projection_parts(mixer.v, d)[h]
-        return lin.bias[r : r + d]
-    return mixer.value.bias[h * d : (h + 1) * d]
+def prunable(mixer: nn.Module) -> bool:
+    """Whether a mixer's heads can be removed: it has the protocol (``heads``, ``head_dim``, ``out``,
+    ``dead_values``, ``value_bias``, ``keep_heads``: SelfAttention, MixedAttention) and no reason not
+    to (``heads_fixed``)."""
+    return hasattr(mixer, "keep_heads") and not mixer.heads_fixed
 
 
 @torch.no_grad()
 def prune_heads(mixer: nn.Module) -> int:
-    """Remove dead self-attention heads of a SelfAttention or MixedAttention (conv_type none /
-    conventional) in place; returns the number removed (0 for mixers where it is not supported)."""
-    if isinstance(mixer, MixedAttention) and mixer.conv_type not in ("none", "conventional"):
+    """Remove a mixer's dead self-attention heads in place; returns the number removed (0 where
+    its heads cannot be removed). A head whose values are a constant leaves W_o[:, h]·b_v[h] in the
+    output bias; the mixer slices its own projections (``keep_heads``), the output matrix here."""
+    if not prunable(mixer):
         return 0
-    H, d = mixer.heads, _head_dim(mixer)
+    H, d = mixer.heads, mixer.head_dim
     dead_out, dead_v = dead_heads(mixer)
     dead = [o or v for o, v in zip(dead_out, dead_v)]
     keep = [h for h in range(H) if not dead[h]] or [0]
@@ -292,28 +213,11 @@ def prune_heads(mixer: nn.Module) -> int:
     w_o, b_o = mixer.out.weight, mixer.out.bias.clone()
     for h in removed:  # constant head output W_o[:, h]·b_v[h] -> output bias
         if dead_v[h] and not dead_out[h]:
-            b_o += w_o[:, h * d : (h + 1) * d] @ _value_bias(mixer, h, d)
-    dev = w_o.device
-    feat = torch.tensor([h * d + c for h in keep for c in range(d)], dtype=torch.long, device=dev)
-    rest = torch.arange(H * d, w_o.shape[1], device=dev)  # ConvBERT's convolution-branch columns stay
-    mixer.out = _linear(w_o[:, torch.cat([feat, rest])], b_o)
-    if isinstance(mixer, SelfAttention):
-        for name in ("q", "k_proj", "v"):
-            proj = getattr(mixer, name)
-            if proj is not None:
-                _slice_projection(proj, keep, d)
-        if mixer.fixed is not None:  # β [H, K]
-            mixer.fixed = nn.Parameter(mixer.fixed[keep].clone())
-        if mixer.depthwise is not None:  # per-channel Conv1d over the H·d value channels
-            old = mixer.depthwise
-            C, K = len(feat), old.kernel_size[0]
-            new = nn.Conv1d(C, C, K, padding=old.padding, groups=C).to(old.weight.device, old.weight.dtype)
-            new.weight.copy_(old.weight[feat])
-            new.bias.copy_(old.bias[feat])
-            mixer.depthwise = new
-    else:
-        mixer.query, mixer.key, mixer.value = (_rows(m, feat) for m in (mixer.query, mixer.key, mixer.value))
-    mixer.heads = len(keep)
+            b_o += w_o[:, h * d : (h + 1) * d] @ mixer.value_bias(h)
+    feat = head_features(keep, d, w_o.device)
+    rest = torch.arange(H * d, w_o.shape[1], device=w_o.device)  # ConvBERT's convolution-branch columns stay
+    mixer.out = linear_copy(w_o[:, torch.cat([feat, rest])], b_o)
+    mixer.keep_heads(keep)
     return len(removed)
 
 
@@ -332,12 +236,12 @@ def remove_dead_structures(model: nn.Module, heads: bool = True, ffn: bool = Tru
     cfg = find_encoder(model).cfg
     for block in find_encoder(model).layers:
         if heads:
-            if isinstance(block.mixer, MixedAttention) and block.mixer.conv_type in ("sdconv", "dynamic"):
-                _note(s, MIXED_HEADS_NOTE)
-            elif isinstance(block.mixer, (SelfAttention, MixedAttention)):
-                prune_heads(block.mixer)
-            else:
+            if not hasattr(block.mixer, "keep_heads"):
                 _note(s, USER_PART_NOTE.format(kind="mixer", name=cfg.mixer, what="heads"))
+            elif block.mixer.heads_fixed:
+                _note(s, block.mixer.heads_fixed)
+            else:
+                prune_heads(block.mixer)
         if ffn:
             if isinstance(block.ffn, FeedForward):
                 prune_ffn(block.ffn)

@@ -55,7 +55,6 @@ class TaskKind:
     STAGE = "finetune"  # the config it composes (conf/finetune.yaml)
     name = "?"  # ``convexp finetune NAME`` for a built-in kind; a user's: its module's name
     title = "?"  # how a report's header names its tasks (GLUE, SQuAD...)
-    source: str | None = None  # the conf/finetune.yaml node its data comes from (glue, squad); None: none
     continues = False  # its tasks start from a sweep's longer-sequence continuation (squad_continuation)
     help = ""  # ``convexp finetune --help``'s line
 

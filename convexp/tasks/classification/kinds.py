@@ -49,8 +49,6 @@ class Classification(TaskKind):
     """Sentence(-pair) classification and regression: GLUE's tasks, SentEval's probing tasks
     (``probing``: BERMO's protocol and seeds by default) and a user's custom files (``task=custom``)."""
 
-    source = "glue"  # glue.source / glue.path: GLUE's and SentEval's files alike
-
     def __init__(self, name: str, title: str, help: str):
         self.name, self.title, self.help = name, title, help
 

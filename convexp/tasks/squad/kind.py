@@ -29,7 +29,6 @@ ANSWER_BYTES = 48  # a question's line of predictions (its id and answer); v2.0 
 class Squad(TaskKind):
     name = "squad"
     title = "SQuAD"
-    source = "squad"
     continues = True  # ConvBERT's SQuAD starts from pre-training continued at length 512
     help = (
         "Fine-tune on SQuAD: task=squad1|squad2 init=<run dir | HF dir or hub name | none> [KEY=VALUE ...] "
