@@ -254,6 +254,7 @@ def ablate(
     from .sweep.show import print_outcomes, print_plan, print_status, print_sweeps
     from .sweep.spec import load_sweep
     from .sweep.status import follow as follow_jobs
+    from .sweep import adaptive
     from .sweep.wandb_sweep import write_wandb_sweep
 
     if list_sweeps:
@@ -267,13 +268,24 @@ def ablate(
         if overrides is None:
             _fail(f"sweep {sweep.name} has not been run here yet (no ledger); run `convexp ablate {name} ...` first")
     plan = build_plan(sweep, overrides or [])
+    design = adaptive.design_of(plan)
+    if design is not None:  # adaptive seeds: the cells' seeds now, from the results so far
+        full = plan
+        plan, cells = adaptive.current(plan, design)
     if (status or follow) and not on_slurm(plan.settings.launcher):
         _fail("--status and --follow watch SLURM jobs: use launcher=submitit on a SLURM cluster (srun on PATH)")
     if status:
         print_status(plan)
+        if design is not None:
+            typer.echo("\n".join(adaptive.summary(plan, design, cells)))
         return
     if dry_run:
         print_plan(plan)
+        if design is not None:
+            least, most = adaptive.bill(full, design)
+            typer.echo("\n".join(adaptive.summary(plan, design, cells)))
+            typer.echo(f"  fine-tuning runs: {least} if every cell settles at its first look, {most} at the cap "
+                       f"(the fixed count); above: this round's")
         return
     if wandb_sweep:
         path = write_wandb_sweep(plan)
@@ -281,7 +293,13 @@ def ablate(
             f"wrote {path}\nstart it with `wandb sweep {path}`, then run `wandb agent <sweep id>` on each machine"
         )
         return
-    outcomes = run_plan(plan)
+    if design is not None and not on_slurm(plan.settings.launcher):
+        outcomes = adaptive.run_looks(sweep, overrides or [], full, design)
+    else:
+        outcomes = run_plan(plan)
+        if design is not None:  # SLURM: the next look is planned by a job after this one's
+            typer.echo("\n".join(adaptive.summary(plan, design, cells)))
+            adaptive.submit_planner(plan, outcomes, name, overrides or [])
     if follow:
         outcomes = follow_jobs(plan, float(plan.settings.launcher.poll_s))
     failed = print_outcomes(plan, outcomes)

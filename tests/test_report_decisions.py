@@ -14,7 +14,7 @@ from wandb_records import api_serving, run_info
 from typer.testing import CliRunner
 
 from convexp.cli import app
-from convexp.report import stats
+from convexp import seed_stats as stats
 from convexp.report.build import make_report
 from convexp.sweep.plan import build_plan
 from convexp.sweep.spec import SweepError, load_sweep

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from convexp.report import stats
+from convexp import seed_stats as stats
 from convexp.report.decide import decide
 from convexp.report.tables import Cell, Row
 

@@ -103,7 +103,7 @@ def test_no_module_over_500_lines():
 # imports only modules before it here (show and wandb_sweep sit on top, nothing imports them)
 SWEEP_ORDER = [
     *("spec", "args", "start", "compute", "disk", "memory", "gpus", "rates", "cards", "nodes", "plan", "schedule"),
-    *("node_state", "execute", "slurm", "requests", "node_job", "launchers", "status", "wandb_sweep", "show"),
+    *("node_state", "execute", "slurm", "requests", "node_job", "launchers", "adaptive", "status", "wandb_sweep", "show"),
 ]
 
 

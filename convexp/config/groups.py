@@ -312,6 +312,28 @@ class LauncherSchema:
 
 
 @dataclass
+class AdaptiveSchema:
+    """``adaptive:`` of conf/ablate.yaml: adaptive seeds (convexp/sequential.py); off while ``looks``
+    is null."""
+
+    looks: Optional[List[int]] = None
+    alpha: float = 0.05
+    margin: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.looks is not None:
+            looks = list(self.looks)
+            if not looks or looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:])):
+                raise ValueError(
+                    f"adaptive.looks={looks}: seeds per cell at each look, rising from at least 2; "
+                    "e.g. adaptive.looks=[3,6,10] (null: the sweep's fixed seeds)"
+                )
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"adaptive.alpha={self.alpha}: a probability in (0, 1), e.g. 0.05")
+        positive("adaptive.margin", self.margin, "a difference within ±margin points is equivalent; e.g. 0.5")
+
+
+@dataclass
 class AblateSchema:
     """The top-level keys of ``conf/ablate.yaml``: which part of a sweep runs, and how."""
 
@@ -321,6 +343,7 @@ class AblateSchema:
     seeds: Any = None  # a seed or a list of them
     init: Optional[str] = None
     tflops: Optional[float] = None  # a stated rate instead of the measured one (sweep/rates.py)
+    adaptive: AdaptiveSchema = field(default_factory=lambda: AdaptiveSchema())
 
     def __post_init__(self) -> None:
         positive("tflops", self.tflops, "null: the rates measured on launcher.device's card")

@@ -17,6 +17,7 @@ from ..errors import UserError
 from ..models.stats import is_measured
 from ..sweep.compute import parameters
 from ..tasks import kind as task_kind
+from ..sweep import adaptive
 from ..sweep.execute import last_args
 from ..sweep.plan import Plan, build_plan
 from ..sweep.spec import check_detect, load_sweep
@@ -141,6 +142,10 @@ def make_report(
             + ", ".join(sweep.variants)
         )
     plan = build_plan(sweep, args)
+    design = adaptive.design_of(plan)
+    if design is not None:  # adaptive seeds: the seeds the cells ran, not the cap's
+        full = plan
+        plan, cells = adaptive.current(plan, design)
     read = wandb_reader(plan) if source == "wandb" else local_result
     pretrain, finetune, missing = collect(plan, read)
     if require_results and not finetune and not any(p["metrics"] for p in pretrain.values()):
@@ -169,6 +174,8 @@ def make_report(
     title = f"{sweep.name}: {sweep.title}"
     glue = tables.glue_note(rows, spec.style)  # ours beside the paper's GLUE: what each averages
     lines = _header_lines(plan, rows, finetune, missing, glue)
+    if design is not None:
+        lines += adaptive.report_lines(full, plan, design, cells)
     if fmt == "md":  # the verdicts beside the paper's numbers; the decisions' lines and tables under it
         text = tables.to_markdown(rows, columns, title, lines, decide.verdict_cells(dec) if dec else {})
         text += "".join(f"\n{x}" for x in decide.below_table(dec, rows, _paper_se(plan))) if dec else ""
@@ -204,6 +211,7 @@ def make_report(
         "rows": tables.to_json(rows, columns),
         "statistics": decide.to_json(dec, labels) if dec else None,
         "missing": missing,
+        "adaptive": adaptive.to_json(full, plan, design, cells) if design is not None else None,
         "figures": written,
         "analysis": analyses,
     }

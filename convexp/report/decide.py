@@ -1,5 +1,5 @@
 """The report's decisions: which variant really differs from the baseline, which cells reproduce
-the paper, and how many seeds a task needs (the statistics are in ``stats.py``).
+the paper, and how many seeds a task needs (the statistics are in convexp/seed_stats.py).
 
 Input: the table's rows with their per-seed scores (``Row.seeds``). Output: a :class:`Decisions`
 and its renderings — lines under the markdown table, LaTeX tables, long-format CSV rows and JSON.
@@ -14,7 +14,7 @@ import csv
 import io
 from dataclasses import dataclass, field
 
-from . import stats
+from .. import seed_stats as stats
 from .tables import Row, latex_escape, header
 
 ALPHA = 1 - stats.LEVEL

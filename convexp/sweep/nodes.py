@@ -352,7 +352,20 @@ def _paper_seeds() -> list[int]:
 
 
 def _seeds(sweep: Sweep, settings: DictConfig, scale: str) -> list[int] | None:
-    """Explicit seeds, or None for the scale's own (conf/finetune_scale/<scale>.yaml)."""
+    """Explicit seeds, or None for the scale's own (conf/finetune_scale/<scale>.yaml). Adaptive
+    seeds (``adaptive.looks``) plan the cap's: the first of ``seeds=`` or of the papers' list, at
+    every scale (sweep/adaptive.py cuts the plan to what each cell needs)."""
+    looks = (settings.get("adaptive") or {}).get("looks")
+    if looks is not None:
+        cap = int(looks[-1])
+        given = settings.seeds if settings.seeds is not None else _paper_seeds()
+        given = [int(s) for s in (given if not isinstance(given, int) else [given])]
+        if len(given) < cap:
+            raise SweepError(
+                f"adaptive.looks caps at {cap} seeds but {len(given)} are listed; give seeds=[...] with "
+                f"{cap} or lower the cap"
+            )
+        return given[:cap]
     if settings.seeds is not None:
         return [int(s) for s in (settings.seeds if not isinstance(settings.seeds, int) else [settings.seeds])]
     s = sweep.finetune.seeds

@@ -161,14 +161,15 @@ def _after_twin(node: Node, tuned_by: dict[str, str]) -> None:
             node.deps.append(twin)
 
 
-def _tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
+def planned_tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
+    """The fine-tuning tasks the sweep's table has (``tasks=``, else the sweep file's)."""
     return list(settings.tasks) if settings.tasks is not None else list(sweep.finetune.tasks)
 
 
 def _continuing_tasks(sweep: Sweep, settings: DictConfig) -> list[str]:
     from ..tasks import kind, task_kind
 
-    return [t for t in _tasks(sweep, settings) if task_kind(kind(t)).continues] if sweep.finetune else []
+    return [t for t in planned_tasks(sweep, settings) if task_kind(kind(t)).continues] if sweep.finetune else []
 
 
 def _task_parts(sweep: Sweep, settings: DictConfig, start: Start, squad_start: Start | None):
@@ -177,7 +178,7 @@ def _task_parts(sweep: Sweep, settings: DictConfig, start: Start, squad_start: S
     if squad_start is None:
         return [(settings, start)]
     squad = _continuing_tasks(sweep, settings)
-    rest = [t for t in _tasks(sweep, settings) if t not in squad]
+    rest = [t for t in planned_tasks(sweep, settings) if t not in squad]
     parts = [(OmegaConf.merge(settings, {"tasks": rest}), start)] if rest else []
     return [*parts, (OmegaConf.merge(settings, {"tasks": squad}), squad_start)]
 

@@ -1,0 +1,238 @@
+"""Adaptive seeds in a sweep (``convexp ablate NAME adaptive.looks=[3,6,10]``): the plan of every
+seed up to the cap, cut to the seeds each cell needs now, from the results already in the run store.
+
+A *cell* is a variant against the baseline (``report.baseline``, else the first variant) on one
+fine-tuning task, the report's family; convexp/sequential.py decides it after each look, with its
+error spent over looks and cells. Seeds are the sweep's fixed seeds in their order (the first n are
+a cell's at n seeds): a run has the id it has in the fixed sweep, so an adaptive study and a fixed
+one share their runs, and a re-run goes on from what is finished. Scores are each run's task score
+as the report reads it (its kind's ``score``, the report's style, on dev); seeds are taken as
+unpaired (Welch's test), which does not assume that a variant's seed s and the baseline's seed s
+share anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..sequential import OPEN, UNDECIDED, Cell, Design, decide, next_seeds
+from ..tasks import kind as kind_by_name
+from ..tasks import task_kind
+from .plan import Plan, planned_tasks
+from .requests import Request
+
+
+def design_of(plan: Plan) -> Design | None:
+    """The sweep's adaptive design, or None (the fixed seeds)."""
+    a = plan.settings.get("adaptive") or {}
+    if a.get("looks") is None:
+        return None
+    return Design(tuple(int(n) for n in a.looks), float(a.alpha), float(a.margin))
+
+
+def seed_order(plan: Plan) -> list[int]:
+    """The planned fine-tuning seeds, in the order the sweep lists them."""
+    from .nodes import _seeds
+
+    listed = _seeds(plan.sweep, plan.settings, plan.settings.scale) or []
+    planned = {n.seed for n in plan.order() if n.stage == "finetune"}
+    return [s for s in listed if s in planned] or sorted(planned)
+
+
+def baseline(plan: Plan) -> str:
+    b = plan.sweep.report.baseline if plan.sweep.report else None
+    return b if b in plan.variants else plan.variants[0]
+
+
+def scores(plan: Plan) -> dict[tuple[str, str], dict[int, float]]:
+    """{(variant, task): {seed: score}} of the finished fine-tuning runs of the plan."""
+    style = plan.sweep.report.style if plan.sweep.report else "convbert"
+    split = plan.sweep.report.split if plan.sweep.report else "dev"
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for node in plan.order():
+        if node.stage != "finetune" or not node.runs or not node.runs[0].finished:
+            continue
+        m = node.runs[0].read_json("metrics.json") or {}
+        if m.get("diverged"):  # a collapsed run has no score to compare
+            continue
+        score = task_kind(node.kind or kind_by_name(node.task)).score({**m, "task": node.task}, style, split)
+        if score is not None:
+            out.setdefault((node.variant, node.task), {})[node.seed] = float(score)
+    return out
+
+
+def cells(plan: Plan, design: Design) -> dict[tuple[str, str], Cell]:
+    """Every cell's decision now: its looks replayed on the seeds finished so far, in seed order (a
+    seed missing ends a side's sequence: later seeds wait for it)."""
+    order, base, got = seed_order(plan), baseline(plan), scores(plan)
+    tasks = planned_tasks(plan.sweep, plan.settings) if plan.sweep.finetune else []  # the table's (not MNLI's start)
+    others = [v for v in plan.variants if v != base]
+
+    def in_order(variant: str, task: str) -> list[float]:
+        values = []
+        for s in order:
+            if s not in got.get((variant, task), {}):
+                break
+            values.append(got[variant, task][s])
+        return values
+
+    family = len(others) * len(tasks)
+    return {(v, t): decide(in_order(v, t), in_order(base, t), design, family) for v in others for t in tasks}
+
+
+def wanted(plan: Plan, design: Design, decided: dict[tuple[str, str], Cell]) -> dict[tuple[str, str], int]:
+    """{(variant, task): seeds} the cells need now (the first look before any result)."""
+    want = next_seeds(decided, baseline(plan), design)
+    for v in plan.variants:  # a variant with no cell (a sweep of one variant): its first look
+        for t in {t for _, t in decided} or {n.task for n in plan.order() if n.stage == "finetune"}:
+            want.setdefault((v, t), design.looks[0])
+    return want
+
+
+def cut(plan: Plan, want: dict[tuple[str, str], int]) -> Plan:
+    """The plan with the fine-tuning nodes of the first ``want[(variant, task)]`` seeds, the nodes
+    they read (an intermediate task's MNLI run, a teacher) and every pre-training."""
+    order = seed_order(plan)
+    index = {s: i for i, s in enumerate(order)}
+    keep = {k for k, n in plan.nodes.items()
+            if n.stage != "finetune" or index.get(n.seed, len(order)) < want.get((n.variant, n.task), 0)}  # fmt: skip
+    stack = list(keep)
+    while stack:  # what a kept node reads is kept
+        for dep in plan.nodes[stack.pop()].deps:
+            if dep in plan.nodes and dep not in keep:
+                keep.add(dep)
+                stack.append(dep)
+    return dataclasses.replace(plan, nodes={k: n for k, n in plan.nodes.items() if k in keep})
+
+
+def current(plan: Plan, design: Design) -> tuple[Plan, dict[tuple[str, str], Cell]]:
+    """(the plan cut to what the cells need now, the cells' decisions)."""
+    decided = cells(plan, design)
+    return cut(plan, wanted(plan, design, decided)), decided
+
+
+def summary(plan: Plan, design: Design, decided: dict[tuple[str, str], Cell]) -> list[str]:
+    """Lines for the terminal: each cell's state, and the runs against the fixed count."""
+    lines = [f"adaptive seeds: looks at {', '.join(map(str, design.looks))} seeds, alpha {design.alpha} "
+             f"over {len(decided)} cells, margin ±{design.margin}; baseline {baseline(plan)}"]  # fmt: skip
+    for (v, t), c in decided.items():
+        at = f" at look {c.look} ({c.n} seeds)" if c.look else f" after {c.n} seeds" if c.history else ""
+        diff = f", difference {c.diff:+.2f} [{c.low:+.2f}, {c.high:+.2f}]" if c.diff is not None else ""
+        lines.append(f"  {v} vs {baseline(plan)} on {t}: {c.decision}{at}{diff}")
+    open_ = sum(c.decision == OPEN for c in decided.values())
+    undecided = sum(c.decision == UNDECIDED for c in decided.values())
+    lines.append(f"  {len(decided) - open_ - undecided} decided, {open_} open, {undecided} undecided at the cap")
+    return lines
+
+
+def bill(plan: Plan, design: Design) -> tuple[int, int]:
+    """(fine-tuning runs at the least: every cell decided at its first look, at the most: the cap)."""
+    first = cut(plan, {(n.variant, n.task): design.looks[0] for n in plan.order() if n.stage == "finetune"})
+    runs = lambda p: sum(len(n.runs) for n in p.order() if n.stage == "finetune")  # noqa: E731
+    return runs(first), runs(plan)
+
+
+def _runs(plan: Plan) -> int:
+    return sum(len(n.runs) for n in plan.order() if n.stage == "finetune")
+
+
+def report_lines(full: Plan, plan: Plan, design: Design, decided: dict[tuple[str, str], Cell]) -> list[str]:
+    """The report's account of an adaptive study: each cell's decision and the look that made it,
+    the runs against the fixed count, the method."""
+    settled = [c for c in decided.values() if c.look]
+    lines = [
+        f"Adaptive seeds: looks at {', '.join(map(str, design.looks))} seeds; {len(settled)} of {len(decided)} "
+        f"cells decided, {sum(c.decision == UNDECIDED for c in decided.values())} undecided at the cap, "
+        f"{sum(c.decision == OPEN for c in decided.values())} open; {_runs(plan)} fine-tuning runs of the fixed "
+        f"{_runs(full)}. Pocock-type error spending over looks and Bonferroni over the {len(decided)} cells: "
+        f"at most {design.alpha:g} chance of any false difference claim, and of any false equivalence "
+        f"claim (±{design.margin:g} points), in this table (convexp/sequential.py)."
+    ]
+    for (v, t), c in decided.items():
+        at = f"at look {c.look} ({c.n} seeds a side)" if c.look else f"after {c.n} seeds a side"
+        diff = f", {c.diff:+.2f} [{c.low:+.2f}, {c.high:+.2f}]" if c.diff is not None else ""
+        lines.append(f"- {v} vs {baseline(full)}, {t}: {c.decision} {at}{diff}")
+    return lines
+
+
+def to_json(full: Plan, plan: Plan, design: Design, decided: dict[tuple[str, str], Cell]) -> dict:
+    """report.json's ``adaptive``: the design, each cell, the runs against the fixed count."""
+    return {
+        "looks": list(design.looks), "alpha": design.alpha, "margin": design.margin,
+        "baseline": baseline(full), "runs": _runs(plan), "fixed_runs": _runs(full),
+        "cells": [{"variant": v, "task": t, "decision": c.decision, "look": c.look, "seeds": c.n,
+                   "difference": c.diff, "low": c.low, "high": c.high, "history": c.history}
+                  for (v, t), c in decided.items()],
+    }  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- on this machine
+
+
+def run_looks(sweep, args: list[str], full: Plan, design: Design) -> dict:
+    """Adaptive seeds on this machine (``launcher=local``): run a look (the seeds each open cell
+    needs), read its results, decide, and run the next, until no cell needs a seed it lacks; say
+    each look and, at the end, the runs against the fixed count. Returns the nodes' outcomes."""
+    from .launchers import run_plan
+    from .plan import build_plan
+
+    outcomes: dict = {}
+    plan, decided = current(full, design)
+    for look in range(1, len(design.looks) + 2):
+        todo = [n for n in plan.nodes.values() if not n.done]
+        print(f"look {look}: {len(todo)} node(s) to run", flush=True)
+        if not todo:
+            break
+        outcomes.update(run_plan(plan))
+        if any(o.status in ("failed", "diverged", "held", "blocked") for o in outcomes.values()):
+            break  # the sweep's summary says which; the next look waits for its seed
+        full = build_plan(sweep, args)
+        plan, decided = current(full, design)
+        print("\n".join(summary(plan, design, decided)), flush=True)
+    fixed = _runs(full)
+    print(f"adaptive seeds: {_runs(plan)} fine-tuning runs; the fixed count: {fixed} ({fixed - _runs(plan)} saved)",
+          flush=True)  # fmt: skip
+    return outcomes
+
+
+# ----------------------------------------------------------------------------- SLURM: submit and leave
+
+PLANNER = Request(nodes=1, gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, mem_gb=4, time_min=30)
+
+
+def submit_planner(plan: Plan, outcomes: dict, name: str, args: list[str]) -> str | None:
+    """After a look's jobs are submitted, one small CPU job that waits for all of them (afterany: a
+    failed seed does not strand the study) and then plans and submits the next look — and its own
+    planner — from their results (:func:`next_look`): the study runs to its end with nobody logged
+    in. Returns its job id (None: nothing was submitted, nothing to wait for)."""
+    from .launchers import _ask, make_executor
+
+    waits = sorted({o.job.split("_")[0] for o in outcomes.values() if o.status == "submitted" and o.job})
+    if not waits:
+        return None
+    executor = make_executor(plan, plan.settings.launcher)
+    extra = {"open-mode": "append", **dict(plan.settings.launcher.additional or {}),
+             "dependency": "afterany:" + ":".join(waits)}  # fmt: skip
+    _ask(executor, PLANNER, extra)
+    job = executor.submit(next_look, name, list(args))
+    print(f"submitted the next look's planner ({job.job_id}; {PLANNER.text()}) after {', '.join(waits)}", flush=True)
+    return job.job_id
+
+
+def next_look(name: str, args: list[str]) -> str:
+    """The planner job's work (and what `convexp ablate NAME ARGS` does again by hand): decide the
+    cells from the results so far; submit the seeds the open ones need, and a planner after them."""
+    from .launchers import run_plan
+    from .plan import build_plan
+    from .spec import load_sweep
+
+    full = build_plan(load_sweep(name), args)
+    design = design_of(full)
+    plan, decided = current(full, design)
+    print("\n".join(summary(plan, design, decided)), flush=True)
+    if not any(not n.done for n in plan.nodes.values()):
+        print(f"adaptive seeds: done; {_runs(plan)} fine-tuning runs of the fixed {_runs(full)}", flush=True)
+        return "done"
+    outcomes = run_plan(plan)
+    submit_planner(plan, outcomes, name, args)
+    return "submitted"

@@ -1,0 +1,143 @@
+"""Adaptive seeds (issue 66): the sequential procedure's error rates under simulation, from seed
+spreads like the papers' (Chang et al. Table 6: mean ± s.e. over ten runs, so a seed's s.d. is
+s.e. x √10), and a sweep's plan cut to what its cells need. Simulations are seeded: each test
+gives the same numbers every run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from convexp.sequential import OPEN, UNDECIDED, Cell, Design, decide, look_decision, next_seeds
+
+# Chang et al. Table 6 (GLUE dev, ten runs): "No convolution + abs position" (the baseline) and
+# "Composite (Equation 6)": (mean, s.e.) per task
+ABS = {"cola": (33.5, 0.7), "mnli-m": (75.8, 0.1), "mrpc": (83.3, 0.4), "qnli": (78.2, 0.2),
+       "qqp": (84.9, 0.2), "rte": (64.4, 0.9), "sst2": (85.0, 0.1), "stsb": (82.4, 0.1)}  # fmt: skip
+COMPOSITE = {"cola": (40.9, 0.7), "mnli-m": (77.9, 0.1), "mrpc": (86.2, 0.3), "qnli": (83.0, 0.1),
+             "qqp": (87.3, 0.0), "rte": (66.1, 0.7), "sst2": (86.9, 0.1), "stsb": (85.9, 0.1)}  # fmt: skip
+
+
+def sd(se: float) -> float:
+    return max(se, 0.05) * math.sqrt(10)  # a printed 0.0 read as < 0.05
+
+
+def simulate(effects: dict[str, float], design: Design, reps: int, seed: int = 0):
+    """(family-wise rate of a false difference claim, share of cells decided, share of the fixed
+    count's fine-tuning runs used, decisions) over ``reps`` studies of the eight tasks."""
+    rng = np.random.default_rng(seed)
+    m = len(ABS)
+    false_any, decided, used, decisions = 0, 0, 0, []
+    for _ in range(reps):
+        wrong = False
+        for t, (mu, se) in ABS.items():
+            b = rng.normal(mu, sd(se), design.cap)
+            a = rng.normal(mu + effects[t], sd(COMPOSITE[t][1]) if effects[t] else sd(se), design.cap)
+            c = decide(list(a), list(b), design, m)
+            decisions.append(c.decision)
+            decided += c.decision not in (OPEN, UNDECIDED)
+            used += 2 * (c.n if c.decision != UNDECIDED else design.cap)
+            wrong |= effects[t] == 0 and c.decision in ("better", "worse")
+        false_any += wrong
+    return false_any / reps, decided / (reps * m), used / (reps * m * 2 * design.cap), decisions
+
+
+def test_equal_variants_make_a_false_difference_claim_at_most_alpha_of_the_time():
+    design = Design((3, 6, 10), alpha=0.05, margin=0.5)
+    rate, _, _, decisions = simulate({t: 0.0 for t in ABS}, design, reps=500)
+    assert rate <= 0.05  # family-wise, over eight cells and three looks
+    assert "better" not in decisions or decisions.count("better") < 0.05 * len(decisions)
+
+
+def test_looking_after_every_seed_is_valid_here_and_not_without_spending():
+    """One cell, a look after every seed from 2 to 10, equal variants: testing each look at α
+    (what a researcher does by hand) claims a difference far more often than α; the spent error
+    keeps it under α."""
+    design = Design(tuple(range(2, 11)), alpha=0.05, margin=0.5)
+    rng = np.random.default_rng(1)
+    naive = ours = 0
+    reps = 1500
+    for _ in range(reps):
+        a, b = rng.normal(0, 1, 10), rng.normal(0, 1, 10)
+        ours += decide(list(a), list(b), design, cells=1).decision in ("better", "worse")
+        for n in design.looks:  # the same Welch test at the full α at every look
+            va, vb = a[:n].var(ddof=1) / n, b[:n].var(ddof=1) / n
+            df = (va + vb) ** 2 / (va**2 / (n - 1) + vb**2 / (n - 1))
+            diff, se = a[:n].mean() - b[:n].mean(), math.sqrt(va + vb)
+            if look_decision(diff, se, df, 0.05, 1e-9, False)[0] in ("better", "worse"):
+                naive += 1
+                break
+    assert naive / reps > 0.10  # the inflation the procedure exists for
+    assert ours / reps <= 0.05
+
+
+def test_a_false_equivalence_claim_at_most_alpha_of_the_time():
+    """Variants that differ by exactly the margin: "equivalent" is a false claim."""
+    design = Design((3, 6, 10), alpha=0.05, margin=0.5)
+    rng = np.random.default_rng(2)
+    reps, claims = 2000, 0
+    for _ in range(reps):
+        a, b = rng.normal(0.5, 0.3, 10), rng.normal(0.0, 0.3, 10)
+        claims += decide(list(a), list(b), design, cells=1).decision == "equivalent"
+    assert claims / reps <= 0.05
+
+
+def test_the_papers_effects_are_found_with_fewer_runs():
+    """Chang et al.'s composite attention against absolute positions (Table 6's differences and
+    spreads): most cells settle before the cap, with far fewer runs than ten seeds each, and the
+    differences found point the paper's way."""
+    design = Design((3, 6, 10), alpha=0.05, margin=0.5)
+    effects = {t: COMPOSITE[t][0] - ABS[t][0] for t in ABS}
+    _, decided, used, decisions = simulate(effects, design, reps=300, seed=3)
+    assert decided >= 0.8  # power: cells settled by the cap
+    assert used <= 0.75  # runs against the fixed count of ten seeds a cell
+    assert decisions.count("worse") == 0  # no claim against the paper's direction
+
+
+def test_a_cell_is_replayed_look_by_look_and_open_until_its_next_look():
+    design = Design((3, 6, 10), alpha=0.05, margin=0.5)
+    base = [80.0, 80.2, 79.9, 80.1, 80.0, 79.8]
+    far = [90.0, 90.1, 89.9]
+    c = decide(far, base[:3], design, cells=1)
+    assert c.decision == "better" and c.look == 1 and c.n == 3
+    c = decide([80.5, 79.1], base[:2], design, cells=1)
+    assert c.decision == OPEN and c.history == []  # no look yet: fewer seeds than the first needs
+    close = decide([80.3, 79.2, 81.0, 80.9], base[:4], design, cells=1)
+    assert close.decision == OPEN and close.history == [OPEN]
+    want = next_seeds({("v", "rte"): close, ("w", "rte"): c}, "base", design)
+    assert want == {("v", "rte"): 6, ("base", "rte"): 6, ("w", "rte"): 3}
+
+
+def test_the_design_refuses_what_cannot_be_a_study():
+    for bad in ({"looks": (3, 3)}, {"looks": (1, 4)}, {"alpha": 0.0}, {"margin": 0.0}):
+        with pytest.raises(ValueError):
+            Design(**bad)
+    assert Cell("better", 1, 3).settled and not Cell(OPEN, None, 3).settled
+
+
+def test_a_sweep_plans_only_the_seeds_its_cells_need(tmp_path, monkeypatch):
+    """conv-injection at scale=smoke with adaptive.looks=[3,6,10]: before any result each cell's
+    variant and baseline run the first three of the papers' ten seeds, with the MNLI runs the
+    intermediate tasks start from; every run has the id it has in the fixed plan; the dry run's
+    bill spans three seeds to ten."""
+    from convexp.sweep import adaptive
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
+    sweep = load_sweep("conv-injection")
+    args = ["scale=smoke", "adaptive.looks=[3,6,10]", "variants=[abs,composite]", "tasks=[rte,sst2]"]
+    full = build_plan(sweep, args)
+    design = adaptive.design_of(full)
+    plan, cells = adaptive.current(full, design)
+    assert set(cells) == {("composite", "rte"), ("composite", "sst2")}
+    assert all(c.decision == OPEN for c in cells.values())
+    seeds = adaptive.seed_order(full)
+    assert seeds == [42, 97, 834, 622, 329, 75, 213, 101, 123, 57]
+    tuned = [n for n in plan.order() if n.stage == "finetune"]
+    assert {n.seed for n in tuned} == set(seeds[:3])
+    assert {n.task for n in tuned} == {"rte", "sst2", "mnli"}  # RTE starts from MNLI's same seed
+    assert all(plan.nodes[k].runs[0].dir == full.nodes[k].runs[0].dir for k in plan.nodes)
+    assert adaptive.bill(full, design) == (2 * 3 * 3, 2 * 3 * 10)
