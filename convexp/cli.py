@@ -282,10 +282,7 @@ def ablate(
     if dry_run:
         print_plan(plan)
         if design is not None:
-            least, most = adaptive.bill(full, design)
-            typer.echo("\n".join(adaptive.summary(plan, design, cells)))
-            typer.echo(f"  fine-tuning runs: {least} if every cell settles at its first look, {most} at the cap "
-                       f"(the fixed count); above: this round's")
+            typer.echo("\n".join([*adaptive.summary(plan, design, cells), adaptive.bill_line(full, design)]))
         return
     if wandb_sweep:
         path = write_wandb_sweep(plan)

@@ -141,3 +141,41 @@ def test_a_sweep_plans_only_the_seeds_its_cells_need(tmp_path, monkeypatch):
     assert {n.task for n in tuned} == {"rte", "sst2", "mnli"}  # RTE starts from MNLI's same seed
     assert all(plan.nodes[k].runs[0].dir == full.nodes[k].runs[0].dir for k in plan.nodes)
     assert adaptive.bill(full, design) == (2 * 3 * 3, 2 * 3 * 10)
+
+
+def test_the_dry_run_bills_the_least_and_the_most(tmp_path):
+    from helpers import SHRINK, convexp, write_sweep
+
+    sweep = write_sweep(tmp_path / "two.yaml", {"a": {}, "b": {"finetune": ["weight_decay=0.02"]}})
+    res = convexp("ablate", str(sweep), *SHRINK, "adaptive.looks=[2,3]", "--dry-run", outputs=tmp_path / "out")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "b vs a on rte: open" in res.stdout
+    assert "at the least (every cell settled at its first look): 4 runs" in res.stdout
+    assert "at the most (the cap, the fixed count): 6 runs" in res.stdout
+    bad = convexp("ablate", str(sweep), *SHRINK, "adaptive.looks=[3,2]", "--dry-run", outputs=tmp_path / "out")
+    assert bad.returncode == 2 and "adaptive.looks=[3, 2]" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_adaptive_seeds_on_this_machine_run_look_after_look_and_the_report_says_so(tmp_path):
+    """Two variants, looks at 2 and 3 seeds, trained here: the first look runs 2 seeds a side, the
+    cell is decided or gets its third seed, the command ends saying the runs against the fixed
+    count, and the report prints each cell's decision; run again, nothing is trained."""
+    import json
+
+    from helpers import SHRINK, convexp, write_sweep
+
+    sweep = write_sweep(tmp_path / "two.yaml", {"a": {}, "b": {"finetune": ["weight_decay=0.02"]}})
+    args = [str(sweep), *SHRINK, "adaptive.looks=[2,3]"]
+    out = tmp_path / "out"
+    res = convexp("ablate", *args, outputs=out, env={"WANDB_MODE": "disabled"})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "look 1: " in res.stdout and "adaptive seeds: " in res.stdout and "the fixed count: 6" in res.stdout
+    report = convexp("report", *args, "--no-figures", outputs=out, env={"WANDB_MODE": "disabled"})
+    assert report.returncode == 0, report.stderr[-2000:]
+    adaptive = json.loads((out / "reports" / "two" / "report.json").read_text())["adaptive"]
+    [cell] = adaptive["cells"]
+    assert cell["decision"] != "open" and adaptive["runs"] in (4, 6)
+    assert len(list((out / "runs" / "finetune").glob("*/metrics.json"))) == adaptive["runs"]
+    again = convexp("ablate", *args, outputs=out, env={"WANDB_MODE": "disabled"})
+    assert "look 1: 0 node(s) to run" in again.stdout

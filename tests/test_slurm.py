@@ -620,3 +620,34 @@ def test_fine_tunes_packed_on_one_gpu_job_of_a_real_slurm_each_finish_in_their_o
     granted = _granted(env, nodes["finetune/a/rte/s1"]["job"])
     assert len(pack.nodes) == 2 and granted == {**pack.request.params(), "partition": "gpu"}
     assert granted["gpus_per_node"] == 1 and granted["cpus_per_task"] == 2 * (plan.nodes["finetune/a/rte/s1"].workers + 2)
+
+
+@pytest.mark.slow
+def test_adaptive_seeds_on_a_real_slurm_run_their_looks_with_nobody_watching(real_slurm, tmp_path):
+    """`adaptive.looks=[2,3]` submitted once: the first look's jobs and a planner job after them;
+    the planner decides the cell from their results and submits the next look (and its own
+    planner), which ends the study — every look's runs finished, no job left, and the report says
+    the cell's decision and the runs it took."""
+    import json
+    import time
+
+    env = {**real_slurm, "WANDB_MODE": "disabled"}
+    sweep = write_sweep(tmp_path / "adaptive.yaml", {"a": {}, "b": {"finetune": ["weight_decay=0.02"]}})
+    args = [str(sweep), *SHRINK, "adaptive.looks=[2,3]", "launcher=submitit", "launcher.cluster=slurm",
+            "launcher.partition=cpu", "launcher.timeout_min=30"]  # fmt: skip
+    out = tmp_path / "out"
+    res = convexp("ablate", *args, outputs=out, env=env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "submitted the next look's planner" in res.stdout
+    deadline = time.monotonic() + 1500
+    while _sh(env, "squeue", "-h", "-n", "convexp-adaptive", "-o", "%i").split():  # nobody watching
+        assert time.monotonic() < deadline, _sh(env, "squeue")
+        time.sleep(5)
+    finished = sorted(p.parent.name for p in (out / "runs" / "finetune").glob("*/metrics.json"))
+    report = convexp("report", *args[:1], *args[1:], "--no-figures", outputs=out, env=env)
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    adaptive = json.loads((out / "reports" / "adaptive" / "report.json").read_text())["adaptive"]
+    [cell] = adaptive["cells"]
+    assert cell["decision"] != "open" and adaptive["fixed_runs"] == 6
+    assert len(finished) == adaptive["runs"] == 2 * (cell["seeds"] if cell["look"] else 3)
+    assert "Adaptive seeds: looks at 2, 3 seeds" in report.stdout

@@ -127,9 +127,22 @@ def summary(plan: Plan, design: Design, decided: dict[tuple[str, str], Cell]) ->
 
 def bill(plan: Plan, design: Design) -> tuple[int, int]:
     """(fine-tuning runs at the least: every cell decided at its first look, at the most: the cap)."""
-    first = cut(plan, {(n.variant, n.task): design.looks[0] for n in plan.order() if n.stage == "finetune"})
-    runs = lambda p: sum(len(n.runs) for n in p.order() if n.stage == "finetune")  # noqa: E731
-    return runs(first), runs(plan)
+    least, most = extremes(plan, design)
+    return _runs(least), _runs(most)
+
+
+def extremes(plan: Plan, design: Design) -> tuple[Plan, Plan]:
+    """(the plan if every cell settles at its first look, the plan of the cap: the fixed sweep's)."""
+    return cut(plan, {(n.variant, n.task): design.looks[0] for n in plan.order() if n.stage == "finetune"}), plan
+
+
+def bill_line(plan: Plan, design: Design) -> str:
+    """The dry run's line: fine-tuning runs and training FLOPs at the least and at the most."""
+    least, most = extremes(plan, design)
+    flops = lambda p: sum(n.flops for n in p.order() if n.stage == "finetune")  # noqa: E731  (a node: its settings)
+    return (f"  fine-tuning at the least (every cell settled at its first look): {_runs(least)} runs, "
+            f"{flops(least):.3g} training FLOPs; at the most (the cap, the fixed count): {_runs(most)} runs, "
+            f"{flops(most):.3g} FLOPs; the bill above is this look's")  # fmt: skip
 
 
 def _runs(plan: Plan) -> int:
