@@ -158,16 +158,20 @@ def decide(
     return last
 
 
-def next_seeds(cells: dict[tuple[str, str], Cell], baseline: str, design: Design) -> dict[tuple[str, str], int]:
-    """{(variant, column): the seeds it needs now}: an open cell's variant, and the baseline of its
-    column, go to the cell's next look; a settled cell keeps the seeds of the look that settled it.
-    The baseline of a column runs as many seeds as its most open cell needs."""
+def next_seeds(cells: dict[tuple, Cell], baseline: str, design: Design) -> dict[tuple[str, str], int]:
+    """{(variant, column): the seeds it needs now}, from cells keyed (variant, column) — against the
+    baseline — or (variant, column, "paper") — against the paper's number: an open cell's variant
+    (and the baseline of its column, for a comparison) go to the cell's next look; a settled cell
+    keeps the seeds of the look that settled it. A side runs as many seeds as its most open cell
+    needs."""
     want: dict[tuple[str, str], int] = {}
-    for (variant, column), cell in cells.items():
+    for key, cell in cells.items():
+        variant, column = key[0], key[1]
         if cell.decision == OPEN:
             n = design.looks[min(len(cell.history), len(design.looks) - 1)]
         else:
             n = max(cell.n, design.looks[0])
-        for key in ((variant, column), (baseline, column)):
-            want[key] = max(want.get(key, 0), n)
+        sides = [(variant, column)] + ([(baseline, column)] if len(key) == 2 else [])
+        for side in sides:
+            want[side] = max(want.get(side, 0), n)
     return want

@@ -110,6 +110,18 @@ def test_a_cell_is_replayed_look_by_look_and_open_until_its_next_look():
     assert want == {("v", "rte"): 6, ("base", "rte"): 6, ("w", "rte"): 3}
 
 
+def test_a_column_against_the_papers_number_is_reproduced_or_not():
+    """Scores minus the paper's number, with its printed standard error: within the margin is
+    reproduced, clearly off is not; the paper's side never runs seeds."""
+    design = Design((3, 6, 10), alpha=0.05, margin=1.0)
+    near = decide([0.1, -0.05, 0.02, 0.08, -0.1, 0.0], None, design, cells=2, paper_se=0.05)
+    assert near.decision == "reproduced" and near.look == 1 and near.n == 3
+    off = decide([-4.1, -3.9, -4.0], None, design, cells=2, paper_se=0.1)
+    assert off.decision == "not reproduced" and off.look == 1
+    want = next_seeds({("v", "rte", "paper"): decide([0.3, -0.2, 0.1], None, design, 2, paper_se=0.5)}, "b", design)
+    assert want == {("v", "rte"): 6}
+
+
 def test_the_design_refuses_what_cannot_be_a_study():
     for bad in ({"looks": (3, 3)}, {"looks": (1, 4)}, {"alpha": 0.0}, {"margin": 0.0}):
         with pytest.raises(ValueError):
@@ -132,7 +144,9 @@ def test_a_sweep_plans_only_the_seeds_its_cells_need(tmp_path, monkeypatch):
     full = build_plan(sweep, args)
     design = adaptive.design_of(full)
     plan, cells = adaptive.current(full, design)
-    assert set(cells) == {("composite", "rte"), ("composite", "sst2")}
+    # against the baseline, and each variant against Table 6's numbers (its ± the printed s.e.)
+    assert set(cells) == {("composite", "rte"), ("composite", "sst2"), *((v, t, "paper") for v in ("abs", "composite")
+                                                                          for t in ("rte", "sst2"))}  # fmt: skip
     assert all(c.decision == OPEN for c in cells.values())
     seeds = adaptive.seed_order(full)
     assert seeds == [42, 97, 834, 622, 329, 75, 213, 101, 123, 57]

@@ -61,9 +61,11 @@ def scores(plan: Plan) -> dict[tuple[str, str], dict[int, float]]:
     return out
 
 
-def cells(plan: Plan, design: Design) -> dict[tuple[str, str], Cell]:
+def cells(plan: Plan, design: Design) -> dict[tuple, Cell]:
     """Every cell's decision now: its looks replayed on the seeds finished so far, in seed order (a
-    seed missing ends a side's sequence: later seeds wait for it)."""
+    seed missing ends a side's sequence: later seeds wait for it). Cells: (variant, task) against
+    the baseline; (variant, task, "paper") against the paper's number where the sweep prints one
+    on the report's split (its ± the paper's standard error)."""
     order, base, got = seed_order(plan), baseline(plan), scores(plan)
     tasks = planned_tasks(plan.sweep, plan.settings) if plan.sweep.finetune else []  # the table's (not MNLI's start)
     others = [v for v in plan.variants if v != base]
@@ -76,15 +78,24 @@ def cells(plan: Plan, design: Design) -> dict[tuple[str, str], Cell]:
             values.append(got[variant, task][s])
         return values
 
-    family = len(others) * len(tasks)
-    return {(v, t): decide(in_order(v, t), in_order(base, t), design, family) for v in others for t in tasks}
+    spec = plan.sweep.report
+    same_split = spec is None or spec.paper_split in (None, spec.split)
+    papers = {(v, t): plan.sweep.variants[v] for v in plan.variants for t in tasks
+              if same_split and isinstance(plan.sweep.variants[v].paper.get(t), (int, float))}  # fmt: skip
+    family = len(others) * len(tasks) + len(papers)
+    out: dict[tuple, Cell] = {(v, t): decide(in_order(v, t), in_order(base, t), design, family)
+                              for v in others for t in tasks}  # fmt: skip
+    for (v, t), variant in papers.items():
+        mine = [x - float(variant.paper[t]) for x in in_order(v, t)]
+        out[v, t, "paper"] = decide(mine, None, design, family, paper_se=float(variant.paper_se.get(t) or 0.0))
+    return out
 
 
-def wanted(plan: Plan, design: Design, decided: dict[tuple[str, str], Cell]) -> dict[tuple[str, str], int]:
+def wanted(plan: Plan, design: Design, decided: dict[tuple, Cell]) -> dict[tuple[str, str], int]:
     """{(variant, task): seeds} the cells need now (the first look before any result)."""
     want = next_seeds(decided, baseline(plan), design)
     for v in plan.variants:  # a variant with no cell (a sweep of one variant): its first look
-        for t in {t for _, t in decided} or {n.task for n in plan.order() if n.stage == "finetune"}:
+        for t in {k[1] for k in decided} or {n.task for n in plan.order() if n.stage == "finetune"}:
             want.setdefault((v, t), design.looks[0])
     return want
 
@@ -105,20 +116,20 @@ def cut(plan: Plan, want: dict[tuple[str, str], int]) -> Plan:
     return dataclasses.replace(plan, nodes={k: n for k, n in plan.nodes.items() if k in keep})
 
 
-def current(plan: Plan, design: Design) -> tuple[Plan, dict[tuple[str, str], Cell]]:
+def current(plan: Plan, design: Design) -> tuple[Plan, dict[tuple, Cell]]:
     """(the plan cut to what the cells need now, the cells' decisions)."""
     decided = cells(plan, design)
     return cut(plan, wanted(plan, design, decided)), decided
 
 
-def summary(plan: Plan, design: Design, decided: dict[tuple[str, str], Cell]) -> list[str]:
+def summary(plan: Plan, design: Design, decided: dict[tuple, Cell]) -> list[str]:
     """Lines for the terminal: each cell's state, and the runs against the fixed count."""
     lines = [f"adaptive seeds: looks at {', '.join(map(str, design.looks))} seeds, alpha {design.alpha} "
              f"over {len(decided)} cells, margin ±{design.margin}; baseline {baseline(plan)}"]  # fmt: skip
-    for (v, t), c in decided.items():
+    for key, c in decided.items():
         at = f" at look {c.look} ({c.n} seeds)" if c.look else f" after {c.n} seeds" if c.history else ""
         diff = f", difference {c.diff:+.2f} [{c.low:+.2f}, {c.high:+.2f}]" if c.diff is not None else ""
-        lines.append(f"  {v} vs {baseline(plan)} on {t}: {c.decision}{at}{diff}")
+        lines.append(f"  {_name(key, baseline(plan))}: {c.decision}{at}{diff}")
     open_ = sum(c.decision == OPEN for c in decided.values())
     undecided = sum(c.decision == UNDECIDED for c in decided.values())
     lines.append(f"  {len(decided) - open_ - undecided} decided, {open_} open, {undecided} undecided at the cap")
@@ -149,7 +160,7 @@ def _runs(plan: Plan) -> int:
     return sum(len(n.runs) for n in plan.order() if n.stage == "finetune")
 
 
-def report_lines(full: Plan, plan: Plan, design: Design, decided: dict[tuple[str, str], Cell]) -> list[str]:
+def report_lines(full: Plan, plan: Plan, design: Design, decided: dict[tuple, Cell]) -> list[str]:
     """The report's account of an adaptive study: each cell's decision and the look that made it,
     the runs against the fixed count, the method."""
     settled = [c for c in decided.values() if c.look]
@@ -161,21 +172,27 @@ def report_lines(full: Plan, plan: Plan, design: Design, decided: dict[tuple[str
         f"at most {design.alpha:g} chance of any false difference claim, and of any false equivalence "
         f"claim (±{design.margin:g} points), in this table (convexp/sequential.py)."
     ]
-    for (v, t), c in decided.items():
-        at = f"at look {c.look} ({c.n} seeds a side)" if c.look else f"after {c.n} seeds a side"
+    for key, c in decided.items():
+        at = f"at look {c.look} ({c.n} seeds)" if c.look else f"after {c.n} seeds"
         diff = f", {c.diff:+.2f} [{c.low:+.2f}, {c.high:+.2f}]" if c.diff is not None else ""
-        lines.append(f"- {v} vs {baseline(full)}, {t}: {c.decision} {at}{diff}")
+        lines.append(f"- {_name(key, baseline(full))}: {c.decision} {at}{diff}")
     return lines
 
 
-def to_json(full: Plan, plan: Plan, design: Design, decided: dict[tuple[str, str], Cell]) -> dict:
+def _name(key: tuple, base: str) -> str:
+    """"b vs a on rte" (against the baseline) or "b on rte vs the paper"."""
+    return f"{key[0]} on {key[1]} vs the paper" if len(key) == 3 else f"{key[0]} vs {base} on {key[1]}"
+
+
+def to_json(full: Plan, plan: Plan, design: Design, decided: dict[tuple, Cell]) -> dict:
     """report.json's ``adaptive``: the design, each cell, the runs against the fixed count."""
     return {
         "looks": list(design.looks), "alpha": design.alpha, "margin": design.margin,
         "baseline": baseline(full), "runs": _runs(plan), "fixed_runs": _runs(full),
-        "cells": [{"variant": v, "task": t, "decision": c.decision, "look": c.look, "seeds": c.n,
-                   "difference": c.diff, "low": c.low, "high": c.high, "history": c.history}
-                  for (v, t), c in decided.items()],
+        "cells": [{"variant": k[0], "task": k[1], "versus": "paper" if len(k) == 3 else baseline(full),
+                   "decision": c.decision, "look": c.look, "seeds": c.n, "difference": c.diff, "low": c.low,
+                   "high": c.high, "history": c.history}
+                  for k, c in decided.items()],
     }  # fmt: skip
 
 
