@@ -631,6 +631,8 @@ def test_adaptive_seeds_on_a_real_slurm_run_their_looks_with_nobody_watching(rea
     import json
     import time
 
+    from helpers import SHRINK
+
     env = {**real_slurm, "WANDB_MODE": "disabled"}
     sweep = write_sweep(tmp_path / "adaptive.yaml", {"a": {}, "b": {"finetune": ["weight_decay=0.02"]}})
     args = [str(sweep), *SHRINK, "adaptive.looks=[2,3]", "launcher=submitit", "launcher.cluster=slurm",

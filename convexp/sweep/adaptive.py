@@ -2,13 +2,13 @@
 seed up to the cap, cut to the seeds each cell needs now, from the results already in the run store.
 
 A *cell* is a variant against the baseline (``report.baseline``, else the first variant) on one
-fine-tuning task, the report's family; convexp/sequential.py decides it after each look, with its
-error spent over looks and cells. Seeds are the sweep's fixed seeds in their order (the first n are
+fine-tuning task, the report's family, or a variant's task column against the paper's number;
+convexp/sequential.py decides it after each look, with its error spent over looks and cells. Seeds are the sweep's fixed seeds in their order (the first n are
 a cell's at n seeds): a run has the id it has in the fixed sweep, so an adaptive study and a fixed
 one share their runs, and a re-run goes on from what is finished. Scores are each run's task score
 as the report reads it (its kind's ``score``, the report's style, on dev); seeds are taken as
 unpaired (Welch's test), which does not assume that a variant's seed s and the baseline's seed s
-share anything.
+share anything. A collapsed (diverged) seed has no score: its cell stays open at that seed.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ def design_of(plan: Plan) -> Design | None:
 
 def seed_order(plan: Plan) -> list[int]:
     """The planned fine-tuning seeds, in the order the sweep lists them."""
-    from .nodes import _seeds
+    from .nodes import sweep_seeds
 
-    listed = _seeds(plan.sweep, plan.settings, plan.settings.scale) or []
+    listed = sweep_seeds(plan.sweep, plan.settings, plan.settings.scale) or []
     planned = {n.seed for n in plan.order() if n.stage == "finetune"}
     return [s for s in listed if s in planned] or sorted(planned)
 

@@ -326,7 +326,7 @@ def _teacher_node(sweep: Sweep, v: Variant, task: str, planned: dict[str, Node])
 
 
 def _seeds_override(sweep: Sweep, settings: DictConfig) -> list[str]:
-    seeds = _seeds(sweep, settings, settings.scale)
+    seeds = sweep_seeds(sweep, settings, settings.scale)
     return [] if seeds is None else [f"seeds=[{','.join(map(str, seeds))}]"]
 
 
@@ -351,7 +351,7 @@ def _paper_seeds() -> list[int]:
     return list(OmegaConf.load(CONF_DIR / "finetune_scale" / "paper.yaml").seeds)
 
 
-def _seeds(sweep: Sweep, settings: DictConfig, scale: str) -> list[int] | None:
+def sweep_seeds(sweep: Sweep, settings: DictConfig, scale: str) -> list[int] | None:
     """Explicit seeds, or None for the scale's own (conf/finetune_scale/<scale>.yaml). Adaptive
     seeds (``adaptive.looks``) plan the cap's: the first of ``seeds=`` or of the papers' list, at
     every scale (sweep/adaptive.py cuts the plan to what each cell needs)."""
