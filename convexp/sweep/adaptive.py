@@ -8,7 +8,8 @@ a cell's at n seeds): a run has the id it has in the fixed sweep, so an adaptive
 one share their runs, and a re-run goes on from what is finished. Scores are each run's task score
 as the report reads it (its kind's ``score``, the report's style, on dev); seeds are taken as
 unpaired (Welch's test), which does not assume that a variant's seed s and the baseline's seed s
-share anything. A collapsed (diverged) seed has no score: its cell stays open at that seed.
+share anything. A collapsed run counts as the report counts it (left out where
+``report.exclude_diverged``; its cell then stays open at that seed).
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def scores(plan: Plan) -> dict[tuple[str, str], dict[int, float]]:
         if node.stage != "finetune" or not node.runs or not node.runs[0].finished:
             continue
         m = node.runs[0].read_json("metrics.json") or {}
-        if m.get("diverged"):  # a collapsed run has no score to compare
-            continue
+        if m.get("diverged") and plan.sweep.report and plan.sweep.report.exclude_diverged:
+            continue  # collapsed runs left out, as the report leaves them out (BERMO's sweeps)
         score = task_kind(node.kind or kind_by_name(node.task)).score({**m, "task": node.task}, style, split)
         if score is not None:
             out.setdefault((node.variant, node.task), {})[node.seed] = float(score)
