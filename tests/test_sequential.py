@@ -193,3 +193,22 @@ def test_adaptive_seeds_on_this_machine_run_look_after_look_and_the_report_says_
     assert len(list((out / "runs" / "finetune").glob("*/metrics.json"))) == adaptive["runs"]
     again = convexp("ablate", *args, outputs=out, env={"WANDB_MODE": "disabled"})
     assert "look 1: 0 node(s) to run" in again.stdout
+
+
+def test_a_budget_below_the_first_look_is_refused_and_a_large_one_changes_nothing(tmp_path):
+    """adaptive.budget: GPU-hours for the whole study at the dry run's rates (a paper-scale plan: its
+    jobs ask for GPUs). Below the first look: one line, exit 2, nothing written; above it: the look
+    as without a budget."""
+    from helpers import convexp
+
+    args = ["conv-injection", "scale=paper", "variants=[abs,composite]", "tasks=[rte]", "adaptive.looks=[3,6,10]",
+            "launcher=submitit", "--dry-run"]  # fmt: skip
+    out = tmp_path / "out"
+    low = convexp("ablate", *args, "adaptive.budget=1", outputs=out)
+    assert low.returncode == 2 and "adaptive.budget=1 GPU-hours is below the first look's" in low.stderr
+    assert len(low.stderr.strip().splitlines()) == 1 and not out.exists()
+    high = convexp("ablate", *args, "adaptive.budget=100000", outputs=out)
+    plain = convexp("ablate", *args, outputs=out)
+    assert high.returncode == plain.returncode == 0, high.stderr[-2000:]
+    assert high.stdout.splitlines()[-1] == plain.stdout.splitlines()[-1]
+    assert "at the least (every cell settled at its first look): 12 runs" in high.stdout

@@ -319,6 +319,7 @@ class AdaptiveSchema:
     looks: Optional[List[int]] = None
     alpha: float = 0.05
     margin: float = 0.5
+    budget: Optional[float] = None  # GPU-hours for the whole study (null: none)
 
     def __post_init__(self) -> None:
         if self.looks is not None:
@@ -331,6 +332,7 @@ class AdaptiveSchema:
         if not 0 < self.alpha < 1:
             raise ValueError(f"adaptive.alpha={self.alpha}: a probability in (0, 1), e.g. 0.05")
         positive("adaptive.margin", self.margin, "a difference within ±margin points is equivalent; e.g. 0.5")
+        positive("adaptive.budget", self.budget, "null: no budget, the looks' cap alone")
 
 
 @dataclass

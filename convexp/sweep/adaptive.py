@@ -118,9 +118,39 @@ def cut(plan: Plan, want: dict[tuple[str, str], int]) -> Plan:
 
 
 def current(plan: Plan, design: Design) -> tuple[Plan, dict[tuple, Cell]]:
-    """(the plan cut to what the cells need now, the cells' decisions)."""
+    """(the plan cut to what the cells need now, the cells' decisions). With ``adaptive.budget``
+    (GPU-hours for the whole study), a look that would take the study beyond it is not started:
+    the open cells keep the seeds they have (the first look beyond the budget is refused)."""
     decided = cells(plan, design)
-    return cut(plan, wanted(plan, design, decided)), decided
+    now = cut(plan, wanted(plan, design, decided))
+    budget = (plan.settings.get("adaptive") or {}).get("budget")
+    if budget is None or gpu_hours(now) <= float(budget):
+        return now, decided
+    have = {(n.variant, n.task): 0 for n in plan.order() if n.stage == "finetune"}
+    index = {s: i for i, s in enumerate(seed_order(plan))}
+    for n in plan.order():  # the seeds each side has finished: no new look
+        if n.stage == "finetune" and n.done and (n.variant, n.task) in have:
+            have[n.variant, n.task] = max(have[n.variant, n.task], index.get(n.seed, -1) + 1)
+    held = cut(plan, have)
+    if not any(n.done for n in held.order() if n.stage == "finetune"):
+        from .spec import SweepError
+
+        raise SweepError(
+            f"adaptive.budget={budget:g} GPU-hours is below the first look's {gpu_hours(now):.3g}; raise it "
+            f"or lower adaptive.looks[0]"
+        )
+    for c in decided.values():
+        if c.decision == OPEN:
+            c.decision = "open (budget)"
+    return held, decided
+
+
+def gpu_hours(plan: Plan) -> float:
+    """GPU-hours of every job of the plan at the dry run's rates (sweep/schedule.py; CPU jobs: 0)."""
+    from .schedule import job_gpus, throughput
+
+    tp = throughput(plan.settings)
+    return sum(tp.hours(n) * job_gpus(n) for n in plan.order() if n.gpus)
 
 
 def summary(plan: Plan, design: Design, decided: dict[tuple, Cell]) -> list[str]:
@@ -131,7 +161,7 @@ def summary(plan: Plan, design: Design, decided: dict[tuple, Cell]) -> list[str]
         at = f" at look {c.look} ({c.n} seeds)" if c.look else f" after {c.n} seeds" if c.history else ""
         diff = f", difference {c.diff:+.2f} [{c.low:+.2f}, {c.high:+.2f}]" if c.diff is not None else ""
         lines.append(f"  {_name(key, baseline(plan))}: {c.decision}{at}{diff}")
-    open_ = sum(c.decision == OPEN for c in decided.values())
+    open_ = sum(c.decision.startswith(OPEN) for c in decided.values())
     undecided = sum(c.decision == UNDECIDED for c in decided.values())
     lines.append(f"  {len(decided) - open_ - undecided} decided, {open_} open, {undecided} undecided at the cap")
     return lines
@@ -168,7 +198,7 @@ def report_lines(full: Plan, plan: Plan, design: Design, decided: dict[tuple, Ce
     lines = [
         f"Adaptive seeds: looks at {', '.join(map(str, design.looks))} seeds; {len(settled)} of {len(decided)} "
         f"cells decided, {sum(c.decision == UNDECIDED for c in decided.values())} undecided at the cap, "
-        f"{sum(c.decision == OPEN for c in decided.values())} open; {_runs(plan)} fine-tuning runs of the fixed "
+        f"{sum(c.decision.startswith(OPEN) for c in decided.values())} open; {_runs(plan)} fine-tuning runs of the fixed "
         f"{_runs(full)}. Pocock-type error spending over looks and Bonferroni over the {len(decided)} cells: "
         f"at most {design.alpha:g} chance of any false difference claim, and of any false equivalence "
         f"claim (±{design.margin:g} points), in this table (convexp/sequential.py)."
