@@ -66,8 +66,8 @@ def add_config_dirs(dirs: list[str | Path]) -> None:
 
 def user_task_kinds() -> list[str]:
     """The kinds of task the user's task files name (``kind:`` of ``task/*.yaml`` in their config
-    and user directories) that are not GLUE's, probing's or SQuAD's: ``convexp finetune`` offers each
-    (tasks/kind.py: a module defining ``KIND``). Read as text: nothing is imported."""
+    and user directories): ``convexp finetune`` offers each beside the built-in ones (tasks/kind.py:
+    a user's is a module defining ``KIND``). Read as text: nothing is imported."""
     import yaml
 
     found = []
@@ -77,7 +77,7 @@ def user_task_kinds() -> list[str]:
                 kind = (yaml.safe_load(f.read_text()) or {}).get("kind")
             except (OSError, yaml.YAMLError, AttributeError):
                 continue  # composing it says what is wrong
-            if isinstance(kind, str) and kind not in ("glue", "probing", "squad"):
+            if isinstance(kind, str):
                 found.append(kind)
     return list(dict.fromkeys(found))
 

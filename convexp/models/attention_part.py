@@ -26,11 +26,13 @@ def module_class(path: str):
     return getattr(importlib.import_module(module), name)
 
 
-def _linear(i: int, o: int) -> int:
-    return i * o + o  # nn.Linear(i, o): weight + bias
+def linear_params(i: int, o: int) -> int:
+    """Parameters of nn.Linear(i, o): weight and bias."""
+    return i * o + o
 
 
-def _wb(hf: str, cx: str) -> list[tuple[str, str, str]]:
+def weight_bias_keys(hf: str, cx: str) -> list[tuple[str, str, str]]:
+    """(HF key, convexp key, "same") of a layer's weight and bias."""
     return [(f"{hf}.weight", f"{cx}.weight", "same"), (f"{hf}.bias", f"{cx}.bias", "same")]
 
 
@@ -72,7 +74,7 @@ class SelfAttentionPart:
                                 ("k", cfg.content_attention or cfg.key_conv), ("v", True)) if on]  # fmt: skip
         for n in used:  # attention.Projection: half its outputs (or conv_out) from a separable conv
             half = (H * d // 2 if conv_out is None else conv_out) if n in cfg.conv_qkv else 0
-            params += (D * K + D + _linear(D, half) if half else 0) + _linear(D, H * d - half)
+            params += (D * K + D + linear_params(D, half) if half else 0) + linear_params(D, H * d - half)
             flops += 2 * D * (H * d - half) + (2 * D * K + 2 * D * half if half else 0)
         params += H * K * cfg.fixed_conv + d * K * (cfg.dynamic_conv + cfg.key_conv)
         flops += 2 * H * d * K * (cfg.dynamic_conv + cfg.key_conv)  # q·W^Q, k·W^K for every offset
@@ -80,7 +82,7 @@ class SelfAttentionPart:
             params += H * d * K + H * d
             flops += 2 * H * d * K
         per_pos = (4 if cfg.content_attention else 2) * H * d  # q kᵀ and probs·v (or probs·v alone)
-        params += _linear(H * d, D)
+        params += linear_params(H * d, D)
         flops += 2 * H * d * D
         return params, flops, per_pos
 
@@ -118,8 +120,8 @@ class SelfAttentionPart:
         prefixes); None where ``transformers`` has no such module."""
         t = []
         for name, mod in (("query", "q"), ("key", "k_proj"), ("value", "v")):
-            t += _wb(f"{hf}attention.self.{name}", f"{cx}mixer.{mod}.linear")
-        return t + _wb(f"{hf}attention.output.dense", f"{cx}mixer.out")
+            t += weight_bias_keys(f"{hf}attention.self.{name}", f"{cx}mixer.{mod}.linear")
+        return t + weight_bias_keys(f"{hf}attention.output.dense", f"{cx}mixer.out")
 
 
 class MixedAttentionPart(SelfAttentionPart):
@@ -152,18 +154,18 @@ class MixedAttentionPart(SelfAttentionPart):
         H = cfg.layer_size(i)["heads"]
         c = self.heads(cfg)  # convolution heads
         A, C = H * d, c * d
-        params, flops, per_pos = 3 * _linear(D, A), 3 * 2 * D * A, 4 * H * d
+        params, flops, per_pos = 3 * linear_params(D, A), 3 * 2 * D * A, 4 * H * d
         if cfg.conv_type == "sdconv":
-            params += D * K + _linear(D, C) + _linear(C, c * K) + _linear(D, C)
+            params += D * K + linear_params(D, C) + linear_params(C, c * K) + linear_params(D, C)
             flops += 2 * D * K + 2 * D * C + 2 * C * c * K + 2 * D * C
         elif cfg.conv_type == "dynamic":
-            params += _linear(D, c * K) + _linear(D, C)
+            params += linear_params(D, c * K) + linear_params(D, C)
             flops += 2 * D * c * K + 2 * D * C
         elif cfg.conv_type == "conventional":
-            params += D * K + _linear(D, C)
+            params += D * K + linear_params(D, C)
             flops += 2 * D * K + 2 * D * C
         width = A if cfg.conv_type == "none" else A + C
-        return params + _linear(width, D), flops + 2 * width * D, per_pos
+        return params + linear_params(width, D), flops + 2 * width * D, per_pos
 
     def extra_saved(self, cfg, i: int, seq_len: int) -> tuple[int, int]:
         if cfg.conv_type == "none":
@@ -209,7 +211,7 @@ class MixedAttentionPart(SelfAttentionPart):
     def hf_keys(self, cfg, hf: str, cx: str) -> list[tuple[str, str, str]] | None:
         t = []
         for name in ("query", "key", "value"):
-            t += _wb(f"{hf}attention.self.{name}", f"{cx}mixer.{name}")
+            t += weight_bias_keys(f"{hf}attention.self.{name}", f"{cx}mixer.{name}")
         if cfg.conv_type == "sdconv":
             sep = f"{hf}attention.self.key_conv_attn_layer"
             t += [
@@ -217,11 +219,11 @@ class MixedAttentionPart(SelfAttentionPart):
                 (f"{sep}.pointwise.weight", f"{cx}mixer.key_conv.pointwise.weight", "pointwise"),
                 (f"{sep}.bias", f"{cx}mixer.key_conv.pointwise.bias", "col_bias"),
             ]
-            t += _wb(f"{hf}attention.self.conv_kernel_layer", f"{cx}mixer.conv_kernel")
-            t += _wb(f"{hf}attention.self.conv_out_layer", f"{cx}mixer.conv_value")
+            t += weight_bias_keys(f"{hf}attention.self.conv_kernel_layer", f"{cx}mixer.conv_kernel")
+            t += weight_bias_keys(f"{hf}attention.self.conv_out_layer", f"{cx}mixer.conv_value")
         elif cfg.conv_type != "none":
             return None  # conventional and dynamic convolutions: HF ConvBERT has SDConv only
-        return t + _wb(f"{hf}attention.output.dense", f"{cx}mixer.out")
+        return t + weight_bias_keys(f"{hf}attention.output.dense", f"{cx}mixer.out")
 
 
 def hf_head_size(hidden_size: int, num_heads: int, head_ratio: int) -> tuple[int, int]:

@@ -7,7 +7,7 @@ its module (models/ffn.py) and says its parameters, FLOPs and ``transformers`` k
 
 from __future__ import annotations
 
-from .attention_part import _wb, module_class
+from .attention_part import module_class, weight_bias_keys
 
 
 class FeedForwardPart:
@@ -31,7 +31,7 @@ class FeedForwardPart:
         return D * I // G + I + I * D // G + D, 2 * 2 * D * I // G, 0
 
     def hf_keys(self, cfg, hf: str, cx: str) -> list[tuple[str, str, str]] | None:
-        return _wb(f"{hf}intermediate.dense", f"{cx}ffn.fc1") + _wb(f"{hf}output.dense", f"{cx}ffn.fc2")
+        return weight_bias_keys(f"{hf}intermediate.dense", f"{cx}ffn.fc1") + weight_bias_keys(f"{hf}output.dense", f"{cx}ffn.fc2")
 
 
 FEEDFORWARD = FeedForwardPart()

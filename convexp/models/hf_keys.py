@@ -12,6 +12,7 @@ import torch
 
 from ..errors import UserError
 from .config import ModelConfig
+from .attention_part import weight_bias_keys
 from .parts import builtin_part
 
 
@@ -63,10 +64,6 @@ LAYOUTS = {
 }
 
 
-def _wb(hf: str, cx: str) -> list[tuple[str, str, str]]:
-    return [(f"{hf}.weight", f"{cx}.weight", "same"), (f"{hf}.bias", f"{cx}.bias", "same")]
-
-
 # ----------------------------------------------------------------------------------------------
 # Key tables: (HF key, convexp key, layout) for a given convexp config
 # ----------------------------------------------------------------------------------------------
@@ -79,9 +76,9 @@ def encoder_key_table(cfg: ModelConfig) -> list[tuple[str, str, str]]:
         t.append(("embeddings.position_embeddings.weight", "embeddings.position.weight", "same"))
     if cfg.type_vocab_size > 0:
         t.append(("embeddings.token_type_embeddings.weight", "embeddings.token_type.weight", "same"))
-    t += _wb("embeddings.LayerNorm", "embeddings.norm")
+    t += weight_bias_keys("embeddings.LayerNorm", "embeddings.norm")
     if cfg.emb_size != cfg.hidden_size:
-        t += _wb("embeddings_project", "embeddings.project")
+        t += weight_bias_keys("embeddings_project", "embeddings.project")
     for i in range(cfg.num_layers):
         hf, cx = f"encoder.layer.{i}.", f"layers.{i}."
         for kind in ("mixer", "ffn"):  # each part's own keys (attention_part.py, ffn_part.py)
@@ -91,10 +88,10 @@ def encoder_key_table(cfg: ModelConfig) -> list[tuple[str, str, str]]:
                 what = part.label(cfg) if part is not None else getattr(cfg, kind)
                 raise UnsupportedCheckpointError(f"{kind} {what} has no Hugging Face equivalent")
             t += keys
-        t += _wb(f"{hf}attention.output.LayerNorm", f"{cx}norm1")
-        t += _wb(f"{hf}output.LayerNorm", f"{cx}norm2")
+        t += weight_bias_keys(f"{hf}attention.output.LayerNorm", f"{cx}norm1")
+        t += weight_bias_keys(f"{hf}output.LayerNorm", f"{cx}norm2")
     if cfg.pooler:
-        t += _wb("pooler.dense", "pooler")
+        t += weight_bias_keys("pooler.dense", "pooler")
     return t
 
 
@@ -102,16 +99,16 @@ def encoder_key_table(cfg: ModelConfig) -> list[tuple[str, str, str]]:
 # key whose value they must equal. Keyed by (model_type, task).
 def mlm_head_keys(model_type: str) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
     if model_type == "bert":
-        table = _wb("cls.predictions.transform.dense", "head.dense")
-        table += _wb("cls.predictions.transform.LayerNorm", "head.norm")
+        table = weight_bias_keys("cls.predictions.transform.dense", "head.dense")
+        table += weight_bias_keys("cls.predictions.transform.LayerNorm", "head.norm")
         table.append(("cls.predictions.bias", "head.bias", "same"))
         tied = {
             "cls.predictions.decoder.weight": "encoder.embeddings.word.weight",
             "cls.predictions.decoder.bias": "head.bias",
         }
         return table, tied
-    table = _wb("generator_predictions.dense", "head.dense")
-    table += _wb("generator_predictions.LayerNorm", "head.norm")
+    table = weight_bias_keys("generator_predictions.dense", "head.dense")
+    table += weight_bias_keys("generator_predictions.LayerNorm", "head.norm")
     table.append(("generator_lm_head.bias", "head.bias", "same"))
     return table, {"generator_lm_head.weight": "encoder.embeddings.word.weight"}
 
@@ -122,16 +119,16 @@ def rtd_head_keys(model_type: str) -> tuple[list[tuple[str, str, str]], dict[str
             f"task='rtd' needs an ELECTRA discriminator head; Hugging Face {model_type!r} has none "
             "(load with task='base' and add a convexp RTDHead)"
         )
-    return _wb("discriminator_predictions.dense", "head.dense") + _wb(
+    return weight_bias_keys("discriminator_predictions.dense", "head.dense") + weight_bias_keys(
         "discriminator_predictions.dense_prediction", "head.prediction"
     ), {}
 
 
 def cls_head_keys(cfg: ModelConfig) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
     if cfg.classifier_head == "pooler":  # BERT: dropout -> classifier on the pooled [CLS]
-        return _wb("classifier", "head.out"), {}
+        return weight_bias_keys("classifier", "head.out"), {}
     if cfg.classifier_head == "hf":  # ELECTRA/ConvBERT: dense -> act -> dropout -> out_proj
-        return _wb("classifier.dense", "head.dense") + _wb("classifier.out_proj", "head.out"), {}
+        return weight_bias_keys("classifier.dense", "head.dense") + weight_bias_keys("classifier.out_proj", "head.out"), {}
     raise ExportError(
         "classifier=cls ([CLS] -> dropout -> linear, ELECTRA's code) has no Hugging Face equivalent: export "
         "the encoder alone (`convexp hf export RUN --part encoder`), or fine-tune with classifier=hf"

@@ -15,15 +15,12 @@ import dataclasses
 import sys
 
 from .config import ModelConfig
+from .attention_part import linear_params
 from .parts import builtin_part, code_digests, user_parts
 
 # Everything here is computed from ModelConfig's shapes alone (no torch), so ``convexp models``
 # answers at once. tests/test_presets.py checks every preset against the built modules'
 # ``numel`` and torch's FlopCounterMode.
-
-
-def _linear(i: int, o: int) -> int:
-    return i * o + o  # nn.Linear(i, o): weight + bias
 
 
 def _layer(cfg: ModelConfig, i: int) -> tuple[int, int, int]:
@@ -94,11 +91,11 @@ def parameter_count(cfg: ModelConfig, mlm_head: bool = True) -> int:
     n = V * E + 2 * E  # word embeddings, LayerNorm
     n += cfg.max_position_embeddings * E if cfg.absolute_positions else 0
     n += cfg.type_vocab_size * E if cfg.type_vocab_size > 0 else 0
-    n += _linear(E, D) if E != D else 0
+    n += linear_params(E, D) if E != D else 0
     n += sum(_layer(cfg, i)[0] for i in range(cfg.num_layers))
     n += cfg.num_layers + 2 if cfg.scalar_mix else 0  # α (L+1) and γ
-    n += _linear(D, D) if cfg.pooler else 0
-    n += _linear(D, E) + 2 * E + V if mlm_head else 0
+    n += linear_params(D, D) if cfg.pooler else 0
+    n += linear_params(D, E) + 2 * E + V if mlm_head else 0
     return n
 
 

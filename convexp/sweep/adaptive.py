@@ -157,10 +157,7 @@ def summary(plan: Plan, design: Design, decided: dict[tuple, Cell]) -> list[str]
     """Lines for the terminal: each cell's state, and the runs against the fixed count."""
     lines = [f"adaptive seeds: looks at {', '.join(map(str, design.looks))} seeds, alpha {design.alpha} "
              f"over {len(decided)} cells, margin ±{design.margin}; baseline {baseline(plan)}"]  # fmt: skip
-    for key, c in decided.items():
-        at = f" at look {c.look} ({c.n} seeds)" if c.look else f" after {c.n} seeds" if c.history else ""
-        diff = f", difference {c.diff:+.2f} [{c.low:+.2f}, {c.high:+.2f}]" if c.diff is not None else ""
-        lines.append(f"  {_name(key, baseline(plan))}: {c.decision}{at}{diff}")
+    lines += [f"  {_cell_text(key, c, baseline(plan))}" for key, c in decided.items()]
     open_ = sum(c.decision.startswith(OPEN) for c in decided.values())
     undecided = sum(c.decision == UNDECIDED for c in decided.values())
     lines.append(f"  {len(decided) - open_ - undecided} decided, {open_} open, {undecided} undecided at the cap")
@@ -203,16 +200,16 @@ def report_lines(full: Plan, plan: Plan, design: Design, decided: dict[tuple, Ce
         f"at most {design.alpha:g} chance of any false difference claim, and of any false equivalence "
         f"claim (±{design.margin:g} points), in this table (convexp/sequential.py)."
     ]
-    for key, c in decided.items():
-        at = f"at look {c.look} ({c.n} seeds)" if c.look else f"after {c.n} seeds"
-        diff = f", {c.diff:+.2f} [{c.low:+.2f}, {c.high:+.2f}]" if c.diff is not None else ""
-        lines.append(f"- {_name(key, baseline(full))}: {c.decision} {at}{diff}")
-    return lines
+    return lines + [f"- {_cell_text(key, c, baseline(full))}" for key, c in decided.items()]
 
 
-def _name(key: tuple, base: str) -> str:
-    """"b vs a on rte" (against the baseline) or "b on rte vs the paper"."""
-    return f"{key[0]} on {key[1]} vs the paper" if len(key) == 3 else f"{key[0]} vs {base} on {key[1]}"
+def _cell_text(key: tuple, c: Cell, base: str) -> str:
+    """"b vs a on rte: better at look 1 (3 seeds), difference +1.20 [+0.40, +2.00]" (against the
+    baseline) or "b on rte vs the paper: ..."."""
+    name = f"{key[0]} on {key[1]} vs the paper" if len(key) == 3 else f"{key[0]} vs {base} on {key[1]}"
+    at = f" at look {c.look} ({c.n} seeds)" if c.look else f" after {c.n} seeds" if c.history else ""
+    diff = f", difference {c.diff:+.2f} [{c.low:+.2f}, {c.high:+.2f}]" if c.diff is not None else ""
+    return f"{name}: {c.decision}{at}{diff}"
 
 
 def to_json(full: Plan, plan: Plan, design: Design, decided: dict[tuple, Cell]) -> dict:

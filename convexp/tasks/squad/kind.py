@@ -39,9 +39,6 @@ class Squad(TaskKind):
         """SQuAD v1.1 unless ``task=`` is given."""
         return list(overrides) if any(o.startswith("task=") for o in overrides) else ["task=squad1", *overrides]
 
-    def compose(self, overrides: list[str], cfg) -> Invocation:
-        return Invocation(cfg, {})
-
     def check(self, inv: Invocation, planned: bool = False) -> None:
         """``planned``: a sweep's plan: what the config alone decides (its init and teacher may be
         runs it has yet to make; the files are checked when its node runs)."""
