@@ -487,10 +487,10 @@ def print_outcomes(plan: Plan, outcomes: dict[str, Outcome]) -> int:
     console.print(f"sweep {plan.sweep.name}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
     failed = {k: o for k, o in outcomes.items() if o.status in ("failed", "diverged", "held", "blocked")}
     for k, o in failed.items():
-        console.print(f"  {o.status}: {k}: {o.error}" + (f" (log: {o.log})" if o.log else ""), markup=False)
+        console.print(f"  {o.status}: {k}: {o.error}" + (f" (log: {o.log})" if o.log else ""), markup=False, soft_wrap=True)
     if any(o.status == "submitted" for o in outcomes.values()):
         console.print(f"submitted to SLURM; where it stands: convexp {_dir_flags()}ablate {plan.sweep.name} --status",
-                      markup=False)  # fmt: skip
+                      markup=False, soft_wrap=True)  # fmt: skip  (a command to copy is never folded)
     elif not failed:
-        console.print(f"report: convexp {_dir_flags()}report {plan.sweep.name}", markup=False)
+        console.print(f"report: convexp {_dir_flags()}report {plan.sweep.name}", markup=False, soft_wrap=True)
     return sum(o.status in ("failed", "diverged") for o in outcomes.values())
