@@ -57,32 +57,46 @@ def test_dependencies_let_a_fast_variant_fine_tune_while_a_slow_one_pre_trains()
 
 
 def test_the_measured_rates_give_back_their_own_steps_and_bad_launcher_settings():
-    """A measured row's own workload gets back the steps a second that were measured; another width
-    class takes its class's row; another card is scaled by the peaks and says so."""
+    """A measured row's own workload gets back the steps a second that were measured (a stage's and a
+    fine-tune's, counted as the bill counts them); another mode or objective takes its class's nearest
+    row and says so; another width class takes its class's rows; another card is scaled by the peaks."""
     from convexp.config.compose import model_config
-    from convexp.sweep.rates import MEASURED, PEAK_TFLOPS, Workload, rate
+    from convexp.models.stats import flops_per_token
+    from convexp.sweep.rates import MEASURED, PEAK_TFLOPS, Workload, pack_gain, rate
     from convexp.sweep.schedule import throughput
     from convexp.sweep.spec import SweepError
     from convexp.tasks.pretraining.cost import pretrain_flops
 
-    row = next(r for r in MEASURED if r.card == "h100" and r.compile == "false")
+    row = next(r for r in MEASURED if r.card == "h100" and r.compile == "false" and r.precision == "32-true"
+               and r.preset == "convbert_small" and r.what == "stage")  # fmt: skip
     cfg = OmegaConf.create({"seq_len": row.seq_len, "trainer": {"max_steps": 1, "batch_size": row.batch},
                             "objective": {"name": row.objective, "generator_fraction": 0.25}})  # fmt: skip
     small = model_config(row.preset)
-    r = rate("h100", Workload("pretrain", small.hidden_size, row.precision, row.compile))
+    r = rate("h100", Workload("pretrain", small.hidden_size, "32-true", "false", "electra"))
     assert r.measured and pretrain_flops(cfg, small) / r.flops_s == pytest.approx(1 / row.steps_s)
-    assert "7 steps/s" in r.basis and "measured 2026-11-26" in r.basis
-    graphs = rate("h100", Workload("pretrain", small.hidden_size, "bf16-mixed", "graphs"))
-    assert graphs.flops_s / r.flops_s == pytest.approx(30.2 / 7.0)
-    fp32 = rate("h100", Workload("pretrain", small.hidden_size, "32-true", "false"))
-    assert fp32.flops_s == r.flops_s and not fp32.measured and "32-true eager not measured" in fp32.basis
-    wide = rate("h100", Workload("pretrain", 768, "bf16-mixed", "false"))
-    assert "convbert_base" in wide.basis and "scaled to h100" in wide.basis and wide.flops_s > 5 * r.flops_s
-    a100 = rate("a100", Workload("pretrain", small.hidden_size, "bf16-mixed", "false"))
+    assert f"{row.steps_s:.3g} steps/s" in r.basis and f"measured {row.when}" in r.basis
+    bf16 = rate("h100", Workload("pretrain", small.hidden_size, "bf16-mixed", "false", "electra"))
+    graphs = rate("h100", Workload("pretrain", small.hidden_size, "bf16-mixed", "graphs", "electra"))
+    assert bf16.measured and graphs.measured and graphs.flops_s > 2 * bf16.flops_s
+    fp32_graphs = rate("h100", Workload("pretrain", small.hidden_size, "32-true", "graphs", "electra"))
+    assert not fp32_graphs.measured and "32-true compile=graphs not measured" in fp32_graphs.basis
+    other = rate("h100", Workload("pretrain", small.hidden_size, "32-true", "false", "tlm"))
+    assert not other.measured and "tlm at " in other.basis
+    wide = rate("h100", Workload("pretrain", 768, "32-true", "false", "electra"))
+    assert wide.measured and "convbert_base" in wide.basis and wide.flops_s > 5 * r.flops_s
+    a100 = rate("a100", Workload("pretrain", small.hidden_size, "32-true", "false", "electra"))
     assert a100.flops_s == pytest.approx(r.flops_s * PEAK_TFLOPS["a100"] / PEAK_TFLOPS["h100"])
-    assert "no such row measured on a100" in a100.basis
-    tuned = rate("h100", Workload("finetune", small.hidden_size, "bf16-mixed", "false"))
-    assert tuned.flops_s == r.flops_s and "fine-tuning at the pre-training stage's rate" in tuned.basis
+    assert "no such row measured on a100" in a100.basis and not a100.measured
+    # a fine-tune: its own rows, every row at its full length, so the steps come back as timed
+    tune = next(t for t in MEASURED if t.what == "fine-tune" and t.preset == "convbert_small")
+    tuned = rate("h100", Workload("finetune", small.hidden_size, "32-true", "false"))
+    per_step = flops_per_token(small, tune.seq_len) * tune.batch * tune.seq_len
+    assert tuned.measured and per_step / tuned.flops_s == pytest.approx(1 / tune.steps_s)
+    assert "fine-tune, measured" in tuned.basis and "stage's rate" not in tuned.basis
+    # sharing a card: the measured gains, interpolated between, held beyond, none for a wide model
+    assert pack_gain(1, 256)[0] == 1 and pack_gain(4, 256)[0] == pytest.approx(3.23)
+    assert 1 < pack_gain(2, 256)[0] < 2 and pack_gain(16, 256) == (pytest.approx(3.76), pack_gain(16, 256)[1])
+    assert "as 8's" in pack_gain(16, 256)[1] and pack_gain(4, 768)[0] == 1
     with pytest.raises(SweepError, match="launcher.device='tpu' is not known"):
         throughput(OmegaConf.create({"tflops": None, "launcher": {"device": "tpu"}}))
 

@@ -16,7 +16,8 @@ generator too), on one card (``trainer.batch_size`` split over devices x nodes x
   projection's input A, the FFN's input D and its hidden values before and after GELU 2I; D
   hidden, A self-attention width, I FFN width) + 2D bytes of dropout masks, and per head an
   L-long row of attention probabilities, its dropout output (2 values) and mask (1 byte). A value
-  is 4 bytes, 2 under a 16-bit precision. That row is what the unfused path keeps (the CPU path
+  is 4 bytes, 2 under a 16-bit precision (but the residual stream, the LayerNorms' inputs, stays
+  fp32 under autocast, which runs LayerNorm in fp32). That row is what the unfused path keeps (the CPU path
   under dropout, Chang et al.'s convolution-only attention); CUDA's fused attention keeps none, so
   plain attention on a GPU is over-counted (BERT-base: those rows are 21% of its estimated
   activations at length 128, 52% at 512): the estimate errs on the side of room.
@@ -32,9 +33,13 @@ generator too), on one card (``trainer.batch_size`` split over devices x nodes x
 * overhead: ``OVERHEAD_MIB`` for the CUDA context, cuBLAS's workspaces and the caching
   allocator's slack.
 
-Checked on the CPU only (tests/test_gpu_memory.py): the activation term is 0.88 (ELECTRA-small)
-to 0.99 (ConvBERT-small) of the bytes autograd saves there; no GPU peak has been measured against
-it yet. Not counted: a fine-pruning run's scores (pruning=...: one more trained tensor per pruned
+Checked on the CPU (tests/test_gpu_memory.py): the activation term is 0.88 (ELECTRA-small) to 0.99
+(ConvBERT-small) of the bytes autograd saves there. Checked on an H100 (.ci/rates_probe, torch 2.11,
+2026-12-05; the card's memory in use at its peak, nvidia-smi, the caching allocator's reserve
+included) at the papers' batch and length: ConvBERT-small ELECTRA 128 x 128 estimated 7.3 GiB,
+used 7.0 (fp32), 4.6 against 5.2 (bf16-mixed); ConvBERT-base ELECTRA 256 x 128 38.2 against 34.7
+(fp32), 23.1 against 24.6 (bf16-mixed); Chang et al.'s small MLM 5.5 against 4.4 (fp32): from 10%
+under (bf16-mixed, where the reserve is the difference) to 23% over. Not counted: a fine-pruning run's scores (pruning=...: one more trained tensor per pruned
 weight), a distillation teacher's weights, the allocator's fragmentation beyond the overhead.
 So the numbers are a plan, and an out-of-memory error in a packed job says the truth (it is run
 again alone on its card, sweep/launchers.py).
@@ -60,10 +65,12 @@ def _value_bytes(precision) -> int:
     return 2 if "16" in str(precision) else 4
 
 
-def _layer_bytes(cfg: ModelConfig, i: int, seq_len: int, v: int) -> float:
+def _layer_bytes(cfg: ModelConfig, i: int, seq_len: int, v: int, residual: int) -> float:
     """Bytes layer ``i`` keeps for the backward, per token (see the module docstring): its
     self-attention's and feed-forward's, and what its mixer keeps beyond (its part's
-    ``extra_saved``: ConvBERT's convolution branch; a user's mixer is taken as self-attention)."""
+    ``extra_saved``: ConvBERT's convolution branch; a user's mixer is taken as self-attention).
+    ``residual``: bytes of the two LayerNorms' inputs, the residual stream (4 under autocast, which
+    runs LayerNorm in fp32 and so keeps the stream in fp32; else ``v``)."""
     D, d = cfg.hidden_size, cfg.head_dim
     size = cfg.layer_size(i)
     H, I = size["heads"], size["intermediate"]
@@ -72,12 +79,14 @@ def _layer_bytes(cfg: ModelConfig, i: int, seq_len: int, v: int) -> float:
     maps = H * seq_len * (2 * v + 1)  # per head: probabilities and their dropout (values) + mask (byte)
     part = builtin_part(cfg, "mixer")
     more_values, more_maps = part.extra_saved(cfg, i, seq_len) if part is not None else (0, 0)
-    return (values + more_values) * v + 2 * D + maps + more_maps * v
+    return (values + more_values) * v + 2 * D * (residual - v) + 2 * D + maps + more_maps * v
 
 
-def activation_bytes(cfg: ModelConfig, batch: int, seq_len: int, v: int, checkpointing: bool) -> float:
-    """Activation bytes of one model's encoder (embeddings included) for a batch."""
-    layers = [_layer_bytes(cfg, i, seq_len, v) for i in range(cfg.num_layers)]
+def activation_bytes(cfg: ModelConfig, batch: int, seq_len: int, v: int, checkpointing: bool,
+                     residual: int | None = None) -> float:  # fmt: skip
+    """Activation bytes of one model's encoder (embeddings included) for a batch; ``residual``: bytes
+    of a residual-stream value (default ``v``)."""
+    layers = [_layer_bytes(cfg, i, seq_len, v, residual or v) for i in range(cfg.num_layers)]
     if checkpointing:  # each block keeps its input; one is recomputed at a time
         per_token = cfg.num_layers * cfg.hidden_size * v + max(layers)
     else:
@@ -98,9 +107,10 @@ def peak_mib(
     """Estimated peak GPU memory (MiB) of training ``cfg`` on ``batch`` rows of ``seq_len`` tokens
     on one card; ``predictions``: rows an MLM head scores (0: a fine-tuning head, not counted)."""
     v = _value_bytes(precision)
-    state = STATE_BYTES + (2 if "mixed" in str(precision) else 0)
+    mixed = "mixed" in str(precision)
+    state = STATE_BYTES + (2 if mixed else 0)
     params = parameter_count(cfg, mlm_head=predictions > 0)
-    total = params * state + activation_bytes(cfg, batch, seq_len, v, checkpointing)
+    total = params * state + activation_bytes(cfg, batch, seq_len, v, checkpointing, residual=4 if mixed else v)
     total += predictions * cfg.vocab_size * (v + 4)  # logits + cross-entropy's fp32 log-softmax
     return math.ceil(total / MIB) + OVERHEAD_MIB
 
@@ -148,9 +158,11 @@ def finetune_mib(cfg: DictConfig, model_cfg: ModelConfig | None, task: str, batc
 
 # One training process on the host with torch, Lightning, datasets and W&B imported: 0.76-0.83 GiB
 # (PSS, measured on a 2-core AMD EPYC, smoke pre-training and fine-tuning, torch 2.13 CPU build),
-# rounded up; with CUDA, its libraries and the context's host side add ~2 GiB (assumed: not yet
-# measured on a card).
-HOST_BASE_MIB = {"cpu": 1024, "gpu": 3072}
+# rounded up. On a card the same 1 GiB holds: an H100's jobs at the papers' sizes (.ci/rates_probe,
+# torch 2.11, 2026-12-05; process tree with two loader workers, PSS at its peak) took 1.9 GiB
+# (ConvBERT-small's fine-tune), 2.2 (its ELECTRA stage), 3.0 (ConvBERT-base's fine-tune) and 3.4-3.5
+# (its ELECTRA stage), each under this estimate before its margin (2.2, 2.3, 3.6 and 4.1 GiB).
+HOST_BASE_MIB = 1024
 LOADER_MIB = 512  # one loader worker process (a streamed corpus's reader tokenises in it)
 HOST_MARGIN = 1.25  # the request's room over the estimate (the allocator's slack, page cache)
 
@@ -177,6 +189,6 @@ def host_mib(train_mib: int, params: int, on_gpu: bool, workers: int, tasks: int
     CUDA overhead taken off) instead of the copy. Measured against the CPU (one invocation, 2-core AMD
     EPYC): ConvBERT-small, ELECTRA, batch 128 x 128, fp32, two loader workers: 8.3 GiB PSS at its peak,
     estimated 8.5 GiB before the margin."""
-    base = HOST_BASE_MIB["gpu" if on_gpu else "cpu"] + workers * LOADER_MIB
+    base = HOST_BASE_MIB + workers * LOADER_MIB
     work = state_mib(params) if on_gpu else max(0, train_mib - OVERHEAD_MIB)
     return math.ceil((base + work) * max(1, tasks) * HOST_MARGIN)

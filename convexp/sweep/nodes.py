@@ -152,7 +152,8 @@ def _size(node: Node, cfg: DictConfig, model_cfg, train_mib: int, workers: int, 
     if model_cfg is not None:
         params = trained_parameters(cfg, model_cfg)
         node.host_mib = host_mib(train_mib, params, node.gpus != 0, workers, node.tasks)
-        node.workload = workload(stage, model_cfg.hidden_size, t)
+        objective = cfg.objective.name if stage == "pretrain" else ""
+        node.workload = workload(stage, model_cfg.hidden_size, t, objective)
 
 
 def continuation_node(

@@ -16,8 +16,9 @@ The launcher's keys (``launcher.nodes``, ``gpus_per_node``, ``tasks_per_node``, 
 ``mem_gb``) override what every job would ask, where set. Fine-tunes that share their dependencies
 and that nothing reads pack several to a GPU job with ``launcher.per_gpu`` K or ``auto``, as the
 local pool packs them (gpus.py): one job on one GPU runs them side by side (node_job.PackJob); it
-asks for their CPUs and memory together, and for their hours one after another (two jobs that each
-fill a card time-slice it: packing's gain is not assumed in the time a job asks for).
+asks for their CPUs and memory together, and for their hours one after another divided by what
+sharing a card was measured to gain (rates.pack_gain: x3.2 for four small fine-tunes on an H100, x3.8
+for eight; 1 for a model wider than any pack measured).
 
 Whether the partition can hold a job is asked of SLURM (slurm.partitions: ``sinfo``): a GPU job sent
 to a partition without GPUs, or asking more GPUs or CPUs than its nodes have, is refused before
@@ -34,7 +35,7 @@ from omegaconf import DictConfig
 
 from .gpus import MEMORY_ENV, MOST_PER_GPU, GpuPool
 from .nodes import Node
-from .rates import CARD_MIB
+from .rates import CARD_MIB, pack_gain
 from .schedule import Throughput, Unit
 from .slurm import Partition
 from .spec import SweepError
@@ -91,7 +92,7 @@ class Job:
 
     nodes: list[Node]
     request: Request
-    hours: float  # estimated, at its rate (the members one after another, for a pack)
+    hours: float  # estimated, at its rate (a pack's: its members' summed, over the measured gain)
     capped: tuple[str, ...] = ()  # what the partition or launcher.timeout_min cut: "time", "memory"
 
     @property
@@ -202,6 +203,8 @@ def plan_jobs(todo: list[Node], all_nodes: list[Node], tp: Throughput, launcher:
             continue
         members = packs.get(n.key, [n])
         hours = sum(tp.hours(m) for m in members)
+        if len(members) > 1 and n.workload is not None:  # what sharing the card gains (rates.PACKED)
+            hours /= pack_gain(len(members), n.workload.width)[0]
         requests = [node_request(m, tp.hours(m), ceiling)[0] for m in members]
         r = requests[0]
         if len(members) > 1:

@@ -11,6 +11,7 @@ from .compute import pretrain_tokens
 from ..train.cpu_rate import cpu_rate, runs_on_cpu
 from .execute import Outcome
 from .requests import cluster_throughput, slurm_jobs
+from .rates import pack_gain
 from .schedule import job_gpus
 from .slurm import on_slurm
 from .plan import Plan
@@ -382,6 +383,9 @@ def _class_lines(jobs: list, width: int) -> list[str]:
                  f"{sum(j.hours for j in js):,.2g} h on the CPU in all"]  # fmt: skip
         if packed:
             parts.append(f"{sum(packed):,} fine-tunes packed {_span(packed, str)} a GPU (launcher.per_gpu)")
+            biggest = max((j for j in js if len(j.nodes) > 1), key=lambda j: len(j.nodes))
+            if biggest.nodes[0].workload is not None:
+                parts.append("their hours " + pack_gain(len(biggest.nodes), biggest.nodes[0].workload.width)[1])
         capped = sorted({c for j in js for c in j.capped})
         if capped:
             parts.append(f"{' and '.join(capped)} capped at the limit")
