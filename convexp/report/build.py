@@ -268,14 +268,11 @@ def _paper_se(plan: Plan) -> dict[str, dict[str, float]]:
 
 def _decisions(plan: Plan, spec, rows: list, columns: list[str]) -> decide.Decisions:
     """Differences against the baseline, verdicts against the paper, seeds needed (``decide.py``).
-    Seeds pair between variants fine-tuned from the same pre-training seed (or the same checkpoint)."""
-    starts = {
-        v: plan.pretrain_cfgs[v].get("seed") if v in plan.pretrain_cfgs else plan.starts[v].init
-        for v in plan.variants
-    }
+    Seeds pair between variants fine-tuned from the same pre-training seed (or the same checkpoint):
+    ``Plan.origins``."""
     same_split = spec.paper_split in (None, spec.split)  # no verdicts of our dev scores against test numbers
     return decide.decide(
-        rows, columns, spec.aggregate, spec.baseline, spec.detect, starts, _paper_se(plan), same_split
+        rows, columns, spec.aggregate, spec.baseline, spec.detect, plan.origins(), _paper_se(plan), same_split
     )
 
 

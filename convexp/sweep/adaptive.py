@@ -6,9 +6,11 @@ fine-tuning task, the report's family, or a variant's task column against the pa
 convexp/sequential.py decides it after each look, with its error spent over looks and cells. Seeds are the sweep's fixed seeds in their order (the first n are
 a cell's at n seeds): a run has the id it has in the fixed sweep, so an adaptive study and a fixed
 one share their runs, and a re-run goes on from what is finished. Scores are each run's task score
-as the report reads it (its kind's ``score``, the report's style, on dev); seeds are taken as
-unpaired (Welch's test), which does not assume that a variant's seed s and the baseline's seed s
-share anything. A collapsed run counts as the report counts it (left out where
+as the report reads it (its kind's ``score``, the report's style, on dev). Seeds pair as the
+report pairs them: a variant fine-tuned from the baseline's pre-training seed (or checkpoint,
+``Plan.origins``) is tested on its per-seed differences (the paired t), whose spread leaves out
+what a seed does to both sides alike; otherwise on both sides' scores (Welch's t). A collapsed run
+counts as the report counts it (left out where
 ``report.exclude_diverged``; its cell then stays open at that seed).
 """
 
@@ -84,7 +86,9 @@ def cells(plan: Plan, design: Design) -> dict[tuple, Cell]:
     papers = {(v, t): plan.sweep.variants[v] for v in plan.variants for t in tasks
               if same_split and isinstance(plan.sweep.variants[v].paper.get(t), (int, float))}  # fmt: skip
     family = len(others) * len(tasks) + len(papers)
-    out: dict[tuple, Cell] = {(v, t): decide(in_order(v, t), in_order(base, t), design, family)
+    origins = plan.origins()
+    out: dict[tuple, Cell] = {(v, t): decide(in_order(v, t), in_order(base, t), design, family,
+                                             paired=origins[v] == origins[base])
                               for v in others for t in tasks}  # fmt: skip
     for (v, t), variant in papers.items():
         mine = [x - float(variant.paper[t]) for x in in_order(v, t)]
@@ -198,7 +202,8 @@ def report_lines(full: Plan, plan: Plan, design: Design, decided: dict[tuple, Ce
         f"{sum(c.decision.startswith(OPEN) for c in decided.values())} open; {_runs(plan)} fine-tuning runs of the fixed "
         f"{_runs(full)}. Pocock-type error spending over looks and Bonferroni over the {len(decided)} cells: "
         f"at most {design.alpha:g} chance of any false difference claim, and of any false equivalence "
-        f"claim (±{design.margin:g} points), in this table (convexp/sequential.py)."
+        f"claim (±{design.margin:g} points), in this table; each look a t test, paired where the seeds pair "
+        f"(variants from one pre-training seed, as the differences above) (convexp/sequential.py)."
     ]
     return lines + [f"- {_cell_text(key, c, baseline(full))}" for key, c in decided.items()]
 

@@ -40,6 +40,13 @@ class Plan:
         """outputs/sweeps/NAME: the sweep's ledger, logs and launcher files."""
         return self.outputs / "sweeps" / self.sweep.name
 
+    def origins(self) -> dict[str, object]:
+        """variant -> where its fine-tunes start: its pre-training's seed, or the checkpoint it names.
+        Two variants' fine-tuning seeds pair where their origins match (the report's differences and
+        adaptive seeds' tests alike)."""
+        return {v: self.pretrain_cfgs[v].get("seed") if v in self.pretrain_cfgs else self.starts[v].init
+                for v in self.variants}  # fmt: skip
+
     def width(self, node: Node) -> int:
         """The hidden size of the model a node trains."""
         return self.starts[node.variant].width
