@@ -255,3 +255,36 @@ def test_a_cell_pairs_its_seeds_where_the_report_does(tmp_path, monkeypatch):
     assert origins["abs"] == origins["composite"] is not None
     adaptive.cells(full, adaptive.design_of(full))
     assert seen[0] is True  # the cell against the baseline; the paper's cells have no pairing
+
+
+def test_a_look_beyond_the_budget_is_not_started_and_its_cells_say_so(tmp_path, monkeypatch):
+    """adaptive.budget between the first look and the second: with the first look's runs finished
+    and its cell still open, the plan keeps the seeds already run (nothing new is started) and the
+    open cells are marked "open (budget)"."""
+    import json
+
+    from convexp.sweep import adaptive
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
+    args = ["scale=paper", "variants=[abs,composite]", "tasks=[rte]", "adaptive.looks=[3,6,10]", "launcher=submitit"]
+    full = build_plan(load_sweep("conv-injection"), args)
+    design = adaptive.design_of(full)
+    first, _ = adaptive.current(full, design)
+    order = adaptive.seed_order(full)
+    scores = {"abs": [64.0, 66.0, 62.0], "composite": [65.0, 63.0, 66.0]}  # close and noisy: open at look 1
+    for n in first.order():
+        if n.stage == "finetune" and n.task == "rte":
+            score = scores[n.variant][order.index(n.seed)]
+            n.runs[0].dir.mkdir(parents=True, exist_ok=True)
+            (n.runs[0].dir / "status.json").write_text(json.dumps({"status": "finished"}))
+            (n.runs[0].dir / "metrics.json").write_text(json.dumps(
+                {"task": "rte", "score": score, "convbert_score": score, "dev": {"validation": {"accuracy": score}}}))
+    second, cells = adaptive.current(full, design)
+    assert cells["composite", "rte"].decision == "open" and adaptive._runs(second) > adaptive._runs(first)
+    budget = (adaptive.gpu_hours(first) + adaptive.gpu_hours(second)) / 2
+    capped = build_plan(load_sweep("conv-injection"), [*args, f"adaptive.budget={budget}"])
+    held, cells = adaptive.current(capped, design)
+    assert set(held.nodes) == set(first.nodes) and cells["composite", "rte"].decision == "open (budget)"
+    assert any("open (budget)" in line for line in adaptive.summary(capped, design, cells))
