@@ -180,6 +180,28 @@ def test_status_reads_each_node_from_the_ledger_the_run_store_and_slurm(tmp_path
     assert states["pretrain/a"].spent_s == 3 * 3600  # both attempts
 
 
+def test_status_bills_a_pack_as_the_one_gpu_it_held():
+    """Fine-tunes packed in one SLURM job ran side by side on its one GPU: --status counts the pack's
+    longest member once in the GPU-hours spent (not each member's), and what is left of a pack is
+    one job of its members' hours over the measured gain, as the dry run billed it."""
+    from convexp.sweep.rates import pack_gain
+    from convexp.sweep.schedule import throughput
+    from convexp.sweep.status import NodeState, jobs_left, spent_gpu_hours
+
+    h = 3600
+    nodes = [_node("finetune/a/rte", 1 * h), _node("finetune/a/mrpc", 1 * h), _node("finetune/b/rte", 1 * h),
+             _node("finetune/c/rte", 2 * h), _node("finetune/c/mrpc", 2 * h)]  # fmt: skip
+    recorded = {"finetune/a/rte": {"job": "7_0"}, "finetune/a/mrpc": {"job": "7_0"}, "finetune/b/rte": {"job": "7_1"},
+                "finetune/c/rte": {"job": "8_0"}, "finetune/c/mrpc": {"job": "8_0"}}  # fmt: skip
+    states = {n.key: NodeState(n.key, "done", spent_s=h) for n in nodes[:3]}
+    states |= {n.key: NodeState(n.key, "pending") for n in nodes[3:]}
+    states["finetune/a/mrpc"].spent_s = 0.5 * h
+    assert spent_gpu_hours(nodes, recorded, states) == pytest.approx(2.0)  # the pack's 1 h once, b's 1 h
+    tp = throughput(OmegaConf.create({"tflops": 1, "launcher": {"gpus": 4, "device": "h100"}}))
+    [pack] = jobs_left(nodes, recorded, states, tp)
+    assert pack.gpus == 1 and pack.hours == pytest.approx(4 / pack_gain(2, 256)[0]) and pack.hours < 3
+
+
 def test_a_failed_job_is_told_by_its_own_last_line_not_srun_s(tmp_path):
     """A real SLURM's job log ends with srun's and slurmstepd's lines about the exit: --status
     names the job's own error instead."""

@@ -16,6 +16,7 @@ from . import slurm
 from .execute import Ledger, Outcome, read_ledger
 from .nodes import Node
 from .plan import Plan
+from .rates import pack_gain
 from .schedule import Throughput, Unit, dependency_makespan, job_gpus, throughput
 
 ENDED_BADLY = ("failed", "blocked", "diverged")
@@ -142,13 +143,51 @@ def sweep_progress(plan: Plan, cancel: bool = True) -> Progress:
     if cancel and recorded:
         _record(plan, recorded, states)
     tp = throughput(plan.settings)
-    left = [n for n in plan.order() if states[n.key].state not in ("done", "cached", *ENDED_BADLY)]
-    hours = {n.key: max(0.0, tp.hours(n) - states[n.key].running_s / 3600) for n in left}
-    spent = sum(states[n.key].spent_s * job_gpus(n) for n in plan.order()) / 3600
-    jobs = [Unit(n.key, list(n.deps), hours[n.key], job_gpus(n)) for n in left]
-    finish = dependency_makespan(jobs, tp.gpus) if left else None
-    left_h = sum(hours[n.key] * job_gpus(n) for n in left)
-    return Progress(states, spent, left_h, finish, tp)
+    spent = spent_gpu_hours(plan.order(), recorded, states)
+    jobs = jobs_left(plan.order(), recorded, states, tp)
+    finish = dependency_makespan(jobs, tp.gpus) if jobs else None
+    return Progress(states, spent, sum(u.hours * u.gpus for u in jobs), finish, tp)
+
+
+def _packs(nodes: list[Node], recorded: dict[str, dict]) -> dict[str, list[Node]]:
+    """SLURM job id -> the nodes it runs, for the jobs that run several (a pack on one GPU)."""
+    by_job: dict[str, list[Node]] = {}
+    for n in nodes:
+        job = recorded.get(n.key, {}).get("job")
+        if job:
+            by_job.setdefault(job, []).append(n)
+    return {j: members for j, members in by_job.items() if len(members) > 1}
+
+
+def spent_gpu_hours(nodes: list[Node], recorded: dict[str, dict], states: dict[str, NodeState]) -> float:
+    """GPU-hours the sweep's runs took: each node's attempts x its GPUs; a pack's members ran side by
+    side on its one GPU, so a pack counts its longest member once."""
+    packs = _packs(nodes, recorded)
+    packed = {n.key for members in packs.values() for n in members}
+    alone = sum(states[n.key].spent_s * job_gpus(n) for n in nodes if n.key not in packed)
+    shared = sum(max(states[n.key].spent_s * job_gpus(n) for n in members) for members in packs.values())
+    return (alone + shared) / 3600
+
+
+def jobs_left(nodes: list[Node], recorded: dict[str, dict], states: dict[str, NodeState], tp: Throughput) -> list[Unit]:
+    """What is left to run, as the schedule's units: a node's hours at its rate less what its running
+    job has done; a pack's members one unit on its GPU, their hours summed over what sharing the card
+    gains (rates.pack_gain, as the dry run bills it)."""
+    left = [n for n in nodes if states[n.key].state not in ("done", "cached", *ENDED_BADLY)]
+    keys = {n.key for n in left}
+    units, packed = [], set()
+    for job, members in _packs(left, recorded).items():
+        width = members[0].workload.width if members[0].workload else 0
+        gain = pack_gain(len(members), width)[0]
+        hours = sum(tp.hours(n) for n in members) / gain - max(states[n.key].running_s for n in members) / 3600
+        deps = [d for n in members for d in n.deps if d in keys and d not in {m.key for m in members}]
+        units.append(Unit(members[0].key, list(dict.fromkeys(deps)), max(0.0, hours), job_gpus(members[0])))
+        packed |= {n.key for n in members}
+    for n in left:
+        if n.key not in packed:
+            units.append(Unit(n.key, [d for d in n.deps if d in keys],
+                              max(0.0, tp.hours(n) - states[n.key].running_s / 3600), job_gpus(n)))  # fmt: skip
+    return units
 
 
 def _record(plan: Plan, recorded: dict[str, dict], states: dict[str, NodeState]) -> None:
