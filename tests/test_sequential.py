@@ -288,3 +288,21 @@ def test_a_look_beyond_the_budget_is_not_started_and_its_cells_say_so(tmp_path, 
     held, cells = adaptive.current(capped, design)
     assert set(held.nodes) == set(first.nodes) and cells["composite", "rte"].decision == "open (budget)"
     assert any("open (budget)" in line for line in adaptive.summary(capped, design, cells))
+
+
+def test_mnli_is_two_cells_and_its_task_runs_what_the_more_open_one_needs(tmp_path, monkeypatch):
+    """A table's MNLI columns (matched and mismatched, in Chang et al.'s style) are a cell each, with
+    the paper's number of each where Table 6 prints it; the fine-tunes of MNLI run for both."""
+    from convexp.sweep import adaptive
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
+    sweep = load_sweep("conv-injection")
+    full = build_plan(sweep, ["scale=smoke", "adaptive.looks=[3,6,10]", "variants=[abs,composite]", "tasks=[mnli]"])
+    plan, cells = adaptive.current(full, adaptive.design_of(full))
+    assert {("composite", "mnli-m"), ("composite", "mnli-mm")} <= set(cells)
+    printed = {c for c in ("mnli-m", "mnli-mm") if isinstance(sweep.variants["composite"].paper.get(c), (int, float))}
+    assert printed and {("composite", c, "paper") for c in printed} <= set(cells)
+    tuned = {(n.variant, n.seed) for n in plan.order() if n.stage == "finetune" and n.task == "mnli"}
+    assert len(tuned) == 6  # three seeds of each variant, for both columns

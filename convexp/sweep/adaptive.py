@@ -2,16 +2,17 @@
 seed up to the cap, cut to the seeds each cell needs now, from the results already in the run store.
 
 A *cell* is a variant against the baseline (``report.baseline``, else the first variant) on one
-fine-tuning task, the report's family, or a variant's task column against the paper's number;
-convexp/sequential.py decides it after each look, with its error spent over looks and cells. Seeds are the sweep's fixed seeds in their order (the first n are
-a cell's at n seeds): a run has the id it has in the fixed sweep, so an adaptive study and a fixed
-one share their runs, and a re-run goes on from what is finished. Scores are each run's task score
-as the report reads it (its kind's ``score``, the report's style, on dev). Seeds pair as the
-report pairs them: a variant fine-tuned from the baseline's pre-training seed (or checkpoint,
-``Plan.origins``) is tested on its per-seed differences (the paired t), whose spread leaves out
-what a seed does to both sides alike; otherwise on both sides' scores (Welch's t). A collapsed run
-counts as the report counts it (left out where
-``report.exclude_diverged``; its cell then stays open at that seed).
+column of the report's table (a task's; MNLI's matched and mismatched each), the report's family,
+or a variant's column against the paper's number; convexp/sequential.py decides it after each
+look, with its error spent over looks and cells. Seeds are the sweep's fixed seeds in their order
+(the first n are a cell's at n seeds): a run has the id it has in the fixed sweep, so an adaptive
+study and a fixed one share their runs, and a re-run goes on from what is finished. Scores are each
+run's columns as the report reads them (its kind's ``score_columns``, the report's style, on dev);
+a task runs the seeds its most open column needs. Seeds pair as the report pairs them: a variant
+fine-tuned from the baseline's pre-training seed (or checkpoint, ``Plan.origins``) is tested on
+its per-seed differences (the paired t), whose spread leaves out what a seed does to both sides
+alike; otherwise on both sides' scores (Welch's t). A collapsed run counts as the report counts it
+(left out where ``report.exclude_diverged``; its cell then stays open at that seed).
 """
 
 from __future__ import annotations
@@ -47,10 +48,29 @@ def baseline(plan: Plan) -> str:
     return b if b in plan.variants else plan.variants[0]
 
 
+def _style(plan: Plan) -> tuple[str, str]:
+    """(the report's style, its split)."""
+    spec = plan.sweep.report
+    return (spec.style, spec.split) if spec else ("convbert", "dev")
+
+
+def _kind(node_or_task) -> object:
+    return task_kind(getattr(node_or_task, "kind", None) or kind_by_name(getattr(node_or_task, "task", node_or_task)))
+
+
+def columns(plan: Plan, tasks: list[str]) -> dict[str, str]:
+    """{column: its task}: the report's columns each task fills (MNLI two: matched and mismatched),
+    known before any result, so a table's cells (and its error's share per cell) are fixed from the
+    first look."""
+    style = _style(plan)[0]
+    kinds = {n.task: n for n in plan.order() if n.stage == "finetune"}
+    return {c: t for t in tasks for c in _kind(kinds.get(t, t)).columns(t, style)}
+
+
 def scores(plan: Plan) -> dict[tuple[str, str], dict[int, float]]:
-    """{(variant, task): {seed: score}} of the finished fine-tuning runs of the plan."""
-    style = plan.sweep.report.style if plan.sweep.report else "convbert"
-    split = plan.sweep.report.split if plan.sweep.report else "dev"
+    """{(variant, column): {seed: score}} of the finished fine-tuning runs of the plan, each column
+    scored as the report scores it (its kind's ``score_columns``, the report's style, on dev)."""
+    style, split = _style(plan)
     out: dict[tuple[str, str], dict[int, float]] = {}
     for node in plan.order():
         if node.stage != "finetune" or not node.runs or not node.runs[0].finished:
@@ -58,49 +78,57 @@ def scores(plan: Plan) -> dict[tuple[str, str], dict[int, float]]:
         m = node.runs[0].read_json("metrics.json") or {}
         if m.get("diverged") and plan.sweep.report and plan.sweep.report.exclude_diverged:
             continue  # collapsed runs left out, as the report leaves them out (BERMO's sweeps)
-        score = task_kind(node.kind or kind_by_name(node.task)).score({**m, "task": node.task}, style, split)
-        if score is not None:
-            out.setdefault((node.variant, node.task), {})[node.seed] = float(score)
+        for column, score in _kind(node).score_columns({**m, "task": node.task}, style, split).items():
+            if score is not None:
+                out.setdefault((node.variant, column), {})[node.seed] = float(score)
     return out
 
 
 def cells(plan: Plan, design: Design) -> dict[tuple, Cell]:
     """Every cell's decision now: its looks replayed on the seeds finished so far, in seed order (a
-    seed missing ends a side's sequence: later seeds wait for it). Cells: (variant, task) against
-    the baseline; (variant, task, "paper") against the paper's number where the sweep prints one
-    on the report's split (its ± the paper's standard error)."""
+    seed missing ends a side's sequence: later seeds wait for it). Cells: (variant, column) against
+    the baseline, one per column of the table (a task's, MNLI's two); (variant, column, "paper")
+    against the paper's number where the sweep prints one on the report's split (its ± the paper's
+    standard error)."""
     order, base, got = seed_order(plan), baseline(plan), scores(plan)
     tasks = planned_tasks(plan.sweep, plan.settings) if plan.sweep.finetune else []  # the table's (not MNLI's start)
+    cols = list(columns(plan, tasks))
     others = [v for v in plan.variants if v != base]
 
-    def in_order(variant: str, task: str) -> list[float]:
+    def in_order(variant: str, column: str) -> list[float]:
         values = []
         for s in order:
-            if s not in got.get((variant, task), {}):
+            if s not in got.get((variant, column), {}):
                 break
-            values.append(got[variant, task][s])
+            values.append(got[variant, column][s])
         return values
 
     spec = plan.sweep.report
     same_split = spec is None or spec.paper_split in (None, spec.split)
-    papers = {(v, t): plan.sweep.variants[v] for v in plan.variants for t in tasks
-              if same_split and isinstance(plan.sweep.variants[v].paper.get(t), (int, float))}  # fmt: skip
-    family = len(others) * len(tasks) + len(papers)
+    papers = {(v, c): plan.sweep.variants[v] for v in plan.variants for c in cols
+              if same_split and isinstance(plan.sweep.variants[v].paper.get(c), (int, float))}  # fmt: skip
+    family = len(others) * len(cols) + len(papers)
     origins = plan.origins()
-    out: dict[tuple, Cell] = {(v, t): decide(in_order(v, t), in_order(base, t), design, family,
+    out: dict[tuple, Cell] = {(v, c): decide(in_order(v, c), in_order(base, c), design, family,
                                              paired=origins[v] == origins[base])
-                              for v in others for t in tasks}  # fmt: skip
-    for (v, t), variant in papers.items():
-        mine = [x - float(variant.paper[t]) for x in in_order(v, t)]
-        out[v, t, "paper"] = decide(mine, None, design, family, paper_se=float(variant.paper_se.get(t) or 0.0))
+                              for v in others for c in cols}  # fmt: skip
+    for (v, c), variant in papers.items():
+        mine = [x - float(variant.paper[c]) for x in in_order(v, c)]
+        out[v, c, "paper"] = decide(mine, None, design, family, paper_se=float(variant.paper_se.get(c) or 0.0))
     return out
 
 
 def wanted(plan: Plan, design: Design, decided: dict[tuple, Cell]) -> dict[tuple[str, str], int]:
-    """{(variant, task): seeds} the cells need now (the first look before any result)."""
-    want = next_seeds(decided, baseline(plan), design)
+    """{(variant, task): seeds} the cells need now (a task as many as its most open column; the
+    first look before any result)."""
+    tasks = sorted({n.task for n in plan.order() if n.stage == "finetune"})
+    task_of = columns(plan, tasks)
+    want: dict[tuple[str, str], int] = {}
+    for (v, c), n in next_seeds(decided, baseline(plan), design).items():
+        key = (v, task_of.get(c, c))
+        want[key] = max(want.get(key, 0), n)
     for v in plan.variants:  # a variant with no cell (a sweep of one variant): its first look
-        for t in {k[1] for k in decided} or {n.task for n in plan.order() if n.stage == "finetune"}:
+        for t in {task_of.get(k[1], k[1]) for k in decided} or set(tasks):
             want.setdefault((v, t), design.looks[0])
     return want
 

@@ -111,5 +111,10 @@ class TaskKind:
         value = self.score(m, style, split)
         return {} if value is None else {m["task"]: value}
 
+    def columns(self, task: str, style: str) -> tuple[str, ...]:
+        """The report's columns a run of ``task`` fills (``score_columns``'s keys), known before any
+        result: the task's own, by default."""
+        return (task,)
+
     def __repr__(self) -> str:
         return f"<task kind {self.name}>"

@@ -121,6 +121,15 @@ class Classification(TaskKind):
         style_ = "chang" if style == "probing" else style
         return dict(score_columns({m["task"]: results}, style_)) if results else {}
 
+    def columns(self, task: str, style: str) -> tuple[str, ...]:
+        from ...data.errors import UnknownTaskError
+        from .scores import task_columns
+
+        try:
+            return task_columns(task, "chang" if style == "probing" else style)
+        except UnknownTaskError:  # a custom task file not registered yet: its own column
+            return (task,)
+
 
 GLUE_KIND = Classification(
     "glue", "GLUE", "Fine-tune on GLUE: task=<name|all> init=<run dir | HF dir or hub name | none> [KEY=VALUE ...]."

@@ -125,11 +125,20 @@ def score_columns(results: Mapping[str, Mapping[str, Mapping[str, float]]], styl
     for task, by_split in results.items():
         t = get_task(task)
         for split, metrics in by_split.items():
-            column = _DEV_COLUMNS.get(split, t.name)
-            if style == "convbert" and column == "mnli-m":
-                column = "mnli"
-            out[column] = score(t, metrics)
+            out[_style_column(t, split, style)] = score(t, metrics)
     return out
+
+
+def task_columns(task: str, style: str = "convbert") -> tuple[str, ...]:
+    """The columns a task's dev splits give (``score_columns``'s, before any result): MNLI two."""
+    _check_style(style)
+    t = get_task(task)
+    return tuple(_style_column(t, split, style) for split in t.dev_splits)
+
+
+def _style_column(t: Task, split: str, style: str) -> str:
+    column = _DEV_COLUMNS.get(split, t.name)
+    return "mnli" if style == "convbert" and column == "mnli-m" else column
 
 
 def glue_average(per_task_scores: Mapping[str, float], style: str = "convbert") -> float:
