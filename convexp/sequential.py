@@ -158,6 +158,14 @@ def decide(
     return last
 
 
+def cell_seeds(cell: Cell, design: Design) -> int:
+    """The seeds a side of ``cell`` needs now: an open cell its next look's, a settled one the
+    look's that settled it."""
+    if cell.decision == OPEN:
+        return design.looks[min(len(cell.history), len(design.looks) - 1)]
+    return max(cell.n, design.looks[0])
+
+
 def next_seeds(cells: dict[tuple, Cell], baseline: str, design: Design) -> dict[tuple[str, str], int]:
     """{(variant, column): the seeds it needs now}, from cells keyed (variant, column) — against the
     baseline — or (variant, column, "paper") — against the paper's number: an open cell's variant
@@ -167,10 +175,7 @@ def next_seeds(cells: dict[tuple, Cell], baseline: str, design: Design) -> dict[
     want: dict[tuple[str, str], int] = {}
     for key, cell in cells.items():
         variant, column = key[0], key[1]
-        if cell.decision == OPEN:
-            n = design.looks[min(len(cell.history), len(design.looks) - 1)]
-        else:
-            n = max(cell.n, design.looks[0])
+        n = cell_seeds(cell, design)
         sides = [(variant, column)] + ([(baseline, column)] if len(key) == 2 else [])
         for side in sides:
             want[side] = max(want.get(side, 0), n)

@@ -306,3 +306,44 @@ def test_mnli_is_two_cells_and_its_task_runs_what_the_more_open_one_needs(tmp_pa
     assert printed and {("composite", c, "paper") for c in printed} <= set(cells)
     tuned = {(n.variant, n.seed) for n in plan.order() if n.stage == "finetune" and n.task == "mnli"}
     assert len(tuned) == 6  # three seeds of each variant, for both columns
+
+
+def test_a_collapsed_run_left_out_is_made_up_by_the_next_seed(tmp_path, monkeypatch):
+    """Where the report leaves collapsed runs out (report.exclude_diverged, BERMO's sweeps), a
+    collapsed seed is skipped on both sides of its comparison and the task runs one more seed in its
+    place, so the cell reaches its look instead of waiting for a seed that will never count."""
+    import dataclasses
+    import json
+
+    from convexp.sweep import adaptive
+    from convexp.sweep.plan import build_plan
+    from convexp.sweep.spec import load_sweep
+
+    monkeypatch.setenv("CONVEXP_OUTPUTS", str(tmp_path / "outputs"))
+    sweep = load_sweep("conv-injection")
+    sweep = dataclasses.replace(sweep, report=dataclasses.replace(sweep.report, exclude_diverged=True))
+    full = build_plan(sweep, ["scale=smoke", "adaptive.looks=[3,6,10]", "variants=[abs,composite]", "tasks=[rte]"])
+    design = adaptive.design_of(full)
+    order = adaptive.seed_order(full)
+
+    def finish(plan, seeds: int, collapsed=()):
+        for n in plan.order():
+            i = order.index(n.seed) if n.stage == "finetune" else None
+            if i is None or i >= seeds or n.runs[0].finished:
+                continue
+            score = 60.0 + i + (5.0 if n.variant == "composite" else 0.0)
+            n.runs[0].dir.mkdir(parents=True, exist_ok=True)
+            (n.runs[0].dir / "status.json").write_text(json.dumps({"status": "finished"}))
+            (n.runs[0].dir / "metrics.json").write_text(json.dumps(
+                {"task": "rte", "score": score, "convbert_score": score, "dev": {"validation": {"accuracy": score}},
+                 "diverged": (n.variant, i) in collapsed}))  # fmt: skip
+
+    first, _ = adaptive.current(full, design)
+    finish(first, 3, collapsed={("composite", 1)})
+    again, cells = adaptive.current(full, design)
+    assert cells["composite", "rte"].history == []  # two seeds usable on each side: no look yet
+    fourth = {(n.variant, order.index(n.seed)) for n in again.order() if n.stage == "finetune"}
+    assert {("abs", 3), ("composite", 3)} <= fourth and ("composite", 4) not in fourth
+    finish(again, 4)
+    _, cells = adaptive.current(full, design)
+    assert cells["composite", "rte"].history and cells["composite", "rte"].n == 3

@@ -11,15 +11,16 @@ run's columns as the report reads them (its kind's ``score_columns``, the report
 a task runs the seeds its most open column needs. Seeds pair as the report pairs them: a variant
 fine-tuned from the baseline's pre-training seed (or checkpoint, ``Plan.origins``) is tested on
 its per-seed differences (the paired t), whose spread leaves out what a seed does to both sides
-alike; otherwise on both sides' scores (Welch's t). A collapsed run counts as the report counts it
-(left out where ``report.exclude_diverged``; its cell then stays open at that seed).
+alike; otherwise on both sides' scores (Welch's t). A collapsed run counts as the report counts it:
+where ``report.exclude_diverged`` (BERMO's sweeps) it is left out, its seed skipped on both sides of
+the comparison, and the task runs one more seed in its place.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..sequential import OPEN, UNDECIDED, Cell, Design, decide, next_seeds
+from ..sequential import OPEN, UNDECIDED, Cell, Design, cell_seeds, decide
 from ..tasks import kind as kind_by_name
 from ..tasks import task_kind
 from .plan import Plan, planned_tasks
@@ -67,21 +68,40 @@ def columns(plan: Plan, tasks: list[str]) -> dict[str, str]:
     return {c: t for t in tasks for c in _kind(kinds.get(t, t)).columns(t, style)}
 
 
-def scores(plan: Plan) -> dict[tuple[str, str], dict[int, float]]:
-    """{(variant, column): {seed: score}} of the finished fine-tuning runs of the plan, each column
-    scored as the report scores it (its kind's ``score_columns``, the report's style, on dev)."""
+def scores(plan: Plan) -> tuple[dict[tuple[str, str], dict[int, float]], dict[tuple[str, str], set[int]]]:
+    """({(variant, column): {seed: score}} of the finished fine-tuning runs of the plan, each column
+    scored as the report scores it (its kind's ``score_columns``, the report's style, on dev);
+    {(variant, task): seeds left out}: collapsed runs, where ``report.exclude_diverged``)."""
     style, split = _style(plan)
+    exclude = bool(plan.sweep.report and plan.sweep.report.exclude_diverged)
     out: dict[tuple[str, str], dict[int, float]] = {}
+    dropped: dict[tuple[str, str], set[int]] = {}
     for node in plan.order():
         if node.stage != "finetune" or not node.runs or not node.runs[0].finished:
             continue
         m = node.runs[0].read_json("metrics.json") or {}
-        if m.get("diverged") and plan.sweep.report and plan.sweep.report.exclude_diverged:
-            continue  # collapsed runs left out, as the report leaves them out (BERMO's sweeps)
+        if m.get("diverged") and exclude:  # left out, as the report leaves them out (BERMO's sweeps)
+            dropped.setdefault((node.variant, node.task), set()).add(node.seed)
+            continue
         for column, score in _kind(node).score_columns({**m, "task": node.task}, style, split).items():
             if score is not None:
                 out.setdefault((node.variant, column), {})[node.seed] = float(score)
-    return out
+    return out, dropped
+
+
+def _usable(order: list[int], skip: set[int]) -> list[int]:
+    """The seeds of ``order`` a cell reads: those not left out."""
+    return [s for s in order if s not in skip]
+
+
+def _planned(order: list[int], skip: set[int], n: int) -> int:
+    """How many of ``order``'s first seeds give ``n`` a cell can read (those left out made up)."""
+    usable = 0
+    for i, s in enumerate(order):
+        if usable == n:
+            return i
+        usable += s not in skip
+    return len(order)
 
 
 def cells(plan: Plan, design: Design) -> dict[tuple, Cell]:
@@ -90,14 +110,20 @@ def cells(plan: Plan, design: Design) -> dict[tuple, Cell]:
     the baseline, one per column of the table (a task's, MNLI's two); (variant, column, "paper")
     against the paper's number where the sweep prints one on the report's split (its ± the paper's
     standard error)."""
-    order, base, got = seed_order(plan), baseline(plan), scores(plan)
+    order, base = seed_order(plan), baseline(plan)
+    got, dropped = scores(plan)
     tasks = planned_tasks(plan.sweep, plan.settings) if plan.sweep.finetune else []  # the table's (not MNLI's start)
-    cols = list(columns(plan, tasks))
+    task_of = columns(plan, tasks)
+    cols = list(task_of)
     others = [v for v in plan.variants if v != base]
 
-    def in_order(variant: str, column: str) -> list[float]:
+    def in_order(variant: str, column: str, partner: str | None = None) -> list[float]:
+        """The side's scores in seed order, up to its first seed not finished; a seed left out (a
+        collapsed run) is skipped, on both sides of a comparison (``partner``: the other side)."""
+        t = task_of[column]
+        skip = dropped.get((variant, t), set()) | (dropped.get((partner, t), set()) if partner else set())
         values = []
-        for s in order:
+        for s in _usable(order, skip):
             if s not in got.get((variant, column), {}):
                 break
             values.append(got[variant, column][s])
@@ -109,7 +135,7 @@ def cells(plan: Plan, design: Design) -> dict[tuple, Cell]:
               if same_split and isinstance(plan.sweep.variants[v].paper.get(c), (int, float))}  # fmt: skip
     family = len(others) * len(cols) + len(papers)
     origins = plan.origins()
-    out: dict[tuple, Cell] = {(v, c): decide(in_order(v, c), in_order(base, c), design, family,
+    out: dict[tuple, Cell] = {(v, c): decide(in_order(v, c, base), in_order(base, c, v), design, family,
                                              paired=origins[v] == origins[base])
                               for v in others for c in cols}  # fmt: skip
     for (v, c), variant in papers.items():
@@ -119,14 +145,21 @@ def cells(plan: Plan, design: Design) -> dict[tuple, Cell]:
 
 
 def wanted(plan: Plan, design: Design, decided: dict[tuple, Cell]) -> dict[tuple[str, str], int]:
-    """{(variant, task): seeds} the cells need now (a task as many as its most open column; the
-    first look before any result)."""
+    """{(variant, task): seeds} the cells need now: a task as many as its most open column, and as
+    many more as its collapsed runs left out (on either side of a comparison); the first look before
+    any result."""
     tasks = sorted({n.task for n in plan.order() if n.stage == "finetune"})
     task_of = columns(plan, tasks)
+    order, base = seed_order(plan), baseline(plan)
+    dropped = scores(plan)[1]
     want: dict[tuple[str, str], int] = {}
-    for (v, c), n in next_seeds(decided, baseline(plan), design).items():
-        key = (v, task_of.get(c, c))
-        want[key] = max(want.get(key, 0), n)
+    for key, cell in decided.items():
+        v, t = key[0], task_of.get(key[1], key[1])
+        sides = [v] if len(key) == 3 else [v, base]
+        skip = set().union(*(dropped.get((side, t), set()) for side in sides))
+        n = _planned(order, skip, cell_seeds(cell, design))
+        for side in sides:
+            want[side, t] = max(want.get((side, t), 0), n)
     for v in plan.variants:  # a variant with no cell (a sweep of one variant): its first look
         for t in {task_of.get(k[1], k[1]) for k in decided} or set(tasks):
             want.setdefault((v, t), design.looks[0])
