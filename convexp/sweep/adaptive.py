@@ -104,14 +104,14 @@ def _planned(order: list[int], skip: set[int], n: int) -> int:
     return len(order)
 
 
-def cells(plan: Plan, design: Design) -> dict[tuple, Cell]:
+def cells(plan: Plan, design: Design, results: tuple | None = None) -> dict[tuple, Cell]:
     """Every cell's decision now: its looks replayed on the seeds finished so far, in seed order (a
     seed missing ends a side's sequence: later seeds wait for it). Cells: (variant, column) against
     the baseline, one per column of the table (a task's, MNLI's two); (variant, column, "paper")
     against the paper's number where the sweep prints one on the report's split (its ± the paper's
-    standard error)."""
+    standard error). ``results``: :func:`scores` of the plan, where the caller has read them."""
     order, base = seed_order(plan), baseline(plan)
-    got, dropped = scores(plan)
+    got, dropped = results or scores(plan)
     tasks = planned_tasks(plan.sweep, plan.settings) if plan.sweep.finetune else []  # the table's (not MNLI's start)
     task_of = columns(plan, tasks)
     cols = list(task_of)
@@ -144,14 +144,14 @@ def cells(plan: Plan, design: Design) -> dict[tuple, Cell]:
     return out
 
 
-def wanted(plan: Plan, design: Design, decided: dict[tuple, Cell]) -> dict[tuple[str, str], int]:
+def wanted(plan: Plan, design: Design, decided: dict[tuple, Cell], results: tuple | None = None) -> dict[tuple[str, str], int]:
     """{(variant, task): seeds} the cells need now: a task as many as its most open column, and as
     many more as its collapsed runs left out (on either side of a comparison); the first look before
     any result."""
     tasks = sorted({n.task for n in plan.order() if n.stage == "finetune"})
     task_of = columns(plan, tasks)
     order, base = seed_order(plan), baseline(plan)
-    dropped = scores(plan)[1]
+    dropped = (results or scores(plan))[1]
     want: dict[tuple[str, str], int] = {}
     for key, cell in decided.items():
         v, t = key[0], task_of.get(key[1], key[1])
@@ -186,8 +186,9 @@ def current(plan: Plan, design: Design) -> tuple[Plan, dict[tuple, Cell]]:
     """(the plan cut to what the cells need now, the cells' decisions). With ``adaptive.budget``
     (GPU-hours for the whole study), a look that would take the study beyond it is not started:
     the open cells keep the seeds they have (the first look beyond the budget is refused)."""
-    decided = cells(plan, design)
-    now = cut(plan, wanted(plan, design, decided))
+    results = scores(plan)  # every finished run's metrics, read once a look
+    decided = cells(plan, design, results)
+    now = cut(plan, wanted(plan, design, decided, results))
     budget = (plan.settings.get("adaptive") or {}).get("budget")
     if budget is None or gpu_hours(now) <= float(budget):
         return now, decided
