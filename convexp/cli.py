@@ -156,6 +156,7 @@ def _task_command(task, overrides: list[str], print_cfg: str | None, kind: str |
     if composed is not None:
         invocation = task.compose(given, composed)
         task.check(invocation)
+        task.check_device(invocation)
         task.run(invocation)
 
 

@@ -101,6 +101,7 @@ def test_convbert_electra_recipe_streams_resumes_and_fine_tunes(tmp_path):
     ft = convexp(
         "finetune", "glue", "scale=paper", "protocol=convbert", "task=rte", f"init={run}", "seeds=[42]", "grid=false",
         "epochs=1", "batch_size=16", "task.max_len=48", "glue.source=synthetic", "glue.synthetic_size=200",
+        "trainer.accelerator=cpu",
         outputs=tmp_path / "out", timeout=900,
     )  # fmt: skip
     assert ft.returncode == 0, ft.stderr[-3000:]

@@ -35,6 +35,7 @@ def _run_stage(stage: str, overrides: list[str]) -> None:
     task = command("pretrain" if stage == "pretrain" else config_kind(cfg))
     invocation = task.compose(overrides, cfg)
     task.check(invocation)
+    task.check_device(invocation)
     task.run(invocation, summary=False)
 
 

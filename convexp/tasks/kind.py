@@ -13,6 +13,7 @@ The command's steps, in order (called alike by the CLI, a sweep's planner and it
   check(invocation, planned=False)   everything the runs will read, one pass, before torch: the
                                      first problem as one line (``planned``: a sweep's plan, what
                                      the config alone decides)
+  check_device(invocation)           where it is about to run: scale=paper without a GPU refused
   plan(invocation, start, tokens)    -> its runs (store/rundirs.FinetuneRun), named before any runs
                                      (``start``: the init's ``slug`` and ``width``)
   run(invocation, summary=True)      open what it starts from, plan, train what has work left
@@ -27,6 +28,7 @@ And what the report reads from one run's ``metrics.json`` (report/tables.py)::
 
   score_columns(m, style, split)  {column: value}: the task's score column(s)
   score(m, style, split)          the run's one score (a seed's cell), or None
+  columns(task, style)            the columns a run of the task fills, before any result
 
 A user's kind subclasses :class:`TaskKind` in a module on ``--user-dir`` and defines ``KIND``; a
 task file of theirs says ``kind: <module>`` (``<module>:<name>`` for another attribute), and
@@ -77,6 +79,13 @@ class TaskKind:
 
     def check(self, inv: Invocation, planned: bool = False) -> None:
         raise NotImplementedError
+
+    def check_device(self, inv: Invocation) -> None:
+        """Where the command is about to run (after :meth:`check`; a sweep's node checks where its
+        job runs): ``scale=paper`` where no GPU is visible is refused (train/inputs.py)."""
+        from ..train.inputs import check_finetune_device
+
+        check_finetune_device(inv.cfg, inv.task_cfgs.values())
 
     def plan(self, inv: Invocation, start, tokens: list[str] | None = None) -> list:
         raise NotImplementedError

@@ -24,3 +24,18 @@ def gpu_visible() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def refuse_the_cpu_at_paper_scale(cfg, scale: str | None, what) -> None:
+    """A stage at ``scale=paper`` with ``trainer.accelerator=auto`` where no GPU is visible: refused in
+    one line (``what()``: what would train on this CPU, and its cost where known), rather than a
+    paper's run started on the CPU. ``trainer.accelerator=cpu`` asks for the CPU by name. ``scale``:
+    the stage's composed scale choice."""
+    if scale != "paper" or str(cfg.trainer.accelerator) != "auto" or gpu_visible():
+        return
+    from ..errors import UserError
+
+    raise UserError(
+        f"scale=paper found no GPU here (trainer.accelerator=auto): {what()}; run it where a GPU is (a sweep "
+        "on SLURM: launcher=submitit), or ask for the CPU by name: trainer.accelerator=cpu"
+    )

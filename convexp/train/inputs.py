@@ -15,6 +15,7 @@ from ..config.schema import init_none_problem
 from ..data.tokenizer import check_tokenizer
 from ..errors import UserError
 from ..store.peek import peek_checkpoint
+from .devices import refuse_the_cpu_at_paper_scale
 
 
 def check_outputs_writable(outputs) -> None:
@@ -75,6 +76,20 @@ def check_finetune_inputs(cfg: DictConfig, task_cfgs=(), planned: bool = False) 
         model = model_config(cfg.init_model)
         check_max_len(model, [cfg, *task_cfgs])
         check_parts(model)
+
+
+def check_finetune_device(cfg: DictConfig, task_cfgs=()) -> None:
+    """A fine-tuning command about to run at ``scale=paper`` where no GPU is visible: refused, naming
+    what it would train (train/devices.py)."""
+    refuse_the_cpu_at_paper_scale(cfg, cfg.get("choices", {}).get("finetune_scale"), lambda: _runs_here(cfg, task_cfgs))
+
+
+def _runs_here(cfg: DictConfig, task_cfgs) -> str:
+    """What a fine-tuning command would train: its tasks, seeds and settings."""
+    tasks = [cfg.task.name, *(c.task.name for c in task_cfgs)]
+    grid = " over ConvBERT's grid of settings" if cfg.get("grid") else ""
+    seeds = len(cfg.get("seeds") or [cfg.get("seed")])
+    return f"fine-tuning {', '.join(tasks)} with {seeds} seed{'s' if seeds > 1 else ''}{grid} would train on this CPU"
 
 
 def check_max_len(model_cfg, cfgs) -> None:

@@ -5,9 +5,9 @@ pre-training node) and a sweep's worker (running that node) call the same steps,
   check    everything the run will read, in one pass before the stage's heavy imports (torch,
            Lightning, datasets), with the light readers (json, safetensors' header, pyarrow's JSON
            reader, tokenizers): the outputs folder, ``init=``, the corpus files, a pretrained
-           tokenizer's file, and a user's mixer or FFN tried on a tiny batch; and that a paper-scale
-           run finds the GPU it needs; the first problem found is raised as one line
-           (:class:`convexp.errors.UserError`), nothing written
+           tokenizer's file, and a user's mixer or FFN tried on a tiny batch; the first problem
+           found is raised as one line (:class:`convexp.errors.UserError`), nothing written
+  check_device  where it is about to run: a paper-scale run that finds no GPU is refused
   plan     the run, named before it runs (its id and directory: runs.py)
   run      plan, and pre-train (stage.py)
 """
@@ -22,7 +22,7 @@ from ...data.tokenizer import check_tokenizer, tokenizer_settings
 from ...store.peek import peek_checkpoint
 from ...data.text_files import readable
 from ...errors import UserError
-from ...train.devices import gpu_visible
+from ...train.devices import refuse_the_cpu_at_paper_scale
 from ...train.inputs import check_model_parts, check_outputs_writable
 from .cost import pretrain_flops
 from .runs import pretrain_run
@@ -57,30 +57,26 @@ def check(inv: Invocation, planned: bool = False) -> None:
         if t["kind"] == "pretrained":
             check_tokenizer(t["path"], "tokenizer.path")
     check_model_parts(cfg)
-    if not planned:  # a sweep plans on a login node; its node's job checks where it runs
-        check_device(cfg)
 
 
-def check_device(cfg: DictConfig) -> None:
-    """``scale=paper`` with ``trainer.accelerator=auto`` where no GPU is visible: refused, with what
-    the CPU would cost (its training FLOPs at the rate measured on this CPU, train/cpu_rate.py),
-    rather than starting a paper's million steps on the CPU. ``trainer.accelerator=cpu`` asks for the
-    CPU by name."""
-    if cfg.get("choices", {}).get("scale") != "paper" or str(cfg.trainer.accelerator) != "auto" or gpu_visible():
-        return
-    from ...config.compose import to_model_config
-    from ...train.cpu_rate import cpu_rate
+def check_device(inv: Invocation) -> None:
+    """Where it is about to run (after :func:`check`; a sweep's node checks where its job runs):
+    ``scale=paper`` where no GPU is visible (train/devices.py) is refused with what the CPU would
+    cost (its training FLOPs at the rate measured on this CPU, train/cpu_rate.py)."""
+    cfg = inv.cfg
 
-    flops = pretrain_flops(cfg, to_model_config(cfg.model))
-    rate, _ = cpu_rate(cfg)
-    days = flops / rate / 86_400
-    took = f"{days:,.0f} days" if days >= 2 else f"{days * 24:,.1f} hours"
-    raise UserError(
-        f"scale=paper found no GPU here (trainer.accelerator=auto): its {cfg.trainer.max_steps:,} steps would "
-        f"train on this CPU, ≈ {took} ({flops:.2g} training FLOPs at {rate / 1e9:,.0f} GFLOP/s measured on it); "
-        "run it where a GPU is (a sweep on SLURM: launcher=submitit), or ask for the CPU by name: "
-        "trainer.accelerator=cpu"
-    )
+    def cost() -> str:
+        from ...config.compose import to_model_config
+        from ...train.cpu_rate import cpu_rate
+
+        flops = pretrain_flops(cfg, to_model_config(cfg.model))
+        rate, _ = cpu_rate(cfg)
+        days = flops / rate / 86_400
+        took = f"{days:,.0f} days" if days >= 2 else f"{days * 24:,.1f} hours"
+        return (f"its {cfg.trainer.max_steps:,} steps would train on this CPU, ≈ {took} ({flops:.2g} training "
+                f"FLOPs at {rate / 1e9:,.0f} GFLOP/s measured on it)")  # fmt: skip
+
+    refuse_the_cpu_at_paper_scale(cfg, cfg.get("choices", {}).get("scale"), cost)
 
 
 def plan(inv: Invocation, start=None, tokens: list[str] | None = None) -> list:
