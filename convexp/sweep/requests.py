@@ -202,9 +202,7 @@ def plan_jobs(todo: list[Node], all_nodes: list[Node], tp: Throughput, launcher:
         if n.key in in_pack and in_pack[n.key] != n.key:
             continue
         members = packs.get(n.key, [n])
-        hours = sum(tp.hours(m) for m in members)
-        if len(members) > 1 and n.workload is not None:  # what sharing the card gains (rates.PACKED)
-            hours /= pack_gain(len(members), n.workload.width)[0]
+        hours = pack_hours(members, tp)
         requests = [node_request(m, tp.hours(m), ceiling)[0] for m in members]
         r = requests[0]
         if len(members) > 1:
@@ -217,6 +215,15 @@ def plan_jobs(todo: list[Node], all_nodes: list[Node], tp: Throughput, launcher:
             r, capped = dataclasses.replace(r, mem_gb=max(1, partition.mem_mb // 1024)), (*capped, "memory")
         jobs.append(Job(members, r, hours, capped))
     return jobs
+
+
+def pack_hours(members: list[Node], tp: Throughput) -> float:
+    """Hours of a job running ``members`` side by side on one GPU: theirs summed, over what sharing
+    the card was measured to gain (rates.pack_gain); a node alone: its own."""
+    hours = sum(tp.hours(m) for m in members)
+    if len(members) > 1 and members[0].workload is not None:
+        hours /= pack_gain(len(members), members[0].workload.width)[0]
+    return hours
 
 
 def check_requeues(jobs: list[Job], launcher: DictConfig) -> None:

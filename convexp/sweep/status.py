@@ -16,7 +16,7 @@ from . import slurm
 from .execute import Ledger, Outcome, read_ledger
 from .nodes import Node
 from .plan import Plan
-from .rates import pack_gain
+from .requests import pack_hours
 from .schedule import Throughput, Unit, dependency_makespan, job_gpus, throughput
 
 ENDED_BADLY = ("failed", "blocked", "diverged")
@@ -177,9 +177,7 @@ def jobs_left(nodes: list[Node], recorded: dict[str, dict], states: dict[str, No
     keys = {n.key for n in left}
     units, packed = [], set()
     for job, members in _packs(left, recorded).items():
-        width = members[0].workload.width if members[0].workload else 0
-        gain = pack_gain(len(members), width)[0]
-        hours = sum(tp.hours(n) for n in members) / gain - max(states[n.key].running_s for n in members) / 3600
+        hours = pack_hours(members, tp) - max(states[n.key].running_s for n in members) / 3600
         deps = [d for n in members for d in n.deps if d in keys and d not in {m.key for m in members}]
         units.append(Unit(members[0].key, list(dict.fromkeys(deps)), max(0.0, hours), job_gpus(members[0])))
         packed |= {n.key for n in members}
