@@ -189,7 +189,8 @@ def test_hugging_face_bert_fine_tunes_on_local_squad_json(tmp_path):
     BertModel(cfg).save_pretrained(ckpt)
     data = local_squad(tmp_path / "squad", "v2.0")
     args = ["finetune", "squad", "task=squad2", "protocol=bermo", f"init={ckpt}", "squad.source=local"]
-    res = convexp(*args, f"squad.path={data}", *SMOKE[2:], "squad.doc_stride=32", "epochs=2", "seeds=[42]", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    res = convexp(*args, f"squad.path={data}", *SMOKE[2:], "squad.doc_stride=32", "epochs=2", "seeds=[42]",
+                  "trainer.accelerator=cpu", outputs=tmp_path, env={"WANDB_MODE": "disabled"})  # scale=paper, by name on the CPU
     assert res.returncode == 0, res.stderr[-3000:]
     [run] = squad_runs_in(tmp_path)
     m = json.loads((run / "metrics.json").read_text())
@@ -210,7 +211,8 @@ def test_hugging_face_bert_fine_tunes_on_local_squad_json(tmp_path):
     assert (run / "record.json").exists() and (run / "model" / "vocab.txt").exists()
     assert "squad2 seed 42: EM" in res.stdout
     # finished runs are reused: nothing is trained again
-    again = convexp(*args, f"squad.path={data}", *SMOKE[2:], "squad.doc_stride=32", "epochs=2", "seeds=[42]", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
+    again = convexp(*args, f"squad.path={data}", *SMOKE[2:], "squad.doc_stride=32", "epochs=2", "seeds=[42]",
+                    "trainer.accelerator=cpu", outputs=tmp_path, env={"WANDB_MODE": "disabled"})
     assert again.returncode == 0 and "Trainer.fit" not in again.stderr + again.stdout
 
 

@@ -169,7 +169,7 @@ def job_commands(model_dir: Path, data_dir: Path, epochs: int, batch_size: int, 
             "task=sst2", f"init={model_dir}", "glue.source=local", f"glue.path={data_dir}", "protocol=chang",
             f"epochs={epochs}", f"batch_size={batch_size}", f"task.max_len={max_len}", f"lr={LR}", f"seeds=[{seed}]",
             *(["group_by_length=true"] if grouped else []),  # the default at scale=paper: random batches
-            *(["trainer.accelerator=gpu", "trainer.precision=bf16-mixed"] if cuda else []),
+            *(["trainer.accelerator=gpu", "trainer.precision=bf16-mixed"] if cuda else ["trainer.accelerator=cpu"]),
         ]  # fmt: skip
         script_args = [str(model_dir), str(data_dir), str(epochs), str(batch_size), str(max_len), str(LR), str(seed),
                        "cuda" if cuda else "cpu"]  # fmt: skip

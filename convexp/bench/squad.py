@@ -191,7 +191,7 @@ def bench_squad(
                     "protocol=bermo", f"epochs={epochs}", f"batch_size={batch_size}", f"lr={LR}", f"seeds=[{seed}]",
                     f"squad.max_len={max_len}", f"squad.doc_stride={stride}", "task.qa.bermo.stride_mode=overlap",
                     *(["group_by_length=true"] if grouped else []),  # the default at scale=paper: random batches
-                    *(["trainer.accelerator=gpu", "trainer.precision=bf16-mixed"] if cuda else []),
+                    *(["trainer.accelerator=gpu", "trainer.precision=bf16-mixed"] if cuda else ["trainer.accelerator=cpu"]),
                 ]  # fmt: skip
                 script_args = [str(model_dir), str(work / "squad"), str(epochs), str(batch_size), str(max_len),
                                str(stride), str(LR), str(seed), "cuda" if cuda else "cpu"]  # fmt: skip
