@@ -21,7 +21,6 @@ from ...data.corpus import data_settings, find_data_files, peek_files
 from ...data.tokenizer import check_tokenizer, tokenizer_settings
 from ...store.peek import peek_checkpoint
 from ...data.text_files import readable
-from ...errors import UserError
 from ...train.devices import refuse_the_cpu_at_paper_scale
 from ...train.inputs import check_model_parts, check_outputs_writable
 from .cost import pretrain_flops
