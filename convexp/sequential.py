@@ -27,8 +27,8 @@ is Welch's t (or the paired t, where the seeds pair) on the seed scores at that 
 normal seed scores.
 
 The report replays a cell's looks on its seeds in seed order (:func:`decide`), so the decision it
-prints is the one the sweep stopped on; the sweep asks :func:`next_seeds` how many seeds each
-variant and task needs next. numpy only.
+prints is the one the sweep stopped on; the sweep asks :func:`cell_seeds` how many seeds each
+cell needs next (:func:`next_seeds`: the same per side of a table, where no seed is left out). numpy only.
 """
 
 from __future__ import annotations
